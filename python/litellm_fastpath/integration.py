@@ -1,0 +1,258 @@
+"""LiteLLM integration: `litellm.acompletion(..., rust=True)` runs through the Rust path.
+
+`install()` swaps the module attributes `litellm.acompletion` / `litellm.completion` (the router
+looks them up at call time) for wrappers that admit or decline each call before any I/O. A
+declined call goes to LiteLLM's own function unchanged. An admitted call is final: its answer or
+error comes from the one provider request Rust made; nothing is retried through Python.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import functools
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import litellm
+from litellm.litellm_core_utils.core_helpers import process_response_headers
+from litellm.litellm_core_utils.llm_response_utils.response_metadata import (
+    update_response_metadata,
+)
+
+from litellm_fastpath import _native, errors, routing
+
+FASTPATH_HEADERS = {"x-litellm-rust": "true", "x-litellm-fastpath": _native.__version__}
+
+_originals: dict[str, Callable[..., Any]] = {}
+
+
+def is_installed() -> bool:
+    return bool(_originals)
+
+
+def install() -> None:
+    """Routes `rust=True` calls of `litellm.acompletion`/`litellm.completion` through Rust.
+
+    Idempotent. Calls without `rust=True` are passed to LiteLLM untouched."""
+    if _originals:
+        return
+    _originals["acompletion"] = litellm.acompletion
+    _originals["completion"] = litellm.completion
+    litellm.acompletion = acompletion
+    litellm.completion = completion
+
+
+def uninstall() -> None:
+    """Restores LiteLLM's own functions."""
+    if not _originals:
+        return
+    litellm.acompletion = _originals.pop("acompletion")
+    litellm.completion = _originals.pop("completion")
+
+
+def _normalize(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`acompletion(model, messages, ...)` positional form -> keyword form."""
+    if args:
+        for name, value in zip(("model", "messages"), args, strict=False):
+            kwargs[name] = value
+    return kwargs
+
+
+def _admit(kwargs: dict[str, Any]) -> tuple[routing.Route, _native.PreparedCall] | None:
+    """The routing decision; None means "LiteLLM's Python path". Raises on malformed input."""
+    decision = routing.route(kwargs)
+    if isinstance(decision, routing.Decline):
+        routing.record_decline(decision)
+        return None
+    try:
+        prepared = _native.prepare_chat(
+            decision.deployment, kwargs.get("messages"), decision.params, decision.timeout
+        )
+    except _native.InvalidRequestError as err:
+        raise errors.bad_request(err, decision) from None
+    if isinstance(prepared, _native.Declined):
+        routing.record_decline(prepared)
+        return None
+    return decision, prepared
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    """Runs on the event loop when Rust finishes; the caller may have cancelled meanwhile."""
+    if future.done():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+async def acompletion(*args: Any, **kwargs: Any) -> Any:
+    rust = kwargs.pop("rust", False)
+    original = _originals["acompletion"]
+    if rust is not True:
+        return await original(*args, **kwargs)
+    kwargs = _normalize(args, kwargs)
+    admitted = _admit(kwargs)
+    if admitted is None:
+        return await original(**kwargs)
+    route, prepared = admitted
+
+    start_time = datetime.datetime.now()
+    logging_obj = _logging_obj(kwargs, route, start_time)
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    handle = prepared.start(loop, future, _settle)
+    try:
+        completion_body, provider_headers = await future
+    except asyncio.CancelledError:
+        handle.cancel()
+        raise
+    except _native.FastpathError as err:
+        raise await _failed(err, route, logging_obj, start_time) from None
+    return _succeeded(completion_body, provider_headers, route, kwargs, logging_obj, start_time)
+
+
+def completion(*args: Any, **kwargs: Any) -> Any:
+    rust = kwargs.pop("rust", False)
+    original = _originals["completion"]
+    if rust is not True:
+        return original(*args, **kwargs)
+    kwargs = _normalize(args, kwargs)
+    admitted = _admit(kwargs)
+    if admitted is None:
+        return original(**kwargs)
+    route, prepared = admitted
+
+    start_time = datetime.datetime.now()
+    logging_obj = _logging_obj(kwargs, route, start_time)
+    try:
+        completion_body, provider_headers = prepared.send_blocking()
+    except _native.FastpathError as err:
+        exc = errors.to_litellm(err, route)
+        _log_failure_sync(logging_obj, exc, start_time)
+        raise exc from None
+    return _succeeded(completion_body, provider_headers, route, kwargs, logging_obj, start_time)
+
+
+def _callbacks_configured() -> bool:
+    return bool(
+        litellm.callbacks
+        or litellm.success_callback
+        or litellm._async_success_callback
+        or litellm.failure_callback
+        or litellm._async_failure_callback
+    )
+
+
+def _logging_obj(kwargs: dict[str, Any], route: routing.Route, start_time: datetime.datetime) -> Any:
+    """LiteLLM's logging object for this call: the proxy's, or a new one when callbacks exist.
+
+    Without callbacks nobody reads it, so the SDK fast path skips building one."""
+    logging_obj = kwargs.get("litellm_logging_obj")
+    if logging_obj is None:
+        if not _callbacks_configured():
+            return None
+        from litellm.utils import function_setup
+
+        logging_obj, kwargs = function_setup("acompletion", None, start_time, **kwargs)
+        kwargs["litellm_logging_obj"] = logging_obj
+    logging_obj.update_environment_variables(
+        model=route.model,
+        user=kwargs.get("user"),
+        optional_params=dict(route.params),
+        litellm_params=_litellm_params(kwargs, route),
+        custom_llm_provider=route.provider,
+    )
+    return logging_obj
+
+
+def _litellm_params(kwargs: Mapping[str, Any], route: routing.Route) -> dict[str, Any]:
+    """What LiteLLM's logging reads from `litellm_params` (spend tracking keys live in metadata)."""
+    return {
+        "metadata": kwargs.get("metadata") or {},
+        "litellm_metadata": kwargs.get("litellm_metadata"),
+        "model_info": kwargs.get("model_info"),
+        "proxy_server_request": kwargs.get("proxy_server_request"),
+        "litellm_call_id": kwargs.get("litellm_call_id"),
+        "api_base": route.deployment.api_base,
+        "custom_llm_provider": route.provider,
+        "acompletion": True,
+        "stream": False,
+    }
+
+
+def _succeeded(
+    completion_body: dict[str, Any],
+    provider_headers: Mapping[str, str],
+    route: routing.Route,
+    kwargs: dict[str, Any],
+    logging_obj: Any,
+    start_time: datetime.datetime,
+) -> litellm.ModelResponse:
+    end_time = datetime.datetime.now()
+    response = litellm.ModelResponse(**completion_body)
+    hidden = response._hidden_params
+    hidden["custom_llm_provider"] = route.provider
+    hidden["additional_headers"] = {
+        **process_response_headers(dict(provider_headers)),
+        **FASTPATH_HEADERS,
+    }
+    if logging_obj is None:
+        hidden["model_id"] = (kwargs.get("model_info") or {}).get("id")
+        return response
+    update_response_metadata(
+        result=response,
+        logging_obj=logging_obj,
+        model=kwargs.get("model"),
+        kwargs=kwargs,
+        start_time=start_time,
+        end_time=end_time,
+    )
+    _dispatch_success_logging(logging_obj, response, start_time, end_time, kwargs)
+    return response
+
+
+@functools.cache
+def _success_dispatcher() -> Callable[..., None]:
+    from litellm.utils import _dispatch_success_logging
+
+    return _dispatch_success_logging
+
+
+def _dispatch_success_logging(
+    logging_obj: Any,
+    response: Any,
+    start_time: datetime.datetime,
+    end_time: datetime.datetime,
+    kwargs: Mapping[str, Any],
+) -> None:
+    _success_dispatcher()(
+        logging_obj=logging_obj,
+        result=response,
+        start_time=start_time,
+        end_time=end_time,
+        is_completion_with_fallbacks=kwargs.get("fallbacks") is not None,
+        is_litellm_internal_call=False,
+    )
+
+
+async def _failed(
+    err: _native.FastpathError,
+    route: routing.Route,
+    logging_obj: Any,
+    start_time: datetime.datetime,
+) -> Exception:
+    exc = errors.to_litellm(err, route)
+    if logging_obj is not None:
+        end_time = datetime.datetime.now()
+        tb = traceback.format_exc()
+        logging_obj.failure_handler(exc, tb, start_time, end_time)
+        await logging_obj.async_failure_handler(exc, tb, start_time, end_time)
+    return exc
+
+
+def _log_failure_sync(logging_obj: Any, exc: Exception, start_time: datetime.datetime) -> None:
+    if logging_obj is not None:
+        logging_obj.failure_handler(exc, traceback.format_exc(), start_time, datetime.datetime.now())

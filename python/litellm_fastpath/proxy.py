@@ -1,0 +1,32 @@
+"""The LiteLLM proxy hook: `callbacks: ["litellm_fastpath.proxy.accelerator"]`.
+
+Importing this module installs the fast path. The `accelerator` callback makes sure a caller
+cannot choose the path: a `rust` field in a request body is removed before routing, so only the
+deployment's configured `rust: true` counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litellm.integrations.custom_logger import CustomLogger
+
+from litellm_fastpath.integration import install
+
+
+class FastpathAccelerator(CustomLogger):
+    """Proxy callback that keeps the fast path switch in the operator's hands."""
+
+    async def async_pre_call_hook(
+        self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any
+    ) -> dict[str, Any]:
+        data.pop("rust", None)
+        for nested in ("litellm_params", "metadata", "litellm_metadata"):
+            inner = data.get(nested)
+            if isinstance(inner, dict):
+                inner.pop("rust", None)
+        return data
+
+
+install()
+accelerator = FastpathAccelerator()

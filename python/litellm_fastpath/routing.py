@@ -1,0 +1,339 @@
+"""The routing decision: may this `litellm.acompletion` call run in Rust?
+
+Everything here happens before any I/O. A call is admitted only when the deployment, every
+kwarg, message role and content part is one the Rust path serves exactly like LiteLLM; anything
+else is declined with a reason (counted, and logged at debug level) and LiteLLM runs as usual.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from litellm_fastpath import _native
+
+logger = logging.getLogger("litellm_fastpath")
+
+# Keys LiteLLM, the router and the proxy add for their own bookkeeping. They never change what
+# the provider receives, so the Rust path may ignore them (logging still sees them).
+BOOKKEEPING_KWARGS = frozenset(
+    {
+        "metadata",
+        "litellm_metadata",
+        "litellm_call_id",
+        "litellm_logging_obj",
+        "litellm_trace_id",
+        "litellm_session_id",
+        "litellm_parent_otel_span",
+        "model_info",
+        "proxy_server_request",
+        "secret_fields",
+        "standard_callback_dynamic_params",
+        "client",
+        "acompletion",
+        "rpm",
+        "tpm",
+        "max_parallel_requests",
+        "order",
+        "weight",
+        "model_group",
+        "model_group_size",
+        "deployment",
+        "api_version",
+        "drop_params",
+        "tags",
+        "user_api_key",
+        "user_api_key_alias",
+        "user_api_key_user_id",
+        "user_api_key_team_id",
+        "user_api_key_end_user_id",
+        "no-log",
+        "litellm_request_debug",
+        "rust",
+        "headers",
+        "max_retries",
+        "mock_timeout",
+        "allow_client_keepalive_override",
+        "use_in_pass_through",
+        "use_xai_oauth",
+        "shared_session",
+        "_context_compaction_state",
+    }
+)
+
+# Kwargs that make LiteLLM itself behave differently (caching, retries, fallbacks, pricing,
+# credentials it resolves through its own chains). Truthy values decline.
+BEHAVIOUR_KWARGS = frozenset(
+    {
+        "caching",
+        "cache",
+        "num_retries",
+        "fallbacks",
+        "context_window_fallback_dict",
+        "mock_response",
+        "mock_tool_calls",
+        "input_cost_per_token",
+        "output_cost_per_token",
+        "input_cost_per_second",
+        "output_cost_per_second",
+        "base_model",
+        "additional_drop_params",
+        "organization",
+        "stream_options",
+        "azure_ad_token",
+        "aws_role_name",
+        "aws_profile_name",
+        "aws_web_identity_token",
+        "aws_session_name",
+        "aws_sts_endpoint",
+        "aws_external_id",
+        "complete_response",
+        "logger_fn",
+        "use_litellm_proxy",
+        "merge_reasoning_content_in_choices",
+    }
+)
+
+# Kwargs that configure the deployment rather than the request body.
+DEPLOYMENT_KWARGS = frozenset(
+    {
+        "model",
+        "messages",
+        "custom_llm_provider",
+        "api_key",
+        "api_base",
+        "base_url",
+        "timeout",
+        "request_timeout",
+        "extra_headers",
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "aws_session_token",
+        "aws_region_name",
+        "aws_bedrock_runtime_endpoint",
+    }
+)
+
+# Behaviour kwargs common enough to get their own decline counter.
+_OWN_DECLINE_CODES = frozenset({"caching", "fallbacks", "num_retries", "mock_response"})
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Decline:
+    code: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """An admitted call: where it goes and what LiteLLM would call the model and provider."""
+
+    deployment: _native.Deployment
+    provider: str
+    model: str
+    params: dict[str, Any]
+    timeout: float
+
+
+_counts: Counter[str] = Counter()
+_counts_lock = threading.Lock()
+
+
+def record_decline(decline: Decline | _native.Declined) -> None:
+    with _counts_lock:
+        _counts[decline.code] += 1
+    logger.debug("fast path declined: %s (%s)", decline.code, decline.detail)
+
+
+def decline_counts() -> dict[str, int]:
+    """How many calls each decline reason sent to LiteLLM's Python path, in this process."""
+    with _counts_lock:
+        return dict(_counts)
+
+
+def reset_decline_counts() -> None:
+    with _counts_lock:
+        _counts.clear()
+
+
+def _split_provider(model: str, custom_llm_provider: str | None) -> tuple[str, str] | None:
+    """`anthropic/claude-x` -> ("anthropic", "claude-x"); unknown or implicit providers -> None."""
+    prefix, _, rest = model.partition("/")
+    if custom_llm_provider:
+        if prefix == custom_llm_provider and rest:
+            return custom_llm_provider, rest
+        return custom_llm_provider, model
+    if rest and prefix in ("openai", "anthropic", "bedrock"):
+        return prefix, rest
+    return None
+
+
+def _env(*names: str) -> str | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+def _timeout(kwargs: Mapping[str, Any]) -> float | Decline:
+    value = kwargs.get("timeout") or kwargs.get("request_timeout")
+    if value is None:
+        import litellm
+
+        value = getattr(litellm, "request_timeout", None) or DEFAULT_TIMEOUT_S
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return Decline("timeout", f"timeout of type {type(value).__name__}")
+    try:
+        seconds = float(value)
+    except ValueError:
+        return Decline("timeout", "timeout is not a number")
+    return seconds if seconds > 0 else Decline("timeout", "timeout is not positive")
+
+
+def _extra_headers(kwargs: Mapping[str, Any]) -> list[tuple[str, str]] | Decline:
+    headers = kwargs.get("extra_headers")
+    if not headers:
+        return []
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        return Decline("extra_headers", "extra_headers must map strings to strings")
+    return list(headers.items())
+
+
+# LiteLLM rewrites max_tokens and system messages for these OpenAI families.
+_OPENAI_REWRITTEN_MODELS = ("o1", "o3", "o4", "gpt-5")
+# LiteLLM's last resort when neither the call nor the environment names a region.
+_BEDROCK_DEFAULT_REGION = "us-west-2"
+
+
+@functools.cache
+def _anthropic_default_max_tokens(model: str) -> int | None:
+    """LiteLLM sends the model map's output limit when the caller sets no max_tokens."""
+    from litellm.llms.anthropic.chat.transformation import AnthropicConfig
+
+    value = AnthropicConfig.get_max_tokens_for_model(model)
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+@functools.cache
+def _is_bedrock_converse(model: str) -> bool:
+    """Whether LiteLLM sends `bedrock/<model>` to Converse (rather than Invoke)."""
+    from litellm.llms.bedrock.common_utils import BedrockModelInfo
+
+    return BedrockModelInfo.get_bedrock_route(model) == "converse"
+
+
+_deployments: dict[tuple[Any, ...], _native.Deployment] = {}
+_MAX_CACHED_DEPLOYMENTS = 1024
+
+
+def _deployment(provider: str, model: str, kwargs: Mapping[str, Any]) -> _native.Deployment | Decline:
+    """Resolves credentials and endpoints the way LiteLLM does, for the providers we serve."""
+    extra_headers = _extra_headers(kwargs)
+    if isinstance(extra_headers, Decline):
+        return extra_headers
+    settings: dict[str, Any] = {"extra_headers": extra_headers}
+    if provider == "openai":
+        settings["api_key"] = kwargs.get("api_key") or _env("OPENAI_API_KEY")
+        settings["api_base"] = (
+            kwargs.get("api_base")
+            or kwargs.get("base_url")
+            or _env("OPENAI_BASE_URL", "OPENAI_API_BASE")
+        )
+        if not settings["api_key"]:
+            return Decline("credentials", "no OpenAI API key")
+        if model.startswith(_OPENAI_REWRITTEN_MODELS):
+            # LiteLLM rewrites params and system messages for these families.
+            return Decline("model_specific", f"OpenAI model family of {model!r}")
+    elif provider == "anthropic":
+        settings["api_key"] = kwargs.get("api_key") or _env("ANTHROPIC_API_KEY")
+        settings["api_base"] = kwargs.get("api_base") or _env(
+            "ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"
+        )
+        if not settings["api_key"]:
+            return Decline("credentials", "no Anthropic API key")
+        settings["default_max_tokens"] = _anthropic_default_max_tokens(model)
+    elif provider == "bedrock":
+        if model.startswith("converse/"):
+            model = model.removeprefix("converse/")
+        elif not _is_bedrock_converse(model):
+            return Decline("bedrock_route", "not a Converse model")
+        if "/" in model:
+            # Region segments, ARNs and inference profiles: LiteLLM re-derives region and id.
+            return Decline("bedrock_route", "model id with a path segment")
+        access_key = kwargs.get("aws_access_key_id") or _env("AWS_ACCESS_KEY_ID")
+        secret_key = kwargs.get("aws_secret_access_key") or _env("AWS_SECRET_ACCESS_KEY")
+        if not (access_key and secret_key):
+            # Instance profiles, SSO, web identity: botocore's chain stays in Python.
+            return Decline("credentials", "no static AWS credentials")
+        region = (
+            kwargs.get("aws_region_name")
+            or _env("AWS_REGION_NAME", "AWS_REGION")
+            or _BEDROCK_DEFAULT_REGION
+        )
+        settings.update(
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret_key,
+            aws_session_token=kwargs.get("aws_session_token") or _env("AWS_SESSION_TOKEN"),
+            aws_region=region,
+            aws_endpoint=kwargs.get("aws_bedrock_runtime_endpoint")
+            or _env("AWS_BEDROCK_RUNTIME_ENDPOINT")
+            or kwargs.get("api_base"),
+        )
+    else:
+        return Decline("provider", f"provider {provider!r}")
+
+    key = (provider, model, *sorted((k, repr(v)) for k, v in settings.items()))
+    cached = _deployments.get(key)
+    if cached is None:
+        if len(_deployments) >= _MAX_CACHED_DEPLOYMENTS:
+            _deployments.clear()
+        cached = _native.Deployment(provider, model, **settings)
+        _deployments[key] = cached
+    return cached
+
+
+def route(kwargs: Mapping[str, Any]) -> Route | Decline:
+    """Decides whether a call's kwargs (already without `rust`) can take the fast path."""
+    model = kwargs.get("model")
+    if not isinstance(model, str):
+        return Decline("model", "model is not a string")
+    split = _split_provider(model, kwargs.get("custom_llm_provider"))
+    if split is None:
+        return Decline("provider", f"model {model!r} has no supported provider prefix")
+    provider, upstream_model = split
+
+    params: dict[str, Any] = {}
+    for name, value in kwargs.items():
+        if value is None or name in DEPLOYMENT_KWARGS or name in BOOKKEEPING_KWARGS:
+            continue
+        if name in BEHAVIOUR_KWARGS:
+            if value:
+                code = name if name in _OWN_DECLINE_CODES else "litellm_option"
+                return Decline(code, f"kwarg {name!r}")
+            continue
+        params[name] = value
+
+    timeout = _timeout(kwargs)
+    if isinstance(timeout, Decline):
+        return timeout
+    deployment = _deployment(provider, upstream_model, kwargs)
+    if isinstance(deployment, Decline):
+        return deployment
+    return Route(
+        deployment=deployment,
+        provider=provider,
+        model=deployment.model,
+        params=params,
+        timeout=timeout,
+    )

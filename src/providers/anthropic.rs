@@ -1,0 +1,239 @@
+//! Anthropic Messages: chat.completions -> /v1/messages and back.
+
+use http::HeaderMap;
+use serde_json::{Map, Value, json};
+
+use super::{Deployment, Prepared, TransformError, UpstreamRequest, header, parse_data_url};
+use crate::body::{JsonBody, Node};
+use crate::chat::{
+    ChatRequest, Content, ContentPart, Decline, Role, integer_param, number_param, stop_param,
+};
+
+const DEFAULT_API_BASE: &str = "https://api.anthropic.com";
+const MESSAGES_PATH: &str = "/v1/messages";
+const API_VERSION: &str = "2023-06-01";
+/// LiteLLM's fallback when the model map has no output limit (Anthropic requires `max_tokens`).
+pub const DEFAULT_MAX_TOKENS: i64 = 4096;
+
+pub fn build_request(
+    deployment: &Deployment,
+    request: &ChatRequest,
+) -> Result<Prepared, TransformError> {
+    let invalid = TransformError::InvalidRequest;
+    let params = &request.params;
+
+    let mut system = Vec::new();
+    let mut turns: Vec<(Role, Vec<Node>)> = Vec::new();
+    for message in &request.messages {
+        if message.role.is_instruction() {
+            system.extend(text_blocks(&message.content)?);
+            continue;
+        }
+        let blocks = match content_blocks(&message.content)? {
+            Ok(blocks) => blocks,
+            Err(decline) => return Ok(Err(decline)),
+        };
+        // Anthropic needs alternating roles; LiteLLM merges consecutive same-role turns.
+        match turns.last_mut() {
+            Some((role, existing)) if *role == message.role => existing.extend(blocks),
+            _ => turns.push((message.role, blocks)),
+        }
+    }
+
+    let max_tokens = match integer_param(params, "max_tokens").map_err(invalid)? {
+        Some(limit) => limit,
+        None => integer_param(params, "max_completion_tokens")
+            .map_err(invalid)?
+            .or(deployment.default_max_tokens)
+            .unwrap_or(DEFAULT_MAX_TOKENS),
+    };
+    let mut fields: Vec<(String, Node)> = vec![
+        ("model".into(), Node::from(deployment.model.as_str())),
+        (
+            "messages".into(),
+            Node::Array(
+                turns
+                    .into_iter()
+                    .map(|(role, blocks)| {
+                        Node::object([
+                            ("role", Node::from(role.as_str())),
+                            ("content", Node::Array(blocks)),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+    ];
+    if !system.is_empty() {
+        fields.push(("system".into(), Node::Array(system)));
+    }
+    fields.push(("max_tokens".into(), Node::Value(json!(max_tokens))));
+    for name in ["temperature", "top_p"] {
+        if let Some(value) = number_param(params, name).map_err(invalid)? {
+            fields.push((name.into(), Node::Value(value)));
+        }
+    }
+    if let Some(stop) = stop_param(params).map_err(invalid)? {
+        fields.push(("stop_sequences".into(), Node::Value(json!(stop))));
+    }
+
+    let base = deployment.api_base.as_deref().unwrap_or(DEFAULT_API_BASE);
+    let base = base.trim_end_matches('/');
+    let url = if base.ends_with(MESSAGES_PATH) {
+        base.to_string()
+    } else {
+        format!("{base}{MESSAGES_PATH}")
+    };
+
+    let mut headers = HeaderMap::new();
+    for (name, value) in [
+        ("accept", "application/json"),
+        ("content-type", "application/json"),
+        ("anthropic-version", API_VERSION),
+    ] {
+        let (name, value) = header(name, value)?;
+        headers.insert(name, value);
+    }
+    if let Some(key) = &deployment.api_key {
+        let (name, mut value) = header("x-api-key", key)?;
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+    Ok(Ok(UpstreamRequest {
+        url,
+        headers,
+        body: JsonBody::from_node(&Node::Object(fields)),
+        timeout: deployment.timeout,
+        sigv4: None,
+    }))
+}
+
+fn text_block(text: &bytes::Bytes) -> Result<Node, TransformError> {
+    Ok(Node::object([
+        ("type", Node::from("text")),
+        ("text", Node::str_utf8(text.clone())?),
+    ]))
+}
+
+/// System content: text only (an image in a system message is a caller error upstream too).
+fn text_blocks(content: &Content) -> Result<Vec<Node>, TransformError> {
+    match content {
+        Content::Text(text) => Ok(vec![text_block(text)?]),
+        Content::Parts(parts) => parts
+            .iter()
+            .map(|part| match part {
+                ContentPart::Text(text) => text_block(text),
+                ContentPart::Image(_) => Err(TransformError::InvalidRequest(
+                    "system messages cannot contain images".into(),
+                )),
+            })
+            .collect(),
+    }
+}
+
+fn content_blocks(content: &Content) -> Result<Result<Vec<Node>, Decline>, TransformError> {
+    let parts = match content {
+        Content::Text(text) => return Ok(Ok(vec![text_block(text)?])),
+        Content::Parts(parts) => parts,
+    };
+    let mut blocks = Vec::with_capacity(parts.len());
+    for part in parts {
+        match part {
+            ContentPart::Text(text) => blocks.push(text_block(text)?),
+            ContentPart::Image(image) => {
+                // LiteLLM downloads http(s) images for Anthropic; that I/O stays in Python.
+                if !image.url.starts_with(b"data:") {
+                    return Ok(Err(Decline::new("image_url_remote", "non-data image URL")));
+                }
+                let data_url = parse_data_url(&image.url)?;
+                blocks.push(Node::object([
+                    ("type", Node::from("image")),
+                    (
+                        "source",
+                        Node::object([
+                            ("type", Node::from("base64")),
+                            ("media_type", Node::from(data_url.media_type)),
+                            ("data", Node::str_utf8(data_url.data)?),
+                        ]),
+                    ),
+                ]));
+            }
+        }
+    }
+    Ok(Ok(blocks))
+}
+
+pub fn finish_reason(stop_reason: Option<&str>) -> &'static str {
+    match stop_reason {
+        Some("max_tokens") => "length",
+        Some("tool_use") => "tool_calls",
+        Some("refusal") => "content_filter",
+        _ => "stop",
+    }
+}
+
+pub fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
+    let invalid = |why: &str| TransformError::InvalidResponse(why.to_string());
+    let Value::Object(body) = body else {
+        return Err(invalid("expected a JSON object"));
+    };
+    let blocks = body
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| invalid("missing 'content'"))?;
+    let mut text = String::new();
+    let mut saw_text = false;
+    for block in blocks {
+        if block.get("type").and_then(Value::as_str) == Some("text") {
+            saw_text = true;
+            text.push_str(block.get("text").and_then(Value::as_str).unwrap_or_default());
+        }
+    }
+    let usage = body.get("usage").cloned().unwrap_or(Value::Null);
+    let finish = finish_reason(body.get("stop_reason").and_then(Value::as_str));
+    let mut message = Map::new();
+    message.insert("role".into(), json!("assistant"));
+    message.insert("content".into(), if saw_text { json!(text) } else { Value::Null });
+    message.insert(
+        "provider_specific_fields".into(),
+        json!({"citations": null, "thinking_blocks": null}),
+    );
+    // LiteLLM keeps its own `chatcmpl-` id rather than Anthropic's `msg_` id.
+    Ok(json!({
+        "object": "chat.completion",
+        "model": body.get("model").and_then(Value::as_str).unwrap_or(&deployment.model),
+        "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+        "usage": convert_usage(&usage),
+    }))
+}
+
+/// Anthropic usage -> OpenAI usage: cached and cache-creation input counts as prompt tokens.
+pub fn convert_usage(usage: &Value) -> Value {
+    let count = |key: &str| usage.get(key).and_then(Value::as_i64).unwrap_or(0);
+    let input = count("input_tokens");
+    let output = count("output_tokens");
+    let cache_read = count("cache_read_input_tokens");
+    let cache_creation = count("cache_creation_input_tokens");
+    let prompt = input + cache_read + cache_creation;
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": output,
+        "total_tokens": prompt + output,
+        "completion_tokens_details": {"reasoning_tokens": 0, "text_tokens": output},
+        "prompt_tokens_details": {
+            "audio_tokens": null,
+            "image_tokens": null,
+            "video_tokens": null,
+            "cache_write_tokens": cache_creation,
+            "cached_tokens": cache_read,
+            "text_tokens": input,
+            "cache_creation_tokens": cache_creation,
+        },
+        "cache_creation_input_tokens": cache_creation,
+        "cache_read_input_tokens": cache_read,
+        "iterations": null,
+        "inference_geo": null,
+        "speed": null,
+        "service_tier": null,
+    })
+}

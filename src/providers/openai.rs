@@ -1,0 +1,147 @@
+//! OpenAI and OpenAI-compatible deployments: the chat body is forwarded with the upstream model
+//! name; data URLs stay zero-copy string slices.
+
+use http::HeaderMap;
+use serde_json::{Value, json};
+
+use super::{Deployment, Prepared, TransformError, UpstreamRequest, header};
+use crate::body::{JsonBody, Node};
+use crate::chat::{ChatRequest, Content, ContentPart, ImageUrl, Role};
+
+const DEFAULT_API_BASE: &str = "https://api.openai.com/v1";
+
+pub fn build_request(
+    deployment: &Deployment,
+    request: &ChatRequest,
+) -> Result<Prepared, TransformError> {
+    let base = deployment.api_base.as_deref().unwrap_or(DEFAULT_API_BASE);
+    let url = format!("{}/chat/completions", base.trim_end_matches('/'));
+
+    let messages = request
+        .messages
+        .iter()
+        .map(|message| {
+            // LiteLLM maps `developer` to `system` for every non-o-series model.
+            let role = match message.role {
+                Role::Developer => Role::System,
+                role => role,
+            };
+            Ok(Node::object([
+                ("role", Node::from(role.as_str())),
+                ("content", content_node(&message.content)?),
+            ]))
+        })
+        .collect::<Result<Vec<_>, TransformError>>()?;
+    let mut fields = vec![
+        ("model".to_string(), Node::from(deployment.model.as_str())),
+        ("messages".to_string(), Node::Array(messages)),
+    ];
+    // `stream: false` is LiteLLM's default and never sent.
+    fields.extend(
+        request
+            .params
+            .iter()
+            .filter(|(name, _)| name.as_str() != "stream")
+            .map(|(name, value)| (name.clone(), Node::Value(value.clone()))),
+    );
+
+    let mut headers = HeaderMap::new();
+    let (name, value) = header("content-type", "application/json")?;
+    headers.insert(name, value);
+    if let Some(key) = &deployment.api_key {
+        let (name, mut value) = header("authorization", &format!("Bearer {key}"))?;
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+    Ok(Ok(UpstreamRequest {
+        url,
+        headers,
+        body: JsonBody::from_node(&Node::Object(fields)),
+        timeout: deployment.timeout,
+        sigv4: None,
+    }))
+}
+
+fn content_node(content: &Content) -> Result<Node, TransformError> {
+    match content {
+        Content::Text(text) => Ok(Node::str_utf8(text.clone())?),
+        Content::Parts(parts) => parts
+            .iter()
+            .map(|part| match part {
+                ContentPart::Text(text) => Ok(Node::object([
+                    ("type", Node::from("text")),
+                    ("text", Node::str_utf8(text.clone())?),
+                ])),
+                ContentPart::Image(image) => Ok(Node::object([
+                    ("type", Node::from("image_url")),
+                    ("image_url", image_url_node(image)?),
+                ])),
+            })
+            .collect::<Result<Vec<_>, TransformError>>()
+            .map(Node::Array),
+    }
+}
+
+/// LiteLLM always sends the object form, even when the caller sent a bare URL string.
+fn image_url_node(image: &ImageUrl) -> Result<Node, TransformError> {
+    let url = Node::str_utf8(image.url.clone())?;
+    let mut fields = vec![("url".to_string(), url)];
+    if let Some(detail) = &image.detail {
+        fields.push(("detail".to_string(), Node::from(detail.as_str())));
+    }
+    if let Some(format) = &image.format {
+        fields.push(("format".to_string(), Node::from(format.as_str())));
+    }
+    Ok(Node::Object(fields))
+}
+
+/// OpenAI already answers in the chat.completion shape; LiteLLM keeps every field and adds its
+/// `provider_specific_fields` (the message's `refusal` moves there).
+pub fn parse_response(_deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
+    let invalid = || TransformError::InvalidResponse("missing 'choices' in chat completion".into());
+    let Value::Object(mut body) = body else {
+        return Err(invalid());
+    };
+    let choices = body
+        .get_mut("choices")
+        .and_then(Value::as_array_mut)
+        .ok_or_else(invalid)?;
+    for choice in choices {
+        let Value::Object(choice) = choice else {
+            return Err(invalid());
+        };
+        if let Some(Value::Object(message)) = choice.get_mut("message") {
+            let refusal = message.remove("refusal").unwrap_or(Value::Null);
+            message
+                .entry("provider_specific_fields")
+                .or_insert_with(|| json!({"refusal": refusal}));
+        }
+        choice
+            .entry("provider_specific_fields")
+            .or_insert_with(|| json!({}));
+    }
+    if let Some(Value::Object(usage)) = body.get_mut("usage") {
+        fill_usage_details(usage);
+    }
+    body.entry("moderation").or_insert(Value::Null);
+    body.entry("service_tier").or_insert(Value::Null);
+    Ok(Value::Object(body))
+}
+
+/// The OpenAI SDK's usage detail models carry every field, null when absent; LiteLLM keeps them.
+fn fill_usage_details(usage: &mut serde_json::Map<String, Value>) {
+    const DETAIL_FIELDS: [(&str, &[&str]); 2] = [
+        (
+            "completion_tokens_details",
+            &["accepted_prediction_tokens", "audio_tokens", "reasoning_tokens", "rejected_prediction_tokens"],
+        ),
+        ("prompt_tokens_details", &["audio_tokens", "cached_tokens"]),
+    ];
+    for (key, fields) in DETAIL_FIELDS {
+        if let Some(Value::Object(details)) = usage.get_mut(key) {
+            for field in fields {
+                details.entry(*field).or_insert(Value::Null);
+            }
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Running prepared calls: on the tokio runtime for asyncio callers (the result is handed back
+//! with `loop.call_soon_threadsafe`), or blocking with the GIL released for sync callers.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+
+use futures_util::FutureExt;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::errors::{InternalError, call_error_to_py, panic_to_py, transport_error_to_py};
+use crate::call::{self, CallError, Completion};
+use crate::providers::{Deployment, UpstreamRequest};
+use crate::runtime;
+use crate::transport::Transport;
+
+enum Work {
+    Chat {
+        deployment: Arc<Deployment>,
+        request: UpstreamRequest,
+    },
+}
+
+async fn run(transport: &Transport, work: Work) -> Result<Completion, CallError> {
+    match work {
+        Work::Chat {
+            deployment,
+            request,
+        } => call::chat_completion(transport, &deployment, request).await,
+    }
+}
+
+/// A request that passed admission; it can be started exactly once.
+#[pyclass(frozen, module = "litellm_fastpath._native")]
+pub struct PreparedCall {
+    work: Mutex<Option<Work>>,
+}
+
+impl PreparedCall {
+    pub fn chat(deployment: Arc<Deployment>, request: UpstreamRequest) -> Self {
+        PreparedCall {
+            work: Mutex::new(Some(Work::Chat {
+                deployment,
+                request,
+            })),
+        }
+    }
+
+    fn take(&self) -> PyResult<Work> {
+        self.work
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+            .ok_or_else(|| InternalError::new_err("this call was already started"))
+    }
+}
+
+fn completion_to_py(py: Python<'_>, completion: Completion) -> PyResult<Py<PyAny>> {
+    let body = pythonize::pythonize(py, &completion.body)
+        .map_err(|err| InternalError::new_err(format!("cannot convert the response: {err}")))?;
+    let headers = PyDict::new(py);
+    for (name, value) in &completion.headers {
+        if let Ok(value) = value.to_str() {
+            headers.set_item(name.as_str(), value)?;
+        }
+    }
+    Ok((body, headers).into_pyobject(py)?.into_any().unbind())
+}
+
+#[pymethods]
+impl PreparedCall {
+    /// Starts the call; when it ends, `settle(future, ok, value)` runs on `event_loop`.
+    /// `value` is `(completion_dict, provider_headers)` or the exception to raise.
+    fn start(
+        &self,
+        event_loop: Py<PyAny>,
+        future: Py<PyAny>,
+        settle: Py<PyAny>,
+    ) -> PyResult<CallHandle> {
+        let work = self.take()?;
+        let engine = runtime::engine().map_err(transport_error_to_py)?;
+        let task_engine = Arc::clone(&engine);
+        let task = engine.runtime.spawn(async move {
+            let outcome = AssertUnwindSafe(run(&task_engine.transport, work))
+                .catch_unwind()
+                .await;
+            Python::attach(|py| {
+                let (ok, value) = match outcome {
+                    Ok(Ok(completion)) => match completion_to_py(py, completion) {
+                        Ok(value) => (true, value),
+                        Err(err) => (false, err.into_value(py).into_any()),
+                    },
+                    Ok(Err(err)) => (false, call_error_to_py(py, err).into_value(py).into_any()),
+                    Err(panic) => (false, panic_to_py(panic).into_value(py).into_any()),
+                };
+                // The loop may already be closed (its caller is gone): nobody is left to tell.
+                let _ = event_loop.call_method1(py, "call_soon_threadsafe", (settle, future, ok, value));
+            });
+        });
+        Ok(CallHandle {
+            abort: task.abort_handle(),
+        })
+    }
+
+    /// Runs the call to completion on the runtime, with the GIL released.
+    fn send_blocking(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let work = self.take()?;
+        let engine = runtime::engine().map_err(transport_error_to_py)?;
+        let outcome = py.detach(|| {
+            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                engine.runtime.block_on(run(&engine.transport, work))
+            }))
+        });
+        match outcome {
+            Ok(Ok(completion)) => completion_to_py(py, completion),
+            Ok(Err(err)) => Err(call_error_to_py(py, err)),
+            Err(panic) => Err(panic_to_py(panic)),
+        }
+    }
+}
+
+/// Cancels a started call: the upload stops and its buffers are released.
+#[pyclass(frozen, module = "litellm_fastpath._native")]
+pub struct CallHandle {
+    abort: tokio::task::AbortHandle,
+}
+
+#[pymethods]
+impl CallHandle {
+    fn cancel(&self) {
+        self.abort.abort();
+    }
+
+    fn done(&self) -> bool {
+        self.abort.is_finished()
+    }
+}

@@ -1,0 +1,193 @@
+//! Python objects -> core request types. Text and media become `Bytes` that keep the Python
+//! object alive instead of copying it.
+
+use bytes::Bytes;
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use serde_json::{Map, Value};
+
+use crate::chat::{Content, ContentPart, Decline, ImageUrl, Message, Role};
+
+/// Why extraction stopped: the request goes to Python, or it is malformed (HTTP 400).
+pub enum Reject {
+    Decline(Decline),
+    Invalid(String),
+}
+
+impl From<Decline> for Reject {
+    fn from(decline: Decline) -> Self {
+        Reject::Decline(decline)
+    }
+}
+
+fn invalid(message: String) -> Reject {
+    Reject::Invalid(message)
+}
+
+/// A `str` as UTF-8 `Bytes` owned by the Python object (no copy for ASCII strings).
+pub fn str_bytes(value: &Bound<'_, PyAny>, what: &dyn Fn() -> String) -> Result<Bytes, Reject> {
+    let text = value
+        .cast::<PyString>()
+        .map_err(|_| invalid(format!("{} must be a string", what())))?;
+    let backed = PyBackedStr::try_from(text.clone())
+        .map_err(|_| invalid(format!("{} is not valid Unicode", what())))?;
+    Ok(Bytes::from_owner(backed))
+}
+
+pub fn messages(value: &Bound<'_, PyAny>) -> Result<Vec<Message>, Reject> {
+    let list = value
+        .cast::<PyList>()
+        .map(|list| list.as_any().clone())
+        .or_else(|_| value.cast::<PyTuple>().map(|tuple| tuple.as_any().clone()))
+        .map_err(|_| invalid("messages must be a list".to_string()))?;
+    let mut out = Vec::new();
+    for (index, item) in list.try_iter().map_err(|_| invalid("messages must be a list".into()))?.enumerate() {
+        let item = item.map_err(|_| invalid("messages must be a list".into()))?;
+        out.push(message(&item, index)?);
+    }
+    if out.is_empty() {
+        return Err(invalid("messages must not be empty".to_string()));
+    }
+    Ok(out)
+}
+
+fn message(item: &Bound<'_, PyAny>, index: usize) -> Result<Message, Reject> {
+    let dict = item
+        .cast::<PyDict>()
+        .map_err(|_| invalid(format!("messages[{index}] must be an object")))?;
+    let mut role = None;
+    let mut content = None;
+    for (key, value) in dict.iter() {
+        let key: PyBackedStr = key
+            .extract()
+            .map_err(|_| invalid(format!("messages[{index}] has a non-string key")))?;
+        match &*key {
+            "role" => {
+                let name: PyBackedStr = value
+                    .extract()
+                    .map_err(|_| invalid(format!("messages[{index}].role must be a string")))?;
+                role = Some(
+                    Role::parse(&name)
+                        .ok_or_else(|| Decline::new("message_role", format!("role {:?}", &*name)))?,
+                );
+            }
+            "content" => content = Some(value),
+            // Explicit nulls are what OpenAI SDKs send for unset optional fields.
+            _ if value.is_none() => {}
+            other => return Err(Decline::new("message_field", format!("field {other:?}")).into()),
+        }
+    }
+    let role = role.ok_or_else(|| invalid(format!("messages[{index}] is missing 'role'")))?;
+    let content = match content {
+        Some(value) if !value.is_none() => message_content(&value, index)?,
+        _ => return Err(Decline::new("message_without_content", format!("messages[{index}]")).into()),
+    };
+    Ok(Message { role, content })
+}
+
+fn message_content(value: &Bound<'_, PyAny>, index: usize) -> Result<Content, Reject> {
+    if value.is_instance_of::<PyString>() {
+        return Ok(Content::Text(str_bytes(value, &|| format!("messages[{index}].content"))?));
+    }
+    let list = value.cast::<PyList>().map_err(|_| {
+        invalid(format!("messages[{index}].content must be a string or a list of content parts"))
+    })?;
+    if list.is_empty() {
+        return Err(Decline::new("empty_content", format!("messages[{index}]")).into());
+    }
+    list.iter()
+        .enumerate()
+        .map(|(part_index, part)| content_part(&part, index, part_index))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Content::Parts)
+}
+
+fn content_part(part: &Bound<'_, PyAny>, index: usize, part_index: usize) -> Result<ContentPart, Reject> {
+    let at = || format!("messages[{index}].content[{part_index}]");
+    let dict = part
+        .cast::<PyDict>()
+        .map_err(|_| invalid(format!("{} must be an object", at())))?;
+    let kind: PyBackedStr = dict
+        .get_item("type")
+        .ok()
+        .flatten()
+        .ok_or_else(|| invalid(format!("{} is missing 'type'", at())))?
+        .extract()
+        .map_err(|_| invalid(format!("{}.type must be a string", at())))?;
+    let allowed: &[&str] = match &*kind {
+        "text" => &["type", "text"],
+        "image_url" => &["type", "image_url"],
+        other => return Err(Decline::new("content_part", format!("part type {other:?}")).into()),
+    };
+    for key in dict.keys() {
+        let key: PyBackedStr = key
+            .extract()
+            .map_err(|_| invalid(format!("{} has a non-string key", at())))?;
+        if !allowed.contains(&&*key) {
+            return Err(Decline::new("content_part_field", format!("field {:?}", &*key)).into());
+        }
+    }
+    let field = |name: &str| dict.get_item(name).ok().flatten();
+    match &*kind {
+        "text" => {
+            let text = field("text").ok_or_else(|| invalid(format!("{} is missing 'text'", at())))?;
+            Ok(ContentPart::Text(str_bytes(&text, &|| format!("{}.text", at()))?))
+        }
+        _ => {
+            let image = field("image_url")
+                .ok_or_else(|| invalid(format!("{} is missing 'image_url'", at())))?;
+            Ok(ContentPart::Image(image_url(&image, &at)?))
+        }
+    }
+}
+
+fn image_url(value: &Bound<'_, PyAny>, at: &dyn Fn() -> String) -> Result<ImageUrl, Reject> {
+    if value.is_instance_of::<PyString>() {
+        return Ok(ImageUrl {
+            url: str_bytes(value, &|| format!("{}.image_url", at()))?,
+            detail: None,
+            format: None,
+        });
+    }
+    let dict = value
+        .cast::<PyDict>()
+        .map_err(|_| invalid(format!("{}.image_url must be a string or an object", at())))?;
+    let mut url = None;
+    let mut detail = None;
+    let mut format = None;
+    for (key, item) in dict.iter() {
+        let key: PyBackedStr = key
+            .extract()
+            .map_err(|_| invalid(format!("{}.image_url has a non-string key", at())))?;
+        let text = |name: &str| -> Result<String, Reject> {
+            item.extract::<String>()
+                .map_err(|_| invalid(format!("{}.image_url.{name} must be a string", at())))
+        };
+        match &*key {
+            "url" => url = Some(str_bytes(&item, &|| format!("{}.image_url.url", at()))?),
+            "detail" if !item.is_none() => detail = Some(text("detail")?),
+            "format" if !item.is_none() => format = Some(text("format")?),
+            "detail" | "format" => {}
+            other => return Err(Decline::new("content_part_field", format!("image_url field {other:?}")).into()),
+        }
+    }
+    Ok(ImageUrl {
+        url: url.ok_or_else(|| invalid(format!("{}.image_url is missing 'url'", at())))?,
+        detail,
+        format,
+    })
+}
+
+/// Optional params as JSON. They are small scalars and lists, so a conversion is fine here.
+pub fn params(value: &Bound<'_, PyAny>) -> Result<Map<String, Value>, Reject> {
+    if value.is_none() {
+        return Ok(Map::new());
+    }
+    let parsed: Value = pythonize::depythonize(value)
+        .map_err(|err| invalid(format!("request parameters are not JSON-compatible: {err}")))?;
+    match parsed {
+        Value::Object(map) => Ok(map),
+        _ => Err(invalid("request parameters must be an object".to_string())),
+    }
+}

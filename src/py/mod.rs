@@ -1,0 +1,217 @@
+//! The PyO3 binding layer: converts arguments, starts calls on the runtime, converts results.
+//! No provider logic lives here.
+
+mod bridge;
+mod errors;
+mod extract;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+mod _native {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use http::{HeaderName, HeaderValue};
+    use pyo3::prelude::*;
+
+    use super::errors::{self, InvalidRequestError};
+    use super::extract::{self, Reject};
+    use crate::chat::ChatRequest;
+    use crate::providers::{self, AwsSettings, Deployment as CoreDeployment, Provider};
+    use crate::signing::AwsCredentials;
+
+    #[pymodule_export]
+    use super::bridge::{CallHandle, PreparedCall};
+
+    #[pymodule_export]
+    #[allow(non_upper_case_globals)]
+    const __version__: &str = env!("CARGO_PKG_VERSION");
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        let py = m.py();
+        m.add("FastpathError", py.get_type::<errors::FastpathError>())?;
+        m.add("InvalidRequestError", py.get_type::<errors::InvalidRequestError>())?;
+        m.add("UpstreamStatusError", py.get_type::<errors::UpstreamStatusError>())?;
+        m.add("UpstreamTimeoutError", py.get_type::<errors::UpstreamTimeoutError>())?;
+        m.add("UpstreamConnectionError", py.get_type::<errors::UpstreamConnectionError>())?;
+        m.add("InvalidResponseError", py.get_type::<errors::InvalidResponseError>())?;
+        m.add("InternalError", py.get_type::<errors::InternalError>())?;
+        Ok(())
+    }
+
+    /// A deployment's resolved settings, built once and reused for every call.
+    #[pyclass(frozen, module = "litellm_fastpath._native")]
+    pub struct Deployment {
+        pub(crate) inner: Arc<CoreDeployment>,
+    }
+
+    #[pymethods]
+    impl Deployment {
+        #[new]
+        #[pyo3(signature = (
+            provider, model, *, api_base=None, api_key=None, extra_headers=None, timeout=600.0,
+            aws_access_key_id=None, aws_secret_access_key=None, aws_session_token=None,
+            aws_region=None, aws_endpoint=None, default_max_tokens=None,
+        ))]
+        #[allow(clippy::too_many_arguments)]
+        fn new(
+            provider: &str,
+            model: String,
+            api_base: Option<String>,
+            api_key: Option<String>,
+            extra_headers: Option<Vec<(String, String)>>,
+            timeout: f64,
+            aws_access_key_id: Option<String>,
+            aws_secret_access_key: Option<String>,
+            aws_session_token: Option<String>,
+            aws_region: Option<String>,
+            aws_endpoint: Option<String>,
+            default_max_tokens: Option<i64>,
+        ) -> PyResult<Self> {
+            let provider = Provider::parse(provider).ok_or_else(|| {
+                InvalidRequestError::new_err(format!("unsupported provider {provider:?}"))
+            })?;
+            let extra_headers = extra_headers
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(name, value)| {
+                    let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                        InvalidRequestError::new_err(format!("invalid extra header name {name:?}"))
+                    })?;
+                    let value = HeaderValue::from_str(&value).map_err(|_| {
+                        InvalidRequestError::new_err(format!("invalid value for extra header {name:?}"))
+                    })?;
+                    Ok((header_name, value))
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            let aws = match provider {
+                Provider::Bedrock => Some(AwsSettings {
+                    credentials: AwsCredentials {
+                        access_key_id: aws_access_key_id.ok_or_else(|| {
+                            InvalidRequestError::new_err("bedrock deployment has no AWS access key id")
+                        })?,
+                        secret_access_key: aws_secret_access_key.ok_or_else(|| {
+                            InvalidRequestError::new_err("bedrock deployment has no AWS secret access key")
+                        })?,
+                        session_token: aws_session_token,
+                    },
+                    region: aws_region.ok_or_else(|| {
+                        InvalidRequestError::new_err("bedrock deployment has no AWS region")
+                    })?,
+                    endpoint: aws_endpoint,
+                }),
+                _ => None,
+            };
+            Ok(Deployment {
+                inner: Arc::new(CoreDeployment {
+                    provider,
+                    model,
+                    api_base,
+                    api_key,
+                    aws,
+                    extra_headers,
+                    timeout: timeout_from_secs(timeout)?,
+                    default_max_tokens,
+                }),
+            })
+        }
+
+        #[getter]
+        fn provider(&self) -> &'static str {
+            self.inner.provider.as_str()
+        }
+
+        #[getter]
+        fn model(&self) -> &str {
+            &self.inner.model
+        }
+
+        #[getter]
+        fn api_base(&self) -> Option<&str> {
+            self.inner.api_base.as_deref()
+        }
+
+        fn __repr__(&self) -> String {
+            // Never show keys: reprs end up in logs and tracebacks.
+            format!(
+                "Deployment(provider={:?}, model={:?}, api_base={:?})",
+                self.inner.provider.as_str(),
+                self.inner.model,
+                self.inner.api_base
+            )
+        }
+    }
+
+    pub(crate) fn timeout_from_secs(seconds: f64) -> PyResult<Duration> {
+        Duration::try_from_secs_f64(seconds)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| InvalidRequestError::new_err(format!("timeout must be a positive number of seconds, got {seconds}")))
+    }
+
+    /// Why a request stays on LiteLLM's Python path.
+    #[pyclass(frozen, get_all, module = "litellm_fastpath._native")]
+    pub struct Declined {
+        pub code: &'static str,
+        pub detail: String,
+    }
+
+    #[pymethods]
+    impl Declined {
+        fn __repr__(&self) -> String {
+            format!("Declined(code={:?}, detail={:?})", self.code, self.detail)
+        }
+    }
+
+    /// Admission and transform for a chat request, before any I/O: returns a `PreparedCall`
+    /// or a `Declined`; malformed input raises `InvalidRequestError`.
+    #[pyfunction]
+    #[pyo3(signature = (deployment, messages, params, timeout=None))]
+    fn prepare_chat(
+        py: Python<'_>,
+        deployment: &Deployment,
+        messages: &Bound<'_, PyAny>,
+        params: &Bound<'_, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        let extracted = extract::params(params).and_then(|params| {
+            Ok(ChatRequest {
+                messages: extract::messages(messages)?,
+                params,
+            })
+        });
+        let request = match extracted {
+            Ok(request) => request,
+            Err(Reject::Decline(decline)) => return declined(py, decline),
+            Err(Reject::Invalid(message)) => return Err(InvalidRequestError::new_err(message)),
+        };
+        let timeout = timeout.map(timeout_from_secs).transpose()?;
+        let core = Arc::clone(&deployment.inner);
+        // Large text is validated and scanned for escapes here: do it without the GIL.
+        let prepared = py
+            .detach(|| providers::prepare(&core, &request))
+            .map_err(errors::transform_error_to_py)?;
+        match prepared {
+            Ok(mut upstream) => {
+                if let Some(timeout) = timeout {
+                    upstream.timeout = timeout;
+                }
+                Ok(Py::new(py, PreparedCall::chat(core, upstream))?.into_any())
+            }
+            Err(decline) => declined(py, decline),
+        }
+    }
+
+    fn declined(py: Python<'_>, decline: crate::chat::Decline) -> PyResult<Py<PyAny>> {
+        Ok(Py::new(
+            py,
+            Declined {
+                code: decline.code,
+                detail: decline.detail,
+            },
+        )?
+        .into_any())
+    }
+}

@@ -1,0 +1,109 @@
+//! The HTTP client: one shared reqwest pool, no automatic retries, no redirects, bodies streamed.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::HeaderMap;
+
+use crate::providers::UpstreamRequest;
+
+/// LiteLLM's httpx default connect timeout.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("request timed out after {0:.1?}")]
+    Timeout(Duration),
+    #[error("connection to the provider failed: {0}")]
+    Connect(String),
+    #[error("the provider closed the connection: {0}")]
+    Disconnected(String),
+    #[error("invalid provider URL: {0}")]
+    InvalidUrl(String),
+    #[error("HTTP client setup failed: {0}")]
+    Setup(String),
+}
+
+/// What came back from the provider, whatever the status.
+#[derive(Debug)]
+pub struct UpstreamResponse {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+pub struct Transport {
+    client: reqwest::Client,
+}
+
+impl Transport {
+    pub fn new() -> Result<Transport, TransportError> {
+        // Several crates may link rustls; installing our provider is idempotent per process.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .tcp_nodelay(true)
+            // The router owns retries; a redirect must never carry credentials elsewhere.
+            .retry(reqwest::retry::never())
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .build()
+            .map_err(|err| TransportError::Setup(describe(&err)))?;
+        Ok(Transport { client })
+    }
+
+    /// Sends one request and reads the whole response. Exactly one attempt.
+    pub async fn send(&self, request: UpstreamRequest) -> Result<UpstreamResponse, TransportError> {
+        let timeout = request.timeout;
+        let url = reqwest::Url::parse(&request.url)
+            .map_err(|err| TransportError::InvalidUrl(err.to_string()))?;
+        let response = self
+            .client
+            .post(url)
+            .headers(request.headers)
+            .timeout(timeout)
+            .body(reqwest::Body::wrap(request.body.into_http_body()))
+            .send()
+            .await
+            .map_err(|err| classify(err, timeout))?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.bytes().await.map_err(|err| {
+            if err.is_timeout() {
+                TransportError::Timeout(timeout)
+            } else {
+                TransportError::Disconnected(describe(&err))
+            }
+        })?;
+        Ok(UpstreamResponse {
+            status,
+            headers,
+            body,
+        })
+    }
+}
+
+fn classify(err: reqwest::Error, timeout: Duration) -> TransportError {
+    if err.is_timeout() {
+        TransportError::Timeout(timeout)
+    } else if err.is_connect() {
+        TransportError::Connect(describe(&err))
+    } else {
+        TransportError::Disconnected(describe(&err))
+    }
+}
+
+/// The innermost cause ("connection refused"), without the URL (it may carry credentials).
+fn describe(err: &reqwest::Error) -> String {
+    let mut cause: &dyn std::error::Error = err;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    let text = cause.to_string();
+    if text.contains("http://") || text.contains("https://") {
+        "request failed".to_string()
+    } else {
+        text
+    }
+}

@@ -1,0 +1,95 @@
+"""A proxy callback for the end-to-end tests: `callbacks: ["tests.proxy_logger.recorder"]`.
+
+Each success or failure event LiteLLM delivers becomes one JSON line in the file named by the
+`FASTPATH_TEST_CALLBACK_LOG` environment variable, so a test can read what the proxy's logging
+saw for a call served by Rust and for the same call served by Python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any
+
+from litellm.integrations.custom_logger import CustomLogger
+
+LOG_ENV = "FASTPATH_TEST_CALLBACK_LOG"
+
+
+def _response_cost(kwargs: dict[str, Any]) -> Any:
+    cost = kwargs.get("response_cost")
+    if cost is None:
+        cost = (kwargs.get("standard_logging_object") or {}).get("response_cost")
+    return cost
+
+
+def _model_group(kwargs: dict[str, Any]) -> Any:
+    metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
+    return metadata.get("model_group")
+
+
+def _usage(response_obj: Any) -> dict[str, Any] | None:
+    usage = getattr(response_obj, "usage", None)
+    if usage is None:
+        return None
+    return {
+        "prompt_tokens": getattr(usage, "prompt_tokens", None),
+        "completion_tokens": getattr(usage, "completion_tokens", None),
+    }
+
+
+def _served_by_rust(response_obj: Any) -> bool:
+    hidden = getattr(response_obj, "_hidden_params", None) or {}
+    headers = hidden.get("additional_headers") or {}
+    return headers.get("x-litellm-rust") == "true"
+
+
+class Recorder(CustomLogger):
+    """Appends one JSON line per logged event."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def _write(self, event: dict[str, Any]) -> None:
+        path = os.environ.get(LOG_ENV)
+        if not path:
+            return
+        line = json.dumps(event, default=str) + "\n"
+        with self._lock, open(path, "a", encoding="utf-8") as f:
+            f.write(line)
+
+    async def async_log_success_event(
+        self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any
+    ) -> None:
+        self._write(
+            {
+                "event": "success",
+                "model": kwargs.get("model"),
+                "model_group": _model_group(kwargs),
+                "response_cost": _response_cost(kwargs),
+                "usage": _usage(response_obj),
+                "rust": _served_by_rust(response_obj),
+            }
+        )
+
+    async def async_log_failure_event(
+        self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any
+    ) -> None:
+        exception = kwargs.get("exception")
+        self._write(
+            {
+                "event": "failure",
+                "model": kwargs.get("model"),
+                "model_group": _model_group(kwargs),
+                "response_cost": _response_cost(kwargs),
+                "usage": _usage(response_obj),
+                "rust": _served_by_rust(response_obj),
+                "status_code": getattr(exception, "status_code", None),
+                "exception": type(exception).__name__ if exception is not None else None,
+            }
+        )
+
+
+recorder = Recorder()
