@@ -1,6 +1,5 @@
 //! One provider call: sign (if AWS), send once, classify the answer. Nothing here retries.
 
-use bytes::Bytes;
 use http::HeaderMap;
 
 use crate::providers::{TransformError, UpstreamRequest};
@@ -19,12 +18,8 @@ pub enum CallError {
     #[error(transparent)]
     Transform(#[from] TransformError),
     /// A non-2xx answer: final, mapped to LiteLLM's exception for that status in Python.
-    #[error("provider returned HTTP {status}")]
-    Status {
-        status: u16,
-        headers: HeaderMap,
-        body: Bytes,
-    },
+    #[error("provider returned HTTP {}", .0.status)]
+    Status(Box<UpstreamResponse>),
 }
 
 /// Sends the request exactly once; a 2xx response is returned, anything else is `Status`.
@@ -53,11 +48,7 @@ pub async fn execute(
     if (200..300).contains(&response.status) {
         Ok(response)
     } else {
-        Err(CallError::Status {
-            status: response.status,
-            headers: response.headers,
-            body: response.body,
-        })
+        Err(CallError::Status(Box::new(response)))
     }
 }
 
@@ -68,7 +59,9 @@ async fn body_digest(request: &UpstreamRequest) -> Result<String, CallError> {
     let body = request.body.clone();
     tokio::task::spawn_blocking(move || body.sha256_hex())
         .await
-        .map_err(|err| CallError::Transport(TransportError::Setup(format!("hashing task failed: {err}"))))
+        .map_err(|err| {
+            CallError::Transport(TransportError::Setup(format!("hashing task failed: {err}")))
+        })
 }
 
 /// A parsed provider answer in OpenAI's shape, plus the provider's response headers.

@@ -191,7 +191,10 @@ pub fn integer_param(params: &Map<String, Value>, name: &str) -> Result<Option<i
             .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
             .map(Some)
             .ok_or_else(|| format!("{name} must be an integer")),
-        Some(other) => Err(format!("{name} must be an integer, got {}", type_name(other))),
+        Some(other) => Err(format!(
+            "{name} must be an integer, got {}",
+            type_name(other)
+        )),
     }
 }
 
@@ -244,13 +247,20 @@ mod tests {
 
     #[test]
     fn allowlisted_params_are_admitted() {
-        let p = params(json!({"temperature": 0.2, "max_tokens": 10, "stop": ["x"], "stream": false}));
+        let p =
+            params(json!({"temperature": 0.2, "max_tokens": 10, "stop": ["x"], "stream": false}));
         assert_eq!(admit_params(Provider::Anthropic, &p), Ok(()));
     }
 
     #[test]
     fn notable_params_decline_with_their_own_code() {
-        for name in ["stream", "tools", "response_format", "top_k", "mock_response"] {
+        for name in [
+            "stream",
+            "tools",
+            "response_format",
+            "top_k",
+            "mock_response",
+        ] {
             let p = params(json!({ name: true }));
             let decline = admit_params(Provider::OpenAi, &p).unwrap_err();
             assert_eq!(decline.code, name);

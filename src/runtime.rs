@@ -27,7 +27,9 @@ fn worker_threads() -> usize {
 /// The engine of the current process, created on first use.
 pub fn engine() -> Result<Arc<Engine>, TransportError> {
     let pid = std::process::id();
-    let mut slot = ENGINE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut slot = ENGINE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(engine) = slot.as_ref() {
         if engine.pid == pid {
             return Ok(Arc::clone(engine));

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import litellm
+import litellm_fastpath
 import pytest
 
-import litellm_fastpath
 from tests.harness import RecordingUpstream
 
 BEDROCK_MODEL_ID = "anthropic.claude-3-5-sonnet-20240620-v1:0"
@@ -24,7 +24,11 @@ def deployment_kwargs(provider: str, upstream_url: str) -> dict[str, Any]:
     if provider == "openai":
         return {"model": "openai/gpt-4o-mini", "api_key": "sk-upstream", "api_base": upstream_url}
     if provider == "anthropic":
-        return {"model": "anthropic/claude-sonnet-4-5", "api_key": "sk-ant", "api_base": upstream_url}
+        return {
+            "model": "anthropic/claude-sonnet-4-5",
+            "api_key": "sk-ant",
+            "api_base": upstream_url,
+        }
     if provider == "bedrock":
         return {
             "model": f"bedrock/converse/{BEDROCK_MODEL_ID}",

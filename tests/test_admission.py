@@ -8,10 +8,10 @@ from typing import Any
 
 import httpx
 import litellm
+import litellm_fastpath
 import openai
 import pytest
 
-import litellm_fastpath
 from tests.conftest import deployment_kwargs, served_by_rust
 from tests.harness import RecordingUpstream, Reply
 
@@ -47,7 +47,12 @@ DECLINES: dict[str, tuple[str, dict[str, Any], str, int]] = {
         1,
     ),
     "unknown_param": ("openai", {"messages": HELLO, "foo_extra": 1}, "unsupported_param", 1),
-    "provider_specific_param": ("anthropic", {"messages": HELLO, "user": "u1"}, "unsupported_param", 1),
+    "provider_specific_param": (
+        "anthropic",
+        {"messages": HELLO, "user": "u1"},
+        "unsupported_param",
+        1,
+    ),
     "mock_response": ("openai", {"messages": HELLO, "mock_response": "mocked"}, "mock_response", 0),
     "num_retries": ("openai", {"messages": HELLO, "num_retries": 1}, "num_retries", 1),
     "caching": ("openai", {"messages": HELLO, "caching": True}, "caching", 1),
@@ -129,7 +134,12 @@ DECLINES: dict[str, tuple[str, dict[str, Any], str, int]] = {
         "empty_content",
         1,
     ),
-    "openai_o_series": ("openai", {"messages": HELLO, "model": "openai/o3-mini"}, "model_specific", 1),
+    "openai_o_series": (
+        "openai",
+        {"messages": HELLO, "model": "openai/o3-mini"},
+        "model_specific",
+        1,
+    ),
     "timeout_object": (
         "openai",
         {"messages": HELLO, "timeout": httpx.Timeout(30.0)},
@@ -226,7 +236,11 @@ async def test_missing_credentials_stay_in_python(
 
 
 async def test_model_without_provider_prefix_stays_in_python(upstream: RecordingUpstream) -> None:
-    kwargs = {**deployment_kwargs("openai", upstream.url), "model": "gpt-4o-mini", "messages": HELLO}
+    kwargs = {
+        **deployment_kwargs("openai", upstream.url),
+        "model": "gpt-4o-mini",
+        "messages": HELLO,
+    }
     response = await litellm.acompletion(**kwargs, rust=True)
     assert not served_by_rust(response)
     assert litellm_fastpath.decline_counts() == {"provider": 1}

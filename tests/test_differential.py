@@ -8,9 +8,9 @@ import base64
 from typing import Any
 
 import litellm
+import litellm_fastpath
 import pytest
 
-import litellm_fastpath
 from tests.conftest import PROVIDERS, comparable, deployment_kwargs, served_by_rust
 from tests.harness import RecordingUpstream, Reply
 
@@ -233,7 +233,9 @@ REPLY_CASES = [(p, name) for p, replies in UPSTREAM_REPLIES.items() for name in 
 
 
 @pytest.mark.parametrize(("provider", "reply"), REPLY_CASES)
-async def test_response_shapes_agree(upstream: RecordingUpstream, provider: str, reply: str) -> None:
+async def test_response_shapes_agree(
+    upstream: RecordingUpstream, provider: str, reply: str
+) -> None:
     """Usage with cache tokens, finish reasons and multi-block answers parse like LiteLLM."""
     from tests.harness.upstream import default_body
 
@@ -272,7 +274,9 @@ def test_sync_completion_agrees(upstream: RecordingUpstream, provider: str) -> N
 async def test_positional_model_and_messages(upstream: RecordingUpstream) -> None:
     kwargs = deployment_kwargs("openai", upstream.url)
     model = kwargs.pop("model")
-    response = await litellm.acompletion(model, SHAPES["user_text"]["messages"], rust=True, **kwargs)
+    response = await litellm.acompletion(
+        model, SHAPES["user_text"]["messages"], rust=True, **kwargs
+    )
     assert served_by_rust(response)
 
 

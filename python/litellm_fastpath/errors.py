@@ -7,6 +7,7 @@ router's retries, fallbacks and cooldowns behave the same.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -30,7 +31,58 @@ def _provider_error(provider: str, status: int, body: str, headers: dict[str, st
         return BedrockError(status_code=status, message=body, headers=httpx.Headers(headers))
     from litellm.llms.openai.common_utils import OpenAIError
 
-    return OpenAIError(status_code=status, message=body, headers=httpx.Headers(headers))
+    # The openai SDK's `_make_status_error_from_response` + LiteLLM's OpenAI handler: the message
+    # quotes the parsed body, `body` is its "error" object (what exception mapping reads).
+    text = body.strip()
+    try:
+        parsed: Any = json.loads(text)
+    except ValueError:
+        parsed = text
+        message = text or f"Error code: {status}"
+    else:
+        message = f"Error code: {status} - {parsed}"
+    data = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
+    return OpenAIError(
+        status_code=status, message=message, headers=httpx.Headers(headers), body=data
+    )
+
+
+def _synthesized(provider: str, message: str) -> Exception:
+    """What LiteLLM's HTTP handler raises for a transport failure (no HTTP status)."""
+    if provider == "openai":
+        from litellm.llms.openai.common_utils import OpenAIError
+
+        return OpenAIError(status_code=500, message="Connection error.")
+    if provider == "bedrock":
+        # The converse handler lets transport errors through unwrapped.
+        return httpx.ConnectError(message, request=httpx.Request("POST", "http://bedrock.invalid"))
+    error = _provider_error(provider, 500, message, {})
+    error.status_code_is_synthesized = True  # type: ignore[attr-defined]
+    return error
+
+
+def _timeout(route: Route, elapsed: float) -> Exception:
+    if route.provider == "openai":
+        from litellm.llms.openai.common_utils import OpenAIError
+
+        return _mapped(
+            OpenAIError(
+                status_code=500,
+                message=f"Request timed out. - timeout value={route.timeout}, "
+                f"time taken={round(elapsed, 2)} seconds",
+            ),
+            route,
+        )
+    passed: Any = route.timeout if route.provider == "anthropic" else httpx.Timeout(route.timeout)
+    timeout = litellm.Timeout(
+        message=f"Connection timed out. Timeout passed={passed}, "
+        f"time taken={round(elapsed, 3)} seconds",
+        model="default-model-name",
+        llm_provider="litellm-httpx-handler",
+    )
+    if route.provider == "bedrock":
+        return timeout
+    return _mapped(_provider_error(route.provider, 408, str(timeout), {}), route)
 
 
 def _mapped(original: Exception, route: Route) -> Exception:
@@ -53,14 +105,14 @@ def bad_request(err: _native.FastpathError, route: Route) -> Exception:
     )
 
 
-def to_litellm(err: _native.FastpathError, route: Route) -> Exception:
+def to_litellm(err: _native.FastpathError, route: Route, elapsed: float = 0.0) -> Exception:
     if isinstance(err, _native.UpstreamStatusError):
         _message, status, body, headers = err.args
         return _mapped(_provider_error(route.provider, status, body, headers), route)
     if isinstance(err, _native.UpstreamTimeoutError):
-        return _mapped(httpx.ReadTimeout(str(err)), route)
+        return _timeout(route, elapsed)
     if isinstance(err, _native.UpstreamConnectionError):
-        return _mapped(httpx.ConnectError(str(err)), route)
+        return _mapped(_synthesized(route.provider, str(err)), route)
     if isinstance(err, _native.InvalidRequestError):
         return bad_request(err, route)
     return _mapped(_provider_error(route.provider, 500, str(err), {}), route)

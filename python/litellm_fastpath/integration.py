@@ -130,7 +130,7 @@ def completion(*args: Any, **kwargs: Any) -> Any:
     try:
         completion_body, provider_headers = prepared.send_blocking()
     except _native.FastpathError as err:
-        exc = errors.to_litellm(err, route)
+        exc = errors.to_litellm(err, route, _elapsed(start_time))
         _log_failure_sync(logging_obj, exc, start_time)
         raise exc from None
     return _succeeded(completion_body, provider_headers, route, kwargs, logging_obj, start_time)
@@ -146,7 +146,9 @@ def _callbacks_configured() -> bool:
     )
 
 
-def _logging_obj(kwargs: dict[str, Any], route: routing.Route, start_time: datetime.datetime) -> Any:
+def _logging_obj(
+    kwargs: dict[str, Any], route: routing.Route, start_time: datetime.datetime
+) -> Any:
     """LiteLLM's logging object for this call: the proxy's, or a new one when callbacks exist.
 
     Without callbacks nobody reads it, so the SDK fast path skips building one."""
@@ -244,7 +246,7 @@ async def _failed(
     logging_obj: Any,
     start_time: datetime.datetime,
 ) -> Exception:
-    exc = errors.to_litellm(err, route)
+    exc = errors.to_litellm(err, route, _elapsed(start_time))
     if logging_obj is not None:
         end_time = datetime.datetime.now()
         tb = traceback.format_exc()
@@ -253,6 +255,12 @@ async def _failed(
     return exc
 
 
+def _elapsed(start_time: datetime.datetime) -> float:
+    return (datetime.datetime.now() - start_time).total_seconds()
+
+
 def _log_failure_sync(logging_obj: Any, exc: Exception, start_time: datetime.datetime) -> None:
     if logging_obj is not None:
-        logging_obj.failure_handler(exc, traceback.format_exc(), start_time, datetime.datetime.now())
+        logging_obj.failure_handler(
+            exc, traceback.format_exc(), start_time, datetime.datetime.now()
+        )

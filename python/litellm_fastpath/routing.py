@@ -237,7 +237,9 @@ _deployments: dict[tuple[Any, ...], _native.Deployment] = {}
 _MAX_CACHED_DEPLOYMENTS = 1024
 
 
-def _deployment(provider: str, model: str, kwargs: Mapping[str, Any]) -> _native.Deployment | Decline:
+def _deployment(
+    provider: str, model: str, kwargs: Mapping[str, Any]
+) -> _native.Deployment | Decline:
     """Resolves credentials and endpoints the way LiteLLM does, for the providers we serve."""
     extra_headers = _extra_headers(kwargs)
     if isinstance(extra_headers, Decline):

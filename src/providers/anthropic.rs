@@ -186,14 +186,22 @@ pub fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, Tra
     for block in blocks {
         if block.get("type").and_then(Value::as_str) == Some("text") {
             saw_text = true;
-            text.push_str(block.get("text").and_then(Value::as_str).unwrap_or_default());
+            text.push_str(
+                block
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            );
         }
     }
     let usage = body.get("usage").cloned().unwrap_or(Value::Null);
     let finish = finish_reason(body.get("stop_reason").and_then(Value::as_str));
     let mut message = Map::new();
     message.insert("role".into(), json!("assistant"));
-    message.insert("content".into(), if saw_text { json!(text) } else { Value::Null });
+    message.insert(
+        "content".into(),
+        if saw_text { json!(text) } else { Value::Null },
+    );
     message.insert(
         "provider_specific_fields".into(),
         json!({"citations": null, "thinking_blocks": null}),

@@ -14,7 +14,11 @@ use crate::chat::{
 };
 
 /// Characters kept as-is in the model id path segment (Python's `quote(model_id, safe="")`).
-const MODEL_ID_KEEP: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+const MODEL_ID_KEEP: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 pub fn endpoint(aws: &AwsSettings) -> String {
     match &aws.endpoint {
@@ -36,10 +40,9 @@ pub fn converse_request(
     deployment: &Deployment,
     body: JsonBody,
 ) -> Result<UpstreamRequest, TransformError> {
-    let aws = deployment
-        .aws
-        .as_ref()
-        .ok_or_else(|| TransformError::InvalidRequest("bedrock deployment without AWS settings".into()))?;
+    let aws = deployment.aws.as_ref().ok_or_else(|| {
+        TransformError::InvalidRequest("bedrock deployment without AWS settings".into())
+    })?;
     let mut headers = HeaderMap::new();
     let (name, value) = header("content-type", "application/json")?;
     headers.insert(name, value);
@@ -71,7 +74,10 @@ pub fn build_request(
                 match block {
                     Block::Text(node) => system.push(node),
                     Block::Image(_) => {
-                        return Ok(Err(Decline::new("system_image", "image in a system message")));
+                        return Ok(Err(Decline::new(
+                            "system_image",
+                            "image in a system message",
+                        )));
                     }
                 }
             }
@@ -160,7 +166,10 @@ fn content_blocks(content: &Content) -> Result<Vec<Block>, TransformError> {
                     "image",
                     Node::object([
                         ("format", Node::from(format)),
-                        ("source", Node::object([("bytes", Node::str_utf8(data_url.data)?)])),
+                        (
+                            "source",
+                            Node::object([("bytes", Node::str_utf8(data_url.data)?)]),
+                        ),
                     ]),
                 )])))
             }
@@ -184,7 +193,9 @@ pub fn finish_reason(stop_reason: Option<&str>) -> &'static str {
     match stop_reason {
         Some("max_tokens") | Some("length") => "length",
         Some("tool_use") => "tool_calls",
-        Some("guardrail_intervened") | Some("content_filtered") | Some("refusal") => "content_filter",
+        Some("guardrail_intervened") | Some("content_filtered") | Some("refusal") => {
+            "content_filter"
+        }
         _ => "stop",
     }
 }
@@ -194,7 +205,9 @@ pub fn output_text(body: &Value) -> Result<String, TransformError> {
     let blocks = body
         .pointer("/output/message/content")
         .and_then(Value::as_array)
-        .ok_or_else(|| TransformError::InvalidResponse("missing 'output.message.content'".into()))?;
+        .ok_or_else(|| {
+            TransformError::InvalidResponse("missing 'output.message.content'".into())
+        })?;
     Ok(blocks
         .iter()
         .filter_map(|block| block.get("text").and_then(Value::as_str))
@@ -273,7 +286,10 @@ mod tests {
     fn finish_reasons_follow_litellm() {
         assert_eq!(finish_reason(Some("end_turn")), "stop");
         assert_eq!(finish_reason(Some("max_tokens")), "length");
-        assert_eq!(finish_reason(Some("guardrail_intervened")), "content_filter");
+        assert_eq!(
+            finish_reason(Some("guardrail_intervened")),
+            "content_filter"
+        );
         assert_eq!(finish_reason(Some("tool_use")), "tool_calls");
     }
 }

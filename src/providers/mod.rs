@@ -116,10 +116,12 @@ pub fn prepare(deployment: &Deployment, request: &ChatRequest) -> Result<Prepare
         Provider::Anthropic => anthropic::build_request(deployment, request),
         Provider::Bedrock => bedrock::build_request(deployment, request),
     };
-    built.map(|prepared| prepared.map(|mut upstream| {
-        append_extra_headers(&mut upstream.headers, &deployment.extra_headers);
-        upstream
-    }))
+    built.map(|prepared| {
+        prepared.map(|mut upstream| {
+            append_extra_headers(&mut upstream.headers, &deployment.extra_headers);
+            upstream
+        })
+    })
 }
 
 /// Converts a 2xx upstream body into an OpenAI `chat.completion` object.
@@ -139,7 +141,10 @@ fn append_extra_headers(headers: &mut HeaderMap, extra: &[(HeaderName, HeaderVal
     }
 }
 
-pub(crate) fn header(name: &'static str, value: &str) -> Result<(HeaderName, HeaderValue), TransformError> {
+pub(crate) fn header(
+    name: &'static str,
+    value: &str,
+) -> Result<(HeaderName, HeaderValue), TransformError> {
     let value = HeaderValue::from_str(value)
         .map_err(|_| TransformError::InvalidHeader(name.to_string()))?;
     Ok((HeaderName::from_static(name), value))
@@ -154,7 +159,8 @@ pub struct DataUrl {
 
 /// Parses `data:<media type>;base64,<payload>`; anything else is a caller error naming the problem.
 pub fn parse_data_url(url: &Bytes) -> Result<DataUrl, TransformError> {
-    let invalid = |why: &str| TransformError::InvalidRequest(format!("invalid image data URL: {why}"));
+    let invalid =
+        |why: &str| TransformError::InvalidRequest(format!("invalid image data URL: {why}"));
     let rest = url
         .strip_prefix(b"data:")
         .ok_or_else(|| invalid("expected it to start with 'data:'"))?;
@@ -180,14 +186,21 @@ pub fn parse_data_url(url: &Bytes) -> Result<DataUrl, TransformError> {
 
 /// Validates standard base64 (alphabet, padding, length) without decoding it.
 pub fn check_base64(data: &[u8]) -> Result<(), TransformError> {
-    let invalid = |why: &str| TransformError::InvalidRequest(format!("invalid base64 payload: {why}"));
+    let invalid =
+        |why: &str| TransformError::InvalidRequest(format!("invalid base64 payload: {why}"));
     if data.is_empty() {
         return Err(invalid("it is empty"));
     }
     if data.len() % 4 != 0 {
         return Err(invalid("length is not a multiple of 4"));
     }
-    let body_len = data.len() - data.iter().rev().take(2).take_while(|b| **b == b'=').count();
+    let body_len = data.len()
+        - data
+            .iter()
+            .rev()
+            .take(2)
+            .take_while(|b| **b == b'=')
+            .count();
     let valid_alphabet = data[..body_len]
         .iter()
         .all(|b| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/');

@@ -133,7 +133,12 @@ fn fill_usage_details(usage: &mut serde_json::Map<String, Value>) {
     const DETAIL_FIELDS: [(&str, &[&str]); 2] = [
         (
             "completion_tokens_details",
-            &["accepted_prediction_tokens", "audio_tokens", "reasoning_tokens", "rejected_prediction_tokens"],
+            &[
+                "accepted_prediction_tokens",
+                "audio_tokens",
+                "reasoning_tokens",
+                "rejected_prediction_tokens",
+            ],
         ),
         ("prompt_tokens_details", &["audio_tokens", "cached_tokens"]),
     ];

@@ -94,7 +94,11 @@ impl PreparedCall {
                     Err(panic) => (false, panic_to_py(panic).into_value(py).into_any()),
                 };
                 // The loop may already be closed (its caller is gone): nobody is left to tell.
-                let _ = event_loop.call_method1(py, "call_soon_threadsafe", (settle, future, ok, value));
+                let _ = event_loop.call_method1(
+                    py,
+                    "call_soon_threadsafe",
+                    (settle, future, ok, value),
+                );
             });
         });
         Ok(CallHandle {

@@ -8,15 +8,50 @@ use pyo3::types::PyDict;
 
 use crate::call::CallError;
 use crate::providers::TransformError;
-use crate::transport::TransportError;
+use crate::transport::{TransportError, UpstreamResponse};
 
-create_exception!(_native, FastpathError, PyException, "Base class of litellm-fastpath errors.");
-create_exception!(_native, InvalidRequestError, FastpathError, "The caller's request is malformed (HTTP 400); nothing was sent.");
-create_exception!(_native, UpstreamStatusError, FastpathError, "The provider answered with a non-2xx status. args: (message, status, body, headers).");
-create_exception!(_native, UpstreamTimeoutError, FastpathError, "The provider did not answer within the timeout.");
-create_exception!(_native, UpstreamConnectionError, FastpathError, "Connecting to the provider failed or it closed the connection.");
-create_exception!(_native, InvalidResponseError, FastpathError, "The provider's 2xx answer could not be parsed.");
-create_exception!(_native, InternalError, FastpathError, "A bug in litellm-fastpath (a caught panic); the worker keeps running.");
+create_exception!(
+    _native,
+    FastpathError,
+    PyException,
+    "Base class of litellm-fastpath errors."
+);
+create_exception!(
+    _native,
+    InvalidRequestError,
+    FastpathError,
+    "The caller's request is malformed (HTTP 400); nothing was sent."
+);
+create_exception!(
+    _native,
+    UpstreamStatusError,
+    FastpathError,
+    "The provider answered with a non-2xx status. args: (message, status, body, headers)."
+);
+create_exception!(
+    _native,
+    UpstreamTimeoutError,
+    FastpathError,
+    "The provider did not answer within the timeout."
+);
+create_exception!(
+    _native,
+    UpstreamConnectionError,
+    FastpathError,
+    "Connecting to the provider failed or it closed the connection."
+);
+create_exception!(
+    _native,
+    InvalidResponseError,
+    FastpathError,
+    "The provider's 2xx answer could not be parsed."
+);
+create_exception!(
+    _native,
+    InternalError,
+    FastpathError,
+    "A bug in litellm-fastpath (a caught panic); the worker keeps running."
+);
 
 /// Upstream error bodies are quoted in messages, but only this much of them.
 const MAX_QUOTED_BODY: usize = 4096;
@@ -35,11 +70,12 @@ pub fn truncated_body(body: &[u8]) -> String {
 
 pub fn call_error_to_py(py: Python<'_>, err: CallError) -> PyErr {
     match err {
-        CallError::Status {
-            status,
-            headers,
-            body,
-        } => {
+        CallError::Status(response) => {
+            let UpstreamResponse {
+                status,
+                headers,
+                body,
+            } = *response;
             let header_dict = PyDict::new(py);
             for (name, value) in &headers {
                 if let Ok(value) = value.to_str() {

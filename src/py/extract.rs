@@ -42,7 +42,11 @@ pub fn messages(value: &Bound<'_, PyAny>) -> Result<Vec<Message>, Reject> {
         .or_else(|_| value.cast::<PyTuple>().map(|tuple| tuple.as_any().clone()))
         .map_err(|_| invalid("messages must be a list".to_string()))?;
     let mut out = Vec::new();
-    for (index, item) in list.try_iter().map_err(|_| invalid("messages must be a list".into()))?.enumerate() {
+    for (index, item) in list
+        .try_iter()
+        .map_err(|_| invalid("messages must be a list".into()))?
+        .enumerate()
+    {
         let item = item.map_err(|_| invalid("messages must be a list".into()))?;
         out.push(message(&item, index)?);
     }
@@ -67,10 +71,10 @@ fn message(item: &Bound<'_, PyAny>, index: usize) -> Result<Message, Reject> {
                 let name: PyBackedStr = value
                     .extract()
                     .map_err(|_| invalid(format!("messages[{index}].role must be a string")))?;
-                role = Some(
-                    Role::parse(&name)
-                        .ok_or_else(|| Decline::new("message_role", format!("role {:?}", &*name)))?,
-                );
+                role =
+                    Some(Role::parse(&name).ok_or_else(|| {
+                        Decline::new("message_role", format!("role {:?}", &*name))
+                    })?);
             }
             "content" => content = Some(value),
             // Explicit nulls are what OpenAI SDKs send for unset optional fields.
@@ -81,17 +85,25 @@ fn message(item: &Bound<'_, PyAny>, index: usize) -> Result<Message, Reject> {
     let role = role.ok_or_else(|| invalid(format!("messages[{index}] is missing 'role'")))?;
     let content = match content {
         Some(value) if !value.is_none() => message_content(&value, index)?,
-        _ => return Err(Decline::new("message_without_content", format!("messages[{index}]")).into()),
+        _ => {
+            return Err(
+                Decline::new("message_without_content", format!("messages[{index}]")).into(),
+            );
+        }
     };
     Ok(Message { role, content })
 }
 
 fn message_content(value: &Bound<'_, PyAny>, index: usize) -> Result<Content, Reject> {
     if value.is_instance_of::<PyString>() {
-        return Ok(Content::Text(str_bytes(value, &|| format!("messages[{index}].content"))?));
+        return Ok(Content::Text(str_bytes(value, &|| {
+            format!("messages[{index}].content")
+        })?));
     }
     let list = value.cast::<PyList>().map_err(|_| {
-        invalid(format!("messages[{index}].content must be a string or a list of content parts"))
+        invalid(format!(
+            "messages[{index}].content must be a string or a list of content parts"
+        ))
     })?;
     if list.is_empty() {
         return Err(Decline::new("empty_content", format!("messages[{index}]")).into());
@@ -103,7 +115,11 @@ fn message_content(value: &Bound<'_, PyAny>, index: usize) -> Result<Content, Re
         .map(Content::Parts)
 }
 
-fn content_part(part: &Bound<'_, PyAny>, index: usize, part_index: usize) -> Result<ContentPart, Reject> {
+fn content_part(
+    part: &Bound<'_, PyAny>,
+    index: usize,
+    part_index: usize,
+) -> Result<ContentPart, Reject> {
     let at = || format!("messages[{index}].content[{part_index}]");
     let dict = part
         .cast::<PyDict>()
@@ -131,8 +147,11 @@ fn content_part(part: &Bound<'_, PyAny>, index: usize, part_index: usize) -> Res
     let field = |name: &str| dict.get_item(name).ok().flatten();
     match &*kind {
         "text" => {
-            let text = field("text").ok_or_else(|| invalid(format!("{} is missing 'text'", at())))?;
-            Ok(ContentPart::Text(str_bytes(&text, &|| format!("{}.text", at()))?))
+            let text =
+                field("text").ok_or_else(|| invalid(format!("{} is missing 'text'", at())))?;
+            Ok(ContentPart::Text(str_bytes(&text, &|| {
+                format!("{}.text", at())
+            })?))
         }
         _ => {
             let image = field("image_url")
@@ -169,7 +188,13 @@ fn image_url(value: &Bound<'_, PyAny>, at: &dyn Fn() -> String) -> Result<ImageU
             "detail" if !item.is_none() => detail = Some(text("detail")?),
             "format" if !item.is_none() => format = Some(text("format")?),
             "detail" | "format" => {}
-            other => return Err(Decline::new("content_part_field", format!("image_url field {other:?}")).into()),
+            other => {
+                return Err(Decline::new(
+                    "content_part_field",
+                    format!("image_url field {other:?}"),
+                )
+                .into());
+            }
         }
     }
     Ok(ImageUrl {

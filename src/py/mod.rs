@@ -32,11 +32,26 @@ mod _native {
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         let py = m.py();
         m.add("FastpathError", py.get_type::<errors::FastpathError>())?;
-        m.add("InvalidRequestError", py.get_type::<errors::InvalidRequestError>())?;
-        m.add("UpstreamStatusError", py.get_type::<errors::UpstreamStatusError>())?;
-        m.add("UpstreamTimeoutError", py.get_type::<errors::UpstreamTimeoutError>())?;
-        m.add("UpstreamConnectionError", py.get_type::<errors::UpstreamConnectionError>())?;
-        m.add("InvalidResponseError", py.get_type::<errors::InvalidResponseError>())?;
+        m.add(
+            "InvalidRequestError",
+            py.get_type::<errors::InvalidRequestError>(),
+        )?;
+        m.add(
+            "UpstreamStatusError",
+            py.get_type::<errors::UpstreamStatusError>(),
+        )?;
+        m.add(
+            "UpstreamTimeoutError",
+            py.get_type::<errors::UpstreamTimeoutError>(),
+        )?;
+        m.add(
+            "UpstreamConnectionError",
+            py.get_type::<errors::UpstreamConnectionError>(),
+        )?;
+        m.add(
+            "InvalidResponseError",
+            py.get_type::<errors::InvalidResponseError>(),
+        )?;
         m.add("InternalError", py.get_type::<errors::InternalError>())?;
         Ok(())
     }
@@ -81,7 +96,9 @@ mod _native {
                         InvalidRequestError::new_err(format!("invalid extra header name {name:?}"))
                     })?;
                     let value = HeaderValue::from_str(&value).map_err(|_| {
-                        InvalidRequestError::new_err(format!("invalid value for extra header {name:?}"))
+                        InvalidRequestError::new_err(format!(
+                            "invalid value for extra header {name:?}"
+                        ))
                     })?;
                     Ok((header_name, value))
                 })
@@ -90,10 +107,14 @@ mod _native {
                 Provider::Bedrock => Some(AwsSettings {
                     credentials: AwsCredentials {
                         access_key_id: aws_access_key_id.ok_or_else(|| {
-                            InvalidRequestError::new_err("bedrock deployment has no AWS access key id")
+                            InvalidRequestError::new_err(
+                                "bedrock deployment has no AWS access key id",
+                            )
                         })?,
                         secret_access_key: aws_secret_access_key.ok_or_else(|| {
-                            InvalidRequestError::new_err("bedrock deployment has no AWS secret access key")
+                            InvalidRequestError::new_err(
+                                "bedrock deployment has no AWS secret access key",
+                            )
                         })?,
                         session_token: aws_session_token,
                     },
@@ -148,7 +169,11 @@ mod _native {
         Duration::try_from_secs_f64(seconds)
             .ok()
             .filter(|d| !d.is_zero())
-            .ok_or_else(|| InvalidRequestError::new_err(format!("timeout must be a positive number of seconds, got {seconds}")))
+            .ok_or_else(|| {
+                InvalidRequestError::new_err(format!(
+                    "timeout must be a positive number of seconds, got {seconds}"
+                ))
+            })
     }
 
     /// Why a request stays on LiteLLM's Python path.

@@ -1,0 +1,69 @@
+"""Type stubs of the Rust extension (checked with `mypy.stubtest` in CI)."""
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, Final, final
+
+__version__: Final[str]
+
+class FastpathError(Exception): ...
+class InvalidRequestError(FastpathError): ...
+class UpstreamStatusError(FastpathError): ...
+class UpstreamTimeoutError(FastpathError): ...
+class UpstreamConnectionError(FastpathError): ...
+class InvalidResponseError(FastpathError): ...
+class InternalError(FastpathError): ...
+
+@final
+class Deployment:
+    def __new__(
+        cls,
+        provider: str,
+        model: str,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        extra_headers: list[tuple[str, str]] | None = None,
+        timeout: float = 600.0,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_session_token: str | None = None,
+        aws_region: str | None = None,
+        aws_endpoint: str | None = None,
+        default_max_tokens: int | None = None,
+    ) -> Deployment: ...
+    @property
+    def provider(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def api_base(self) -> str | None: ...
+
+@final
+class Declined:
+    @property
+    def code(self) -> str: ...
+    @property
+    def detail(self) -> str: ...
+
+@final
+class CallHandle:
+    def cancel(self) -> None: ...
+    def done(self) -> bool: ...
+
+@final
+class PreparedCall:
+    def start(
+        self,
+        event_loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        settle: Callable[[asyncio.Future[Any], bool, Any], None],
+    ) -> CallHandle: ...
+    def send_blocking(self) -> tuple[dict[str, Any], dict[str, str]]: ...
+
+def prepare_chat(
+    deployment: Deployment,
+    messages: object,
+    params: dict[str, Any] | None,
+    timeout: float | None = None,
+) -> PreparedCall | Declined: ...
