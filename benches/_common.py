@@ -242,6 +242,23 @@ def system_busy_seconds() -> float:
     return (sum(fields[:8]) - idle) / _TICKS
 
 
+def wait_quiet(max_wait: float, threshold: float = 0.3, window: float = 2.0) -> float:
+    """Waits (at most `max_wait` s) until the machine is idle: busy < `threshold` cores over
+    `window` s. Returns the busy cores of the last window (other builds/tests skew results)."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        b0, t0 = system_busy_seconds(), time.monotonic()
+        time.sleep(window)
+        busy = (system_busy_seconds() - b0) / (time.monotonic() - t0)
+        if busy < threshold or time.monotonic() >= deadline:
+            if busy >= threshold:
+                print(
+                    f"warning: machine still busy ({busy:.2f} cores) after {max_wait:.0f}s",
+                    file=sys.stderr,
+                )
+            return busy
+
+
 def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 

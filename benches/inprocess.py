@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -39,6 +40,7 @@ from _common import (
     median,
     percentile,
     system_busy_seconds,
+    wait_quiet,
     write_results,
 )
 
@@ -230,6 +232,9 @@ async def run(args: argparse.Namespace) -> int:
     litellm_fastpath.install()
     litellm.suppress_debug_info = True
     info = machine()
+    if args.wait_quiet > 0:
+        print(f"waiting up to {args.wait_quiet:.0f}s for an idle machine", file=sys.stderr)
+        info["busy_cores_before"] = wait_quiet(args.wait_quiet)
     results: list[dict[str, Any]] = []
     with MockProvider() as mock:
         cap = await mock_capacity(mock.url, 1.0 if args.quick else 2.0) if args.capacity else None
@@ -296,6 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--check-bar", action="store_true", help="exit 1 unless every provider meets the 0.25x bar"
+    )
+    p.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=float(os.environ.get("BENCH_WAIT_QUIET", "0")),
+        help="first wait up to N s for other processes to go idle (BENCH_WAIT_QUIET)",
     )
     p.add_argument("--no-write", action="store_true", help="print only; keep results/ as is")
     args = p.parse_args(argv)

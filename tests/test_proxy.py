@@ -34,6 +34,7 @@ PNG_DATA_URL = (
 HI = [{"role": "user", "content": "hi"}]
 # Client-visible fields that differ on every call, or by alias name (the proxy echoes the alias).
 VOLATILE_RESPONSE_FIELDS = ("id", "created", "model")
+CLIENT_MAY_SEND_RUST = {"configurable_clientside_auth_params": ["rust"]}
 FASTPATH_HEADERS = {"x-litellm-rust", "x-litellm-fastpath"}
 LITELLM_HEADERS = (
     "x-litellm-model-id",
@@ -104,6 +105,13 @@ def proxy(e2e_upstream: RecordingUpstream, callback_log: Path) -> Iterator[Proxy
         model_list.append(
             {"model_name": f"rust-{provider}", "litellm_params": {**params, "rust": True}}
         )
+    # Deployments that let callers send `rust` (LiteLLM bans it in bodies unless opted in), so
+    # the accelerator callback, not LiteLLM's ban, is what keeps the switch with the operator.
+    opt_in = {**deployment_kwargs("openai", e2e_upstream.url), **CLIENT_MAY_SEND_RUST}
+    model_list.append({"model_name": "open-plain-openai", "litellm_params": dict(opt_in)})
+    model_list.append(
+        {"model_name": "open-rust-openai", "litellm_params": {**opt_in, "rust": True}}
+    )
     pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     server = RouterSettingsProxy(
         model_list,
@@ -355,11 +363,34 @@ def test_caller_cannot_send_rust_in_the_body(
     # LiteLLM 1.106.12 bans `rust` in request bodies (proxy/auth/auth_utils.py); the call is
     # rejected before routing. (In this venv the rejection surfaces as a 500 because the
     # proxy's error handler fails importing prisma; a 4xx is the intended shape.)
+    rejection = "rust is not allowed in request body"
+    rejections_before = proxy.log_text().count(rejection)
     resp = chat(proxy, model, rust=value)
     assert resp.status_code >= 400, resp.text
     assert "x-litellm-rust" not in resp.headers
     assert fresh_upstream.requests == []
-    assert "rust is not allowed in request body" in proxy.log_text()
+    assert proxy.log_text().count(rejection) > rejections_before
+
+
+def test_deployment_allowing_clientside_params_is_still_rust(proxy: ProxyProcess) -> None:
+    # `configurable_clientside_auth_params` is proxy auth configuration; it never reaches the
+    # provider, so it must not keep a `rust: true` deployment off the fast path.
+    assert is_rust(chat(proxy, "open-rust-openai"))
+    assert not is_rust(chat(proxy, "open-plain-openai"))
+
+
+def test_rust_in_body_is_ignored_where_litellm_allows_it(
+    proxy: ProxyProcess, fresh_upstream: RecordingUpstream
+) -> None:
+    # Only meaningful once the deployment above is served by Rust at all.
+    on = chat(proxy, "open-plain-openai", rust=True)
+    off = chat(proxy, "open-rust-openai", rust=False)
+    assert (on.status_code, off.status_code) == (200, 200), (on.text, off.text)
+    assert not is_rust(on)
+    assert is_rust(off)
+    requests = fresh_upstream.requests
+    assert len(requests) == 2
+    assert all("rust" not in r.json() for r in requests)
 
 
 def test_rust_model_still_rust_after_rejected_body_switch(proxy: ProxyProcess) -> None:

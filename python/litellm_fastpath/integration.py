@@ -20,6 +20,7 @@ from litellm.litellm_core_utils.core_helpers import process_response_headers
 from litellm.litellm_core_utils.llm_response_utils.response_metadata import (
     update_response_metadata,
 )
+from litellm.litellm_core_utils.logging_utils import _set_duration_in_model_call_details
 
 from litellm_fastpath import _native, errors, routing
 
@@ -110,7 +111,9 @@ async def acompletion(*args: Any, **kwargs: Any) -> Any:
         handle.cancel()
         raise
     except _native.FastpathError as err:
-        raise await _failed(err, route, logging_obj, start_time) from None
+        _record_api_window(logging_obj, start_time)
+        raise await _failed(err, route, kwargs, logging_obj, start_time) from None
+    _record_api_window(logging_obj, start_time)
     return _succeeded(completion_body, provider_headers, route, kwargs, logging_obj, start_time)
 
 
@@ -130,10 +133,21 @@ def completion(*args: Any, **kwargs: Any) -> Any:
     try:
         completion_body, provider_headers = prepared.send_blocking()
     except _native.FastpathError as err:
-        exc = errors.to_litellm(err, route, _elapsed(start_time))
+        _record_api_window(logging_obj, start_time)
+        exc = _annotated(errors.to_litellm(err, route, _elapsed(start_time)), kwargs)
         _log_failure_sync(logging_obj, exc, start_time)
         raise exc from None
+    _record_api_window(logging_obj, start_time)
     return _succeeded(completion_body, provider_headers, route, kwargs, logging_obj, start_time)
+
+
+def _record_api_window(logging_obj: Any, start_time: datetime.datetime) -> None:
+    """The provider call's duration, from which LiteLLM derives `x-litellm-overhead-duration-ms`.
+
+    Admission and the Rust transform take microseconds, so the call's window starts at
+    `start_time`."""
+    if logging_obj is not None:
+        _set_duration_in_model_call_details(logging_obj, start_time, datetime.datetime.now())
 
 
 def _callbacks_configured() -> bool:
@@ -240,13 +254,20 @@ def _dispatch_success_logging(
     )
 
 
+def _annotated(exc: Exception, kwargs: Mapping[str, Any]) -> Exception:
+    """LiteLLM's wrapper tags failures with the call's timeout (the proxy's `x-litellm-timeout`)."""
+    exc.timeout = kwargs.get("timeout")  # type: ignore[attr-defined]
+    return exc
+
+
 async def _failed(
     err: _native.FastpathError,
     route: routing.Route,
+    kwargs: Mapping[str, Any],
     logging_obj: Any,
     start_time: datetime.datetime,
 ) -> Exception:
-    exc = errors.to_litellm(err, route, _elapsed(start_time))
+    exc = _annotated(errors.to_litellm(err, route, _elapsed(start_time)), kwargs)
     if logging_obj is not None:
         end_time = datetime.datetime.now()
         tb = traceback.format_exc()

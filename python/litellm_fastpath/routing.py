@@ -64,6 +64,19 @@ BOOKKEEPING_KWARGS = frozenset(
         "use_xai_oauth",
         "shared_session",
         "_context_compaction_state",
+        # Deployment management settings (limits, budgets, auth policy): router and proxy only.
+        "itpm",
+        "otpm",
+        "stream_timeout",
+        "configurable_clientside_auth_params",
+        "litellm_credential_name",
+        "provider_affinity_header",
+        "max_file_size_mb",
+        "default_api_key_tpm_limit",
+        "default_api_key_rpm_limit",
+        "max_budget",
+        "budget_duration",
+        "keepalive_seconds",
     }
 )
 
@@ -97,6 +110,10 @@ BEHAVIOUR_KWARGS = frozenset(
         "logger_fn",
         "use_litellm_proxy",
         "merge_reasoning_content_in_choices",
+        "use_chat_completions_api",
+        "fireworks_forward_user_id",
+        "chatgpt_auth_file",
+        "timeout_by_service_tier",
     }
 )
 
@@ -134,7 +151,7 @@ class Decline:
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """An admitted call: where it goes and what LiteLLM would call the model and provider."""
+    """An admitted call: where it goes and what LiteLLM calls the model and provider."""
 
     deployment: _native.Deployment
     provider: str
@@ -335,7 +352,8 @@ def route(kwargs: Mapping[str, Any]) -> Route | Decline:
     return Route(
         deployment=deployment,
         provider=provider,
-        model=deployment.model,
+        # LiteLLM's name for the model (e.g. `converse/<id>`): logging and errors use it.
+        model=upstream_model,
         params=params,
         timeout=timeout,
     )

@@ -130,6 +130,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, like real providers; the proxy pools connections
+    disable_nagle_algorithm = True  # headers and body go in two writes; don't delay the second
     server: _Server
 
     def setup(self) -> None:
