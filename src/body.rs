@@ -159,6 +159,20 @@ impl JsonBody {
         }
     }
 
+    /// A body someone already serialized, sent as is (zero copy, sliced into chunks).
+    pub fn from_raw_json(json: Bytes) -> JsonBody {
+        let len = json.len() as u64;
+        let parts: Vec<Part> = if json.is_empty() {
+            Vec::new()
+        } else {
+            vec![Part::Fragment(json)]
+        };
+        JsonBody {
+            parts: parts.into(),
+            len,
+        }
+    }
+
     /// Exact body length in bytes, known without encoding anything.
     pub fn content_length(&self) -> u64 {
         self.len

@@ -1,8 +1,10 @@
 //! One provider call: sign (if AWS), send once, classify the answer. Nothing here retries.
 
+use std::sync::Arc;
+
 use http::HeaderMap;
 
-use crate::providers::{TransformError, UpstreamRequest};
+use crate::providers::{Deployment, TransformError, UpstreamRequest};
 use crate::signing::{self, SigningError};
 use crate::transport::{Transport, TransportError, UpstreamResponse};
 
@@ -64,21 +66,37 @@ async fn body_digest(request: &UpstreamRequest) -> Result<String, CallError> {
         })
 }
 
-/// A parsed provider answer in OpenAI's shape, plus the provider's response headers.
+/// What a 2xx answer is parsed into.
+#[derive(Clone, Debug)]
+pub enum ResponseShape {
+    /// An OpenAI `chat.completion` for this deployment.
+    ChatCompletion(Arc<Deployment>),
+    /// A transcription (`{"text": ...}`) from a Converse answer.
+    Transcription,
+}
+
+/// A parsed provider answer in LiteLLM's shape, plus the provider's response headers.
 #[derive(Debug)]
 pub struct Completion {
     pub body: serde_json::Value,
     pub headers: HeaderMap,
 }
 
-/// A chat call end to end: send once, then parse the 2xx answer into a chat.completion.
-pub async fn chat_completion(
+/// One call end to end: send once, then parse the 2xx answer.
+pub async fn run(
     transport: &Transport,
-    deployment: &crate::providers::Deployment,
     request: UpstreamRequest,
+    shape: &ResponseShape,
 ) -> Result<Completion, CallError> {
     let response = execute(transport, request).await?;
-    let body = crate::providers::parse_response(deployment, &response.body)?;
+    let body = match shape {
+        ResponseShape::ChatCompletion(deployment) => {
+            crate::providers::parse_response(deployment, &response.body)?
+        }
+        ResponseShape::Transcription => {
+            crate::providers::bedrock::parse_transcription(&response.body)?
+        }
+    };
     Ok(Completion {
         body,
         headers: response.headers,

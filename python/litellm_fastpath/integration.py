@@ -34,23 +34,22 @@ def is_installed() -> bool:
 
 
 def install() -> None:
-    """Routes `rust=True` calls of `litellm.acompletion`/`litellm.completion` through Rust.
+    """Routes `rust=True` calls of `litellm.acompletion`/`completion`/`atranscription`/
+    `transcription` through Rust.
 
     Idempotent. Calls without `rust=True` are passed to LiteLLM untouched."""
     if _originals:
         return
-    _originals["acompletion"] = litellm.acompletion
-    _originals["completion"] = litellm.completion
-    litellm.acompletion = acompletion
-    litellm.completion = completion
+    for name, wrapper in _WRAPPERS.items():
+        _originals[name] = getattr(litellm, name)
+        setattr(litellm, name, wrapper)
 
 
 def uninstall() -> None:
     """Restores LiteLLM's own functions."""
-    if not _originals:
-        return
-    litellm.acompletion = _originals.pop("acompletion")
-    litellm.completion = _originals.pop("completion")
+    for name, original in list(_originals.items()):
+        setattr(litellm, name, original)
+        del _originals[name]
 
 
 def _normalize(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -285,3 +284,122 @@ def _log_failure_sync(logging_obj: Any, exc: Exception, start_time: datetime.dat
         logging_obj.failure_handler(
             exc, traceback.format_exc(), start_time, datetime.datetime.now()
         )
+
+
+def _admit_transcription(
+    kwargs: dict[str, Any],
+) -> tuple[routing.TranscriptionRoute, _native.PreparedCall] | None:
+    decision = routing.route_transcription(kwargs)
+    if isinstance(decision, routing.Decline):
+        routing.record_decline(decision)
+        return None
+    audio = decision.audio
+    if audio.audio_format not in _BEDROCK_AUDIO_FORMATS:
+        # LiteLLM's wording, as a 400: the caller sent a file Bedrock cannot take.
+        raise litellm.BadRequestError(
+            message=f"Unsupported Bedrock audio format for file {audio.filename!r}",
+            model=decision.model,
+            llm_provider="bedrock",
+        )
+    try:
+        prepared = _native.prepare_transcription(
+            decision.deployment,
+            audio.data,
+            audio.audio_format,
+            language=decision.params.get("language"),
+            prompt=decision.params.get("prompt"),
+            temperature=decision.params.get("temperature"),
+            timeout=decision.timeout,
+        )
+    except _native.InvalidRequestError as err:
+        raise litellm.BadRequestError(
+            message=f"litellm_fastpath: invalid request: {err}",
+            model=decision.model,
+            llm_provider="bedrock",
+        ) from None
+    return decision, prepared
+
+
+_BEDROCK_AUDIO_FORMATS = frozenset({"wav", "mp3", "flac", "ogg"})
+
+
+async def atranscription(*args: Any, **kwargs: Any) -> Any:
+    rust = kwargs.pop("rust", False)
+    original = _originals["atranscription"]
+    if rust is not True:
+        return await original(*args, **kwargs)
+    kwargs = _normalize_transcription(args, kwargs)
+    admitted = _admit_transcription(kwargs)
+    if admitted is None:
+        return await original(**kwargs)
+    route, prepared = admitted
+    start_time = datetime.datetime.now()
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    handle = prepared.start(loop, future, _settle)
+    try:
+        body, _provider_headers = await future
+    except asyncio.CancelledError:
+        handle.cancel()
+        raise
+    except _native.FastpathError as err:
+        raise _transcription_error(err, route, kwargs, start_time) from None
+    return _transcription_response(body, kwargs)
+
+
+def transcription(*args: Any, **kwargs: Any) -> Any:
+    rust = kwargs.pop("rust", False)
+    original = _originals["transcription"]
+    if rust is not True:
+        return original(*args, **kwargs)
+    kwargs = _normalize_transcription(args, kwargs)
+    admitted = _admit_transcription(kwargs)
+    if admitted is None:
+        return original(**kwargs)
+    route, prepared = admitted
+    start_time = datetime.datetime.now()
+    try:
+        body, _provider_headers = prepared.send_blocking()
+    except _native.FastpathError as err:
+        raise _transcription_error(err, route, kwargs, start_time) from None
+    return _transcription_response(body, kwargs)
+
+
+def _normalize_transcription(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    for name, value in zip(("model", "file"), args, strict=False):
+        kwargs[name] = value
+    return kwargs
+
+
+def _transcription_error(
+    err: _native.FastpathError,
+    route: routing.TranscriptionRoute,
+    kwargs: Mapping[str, Any],
+    start_time: datetime.datetime,
+) -> Exception:
+    as_chat = routing.Route(
+        deployment=route.deployment,
+        provider="bedrock",
+        model=route.model,
+        params={},
+        timeout=route.timeout,
+    )
+    return _annotated(errors.to_litellm(err, as_chat, _elapsed(start_time)), kwargs)
+
+
+def _transcription_response(body: dict[str, Any], kwargs: Mapping[str, Any]) -> Any:
+    response = litellm.TranscriptionResponse(**body)
+    hidden = response._hidden_params
+    hidden["custom_llm_provider"] = "bedrock"
+    hidden["model_id"] = (kwargs.get("model_info") or {}).get("id")
+    hidden["response_cost"] = 0.0
+    hidden["additional_headers"] = dict(FASTPATH_HEADERS)
+    return response
+
+
+_WRAPPERS: dict[str, Callable[..., Any]] = {
+    "acompletion": acompletion,
+    "completion": completion,
+    "atranscription": atranscription,
+    "transcription": transcription,
+}

@@ -8,6 +8,7 @@ else is declined with a reason (counted, and logged at debug level) and LiteLLM 
 from __future__ import annotations
 
 import functools
+import io
 import logging
 import os
 import threading
@@ -354,6 +355,140 @@ def route(kwargs: Mapping[str, Any]) -> Route | Decline:
         provider=provider,
         # LiteLLM's name for the model (e.g. `converse/<id>`): logging and errors use it.
         model=upstream_model,
+        params=params,
+        timeout=timeout,
+    )
+
+
+# Transcription kwargs the Rust path serves; every other non-bookkeeping kwarg declines.
+TRANSCRIPTION_PARAMS = frozenset({"language", "prompt", "temperature", "response_format"})
+_TRANSCRIPTION_RESPONSE_FORMATS = frozenset({"json", "text"})
+_AUDIO_CONTENT_TYPES = {
+    "audio/flac": "flac",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+    "audio/ogg": "ogg",
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AudioSource:
+    """Audio as a buffer Rust can hold without copying, plus LiteLLM's view of its format."""
+
+    data: bytes | bytearray | memoryview
+    filename: str
+    audio_format: str
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptionRoute:
+    deployment: _native.Deployment
+    model: str
+    audio: AudioSource
+    params: dict[str, Any]
+    timeout: float
+
+
+def _file_like_content(file: Any) -> bytes | bytearray | memoryview:
+    if isinstance(file, io.BytesIO) and file.tell() == 0:
+        # The proxy wraps the upload in a BytesIO: getvalue() returns the bytes it was built
+        # from, without a copy.
+        return file.getvalue()
+    content = file.read()
+    if hasattr(file, "seek"):
+        file.seek(0)
+    return content
+
+
+def audio_source(file: Any) -> AudioSource | Decline:
+    """The upload as LiteLLM's `process_audio_file` sees it, without its copies."""
+    filename = "audio.wav"
+    if isinstance(file, (bytes, bytearray, memoryview)):
+        data: Any = file
+    elif isinstance(file, tuple) and len(file) >= 2 and not isinstance(file[1], str):
+        filename = file[0] or filename
+        content = file[1]
+        if isinstance(content, (bytes, bytearray, memoryview)):
+            data = content
+        elif isinstance(content, os.PathLike):
+            return Decline("audio_source", "audio given as a path")
+        elif hasattr(content, "read"):
+            data = _file_like_content(content)
+        else:
+            return Decline("audio_source", f"audio content of type {type(content).__name__}")
+    elif hasattr(file, "read") and not isinstance(file, (str, os.PathLike, tuple)):
+        filename = getattr(file, "name", filename)
+        data = _file_like_content(file)
+    else:
+        # Paths and bare strings: LiteLLM's own rules (and refusals) apply.
+        return Decline("audio_source", f"audio of type {type(file).__name__}")
+    if not isinstance(filename, str):
+        return Decline("audio_source", "audio file name is not a string")
+    return AudioSource(data=data, filename=filename, audio_format=_audio_format(filename))
+
+
+def _audio_format(filename: str) -> str:
+    """LiteLLM's rule: MIME type from the extension, mapped; else the bare extension."""
+    from litellm.types.files import get_file_mime_type_from_extension
+
+    extension = filename.split(".")[-1].lower() if "." in filename else "wav"
+    try:
+        content_type = get_file_mime_type_from_extension(extension)
+    except ValueError:
+        content_type = "audio/wav"
+    return _AUDIO_CONTENT_TYPES.get(content_type) or (
+        filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
+    )
+
+
+def route_transcription(kwargs: Mapping[str, Any]) -> TranscriptionRoute | Decline:
+    """Decides whether a `litellm.atranscription` call can take the fast path."""
+    model = kwargs.get("model")
+    if not isinstance(model, str):
+        return Decline("model", "model is not a string")
+    split = _split_provider(model, kwargs.get("custom_llm_provider"))
+    if split is None or split[0] != "bedrock":
+        return Decline("provider", "transcription runs in Rust for Bedrock models only")
+    params: dict[str, Any] = {}
+    for name, value in kwargs.items():
+        if value is None or name in DEPLOYMENT_KWARGS or name in BOOKKEEPING_KWARGS:
+            continue
+        if name == "file":
+            continue
+        if name in BEHAVIOUR_KWARGS:
+            if value:
+                code = name if name in _OWN_DECLINE_CODES else "litellm_option"
+                return Decline(code, f"kwarg {name!r}")
+            continue
+        if name not in TRANSCRIPTION_PARAMS:
+            return Decline("unsupported_param", f"param {name!r}")
+        params[name] = value
+    response_format = params.get("response_format")
+    if response_format is not None and response_format not in _TRANSCRIPTION_RESPONSE_FORMATS:
+        return Decline("response_format", f"response_format {response_format!r}")
+    for name in ("language", "prompt"):
+        if name in params and not isinstance(params[name], str):
+            return Decline("unsupported_param", f"{name} is not a string")
+    temperature = params.get("temperature")
+    if temperature is not None and (
+        isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+    ):
+        return Decline("unsupported_param", "temperature is not a number")
+    audio = audio_source(kwargs.get("file"))
+    if isinstance(audio, Decline):
+        return audio
+    timeout = _timeout(kwargs)
+    if isinstance(timeout, Decline):
+        return timeout
+    deployment = _deployment("bedrock", split[1], kwargs)
+    if isinstance(deployment, Decline):
+        return deployment
+    return TranscriptionRoute(
+        deployment=deployment,
+        model=split[1],
+        audio=audio,
         params=params,
         timeout=timeout,
     )

@@ -9,25 +9,18 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::errors::{InternalError, call_error_to_py, panic_to_py, transport_error_to_py};
-use crate::call::{self, CallError, Completion};
-use crate::providers::{Deployment, UpstreamRequest};
+use crate::call::{self, CallError, Completion, ResponseShape};
+use crate::providers::UpstreamRequest;
 use crate::runtime;
 use crate::transport::Transport;
 
-enum Work {
-    Chat {
-        deployment: Arc<Deployment>,
-        request: UpstreamRequest,
-    },
+struct Work {
+    request: UpstreamRequest,
+    shape: ResponseShape,
 }
 
 async fn run(transport: &Transport, work: Work) -> Result<Completion, CallError> {
-    match work {
-        Work::Chat {
-            deployment,
-            request,
-        } => call::chat_completion(transport, &deployment, request).await,
-    }
+    call::run(transport, work.request, &work.shape).await
 }
 
 /// A request that passed admission; it can be started exactly once.
@@ -37,12 +30,9 @@ pub struct PreparedCall {
 }
 
 impl PreparedCall {
-    pub fn chat(deployment: Arc<Deployment>, request: UpstreamRequest) -> Self {
+    pub fn new(request: UpstreamRequest, shape: ResponseShape) -> Self {
         PreparedCall {
-            work: Mutex::new(Some(Work::Chat {
-                deployment,
-                request,
-            })),
+            work: Mutex::new(Some(Work { request, shape })),
         }
     }
 

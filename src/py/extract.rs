@@ -2,12 +2,14 @@
 //! object alive instead of copying it.
 
 use bytes::Bytes;
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedStr;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
 use serde_json::{Map, Value};
 
 use crate::chat::{Content, ContentPart, Decline, ImageUrl, Message, Role};
+use crate::providers::bedrock::Audio;
 
 /// Why extraction stopped: the request goes to Python, or it is malformed (HTTP 400).
 pub enum Reject {
@@ -33,6 +35,43 @@ pub fn str_bytes(value: &Bound<'_, PyAny>, what: &dyn Fn() -> String) -> Result<
     let backed = PyBackedStr::try_from(text.clone())
         .map_err(|_| invalid(format!("{} is not valid Unicode", what())))?;
     Ok(Bytes::from_owner(backed))
+}
+
+/// Raw bytes without a copy: `bytes` directly, any other contiguous buffer (memoryview,
+/// array, mmap) through the buffer protocol with its export held until the call ends. A
+/// `bytearray` is copied once: it could be resized under us while exported.
+pub fn buffer_bytes(value: &Bound<'_, PyAny>) -> Result<Bytes, Reject> {
+    if let Ok(bytes) = value.cast::<PyBytes>() {
+        return Ok(Bytes::from_owner(PyBackedBytes::from(bytes.clone())));
+    }
+    if let Ok(array) = value.cast::<PyByteArray>() {
+        return Ok(Bytes::from_owner(PyBackedBytes::from(array.clone())));
+    }
+    let buffer = PyBuffer::<u8>::get(value)
+        .map_err(|_| invalid("audio must be bytes, a bytes-like buffer or base64 text".into()))?;
+    if !buffer.is_c_contiguous() {
+        return Err(invalid("audio buffer must be contiguous".into()));
+    }
+    Ok(Bytes::from_owner(PinnedBuffer(buffer)))
+}
+
+/// A buffer export kept alive (and so the exporter's memory pinned) for as long as Rust uses it.
+struct PinnedBuffer(PyBuffer<u8>);
+
+impl AsRef<[u8]> for PinnedBuffer {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: the export is C-contiguous (checked at creation) and stays valid until the
+        // PyBuffer is released on drop; the exporter may not resize or free it meanwhile.
+        unsafe { std::slice::from_raw_parts(self.0.buf_ptr().cast::<u8>(), self.0.len_bytes()) }
+    }
+}
+
+/// Audio: base64 text (`str`, sent as is) or raw bytes (encoded while sending).
+pub fn audio(value: &Bound<'_, PyAny>) -> Result<Audio, Reject> {
+    if value.is_instance_of::<PyString>() {
+        return Ok(Audio::Base64(str_bytes(value, &|| "audio".to_string())?));
+    }
+    buffer_bytes(value).map(Audio::Raw)
 }
 
 pub fn messages(value: &Bound<'_, PyAny>) -> Result<Vec<Message>, Reject> {

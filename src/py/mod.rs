@@ -17,7 +17,9 @@ mod _native {
 
     use super::errors::{self, InvalidRequestError};
     use super::extract::{self, Reject};
+    use crate::call::ResponseShape;
     use crate::chat::ChatRequest;
+    use crate::providers::bedrock::{self, TranscriptionRequest};
     use crate::providers::{self, AwsSettings, Deployment as CoreDeployment, Provider};
     use crate::signing::AwsCredentials;
 
@@ -223,10 +225,70 @@ mod _native {
                 if let Some(timeout) = timeout {
                     upstream.timeout = timeout;
                 }
-                Ok(Py::new(py, PreparedCall::chat(core, upstream))?.into_any())
+                let shape = ResponseShape::ChatCompletion(core);
+                Ok(Py::new(py, PreparedCall::new(upstream, shape))?.into_any())
             }
             Err(decline) => declined(py, decline),
         }
+    }
+
+    /// A Bedrock Converse transcription: `audio` is raw audio (`bytes`, `bytearray`, any
+    /// contiguous buffer) or existing base64 text (`str`); it is not copied.
+    #[pyfunction]
+    #[pyo3(signature = (deployment, audio, audio_format, *, language=None, prompt=None, temperature=None, timeout=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_transcription(
+        py: Python<'_>,
+        deployment: &Deployment,
+        audio: &Bound<'_, PyAny>,
+        audio_format: String,
+        language: Option<String>,
+        prompt: Option<String>,
+        temperature: Option<f64>,
+        timeout: Option<f64>,
+    ) -> PyResult<PreparedCall> {
+        let audio = extract::audio(audio).map_err(|reject| match reject {
+            Reject::Invalid(message) => InvalidRequestError::new_err(message),
+            Reject::Decline(decline) => InvalidRequestError::new_err(decline.detail),
+        })?;
+        let request = TranscriptionRequest {
+            audio,
+            format: audio_format,
+            language,
+            prompt,
+            temperature,
+        };
+        let core = Arc::clone(&deployment.inner);
+        let mut upstream = py
+            .detach(|| bedrock::build_transcription(&core, &request))
+            .map_err(errors::transform_error_to_py)?;
+        if let Some(timeout) = timeout.map(timeout_from_secs).transpose()? {
+            upstream.timeout = timeout;
+        }
+        Ok(PreparedCall::new(upstream, ResponseShape::Transcription))
+    }
+
+    /// A Converse call with a JSON body the caller built (`bytes`, not copied); answers as a
+    /// transcription. For tools and benchmarks that compare body builders.
+    #[pyfunction]
+    #[pyo3(signature = (deployment, body, timeout=None))]
+    fn prepare_converse_body(
+        deployment: &Deployment,
+        body: &Bound<'_, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<PreparedCall> {
+        let body = extract::buffer_bytes(body).map_err(|reject| match reject {
+            Reject::Invalid(message)
+            | Reject::Decline(crate::chat::Decline {
+                detail: message, ..
+            }) => InvalidRequestError::new_err(message),
+        })?;
+        let mut upstream = bedrock::prebuilt_request(&deployment.inner, body)
+            .map_err(errors::transform_error_to_py)?;
+        if let Some(timeout) = timeout.map(timeout_from_secs).transpose()? {
+            upstream.timeout = timeout;
+        }
+        Ok(PreparedCall::new(upstream, ResponseShape::Transcription))
     }
 
     fn declined(py: Python<'_>, decline: crate::chat::Decline) -> PyResult<Py<PyAny>> {
