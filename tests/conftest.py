@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import litellm
-import litellm_fastpath
 import pytest
 
+import litellm_fastpath
 from tests.harness import RecordingUpstream
 
 BEDROCK_MODEL_ID = "anthropic.claude-3-5-sonnet-20240620-v1:0"

@@ -8,10 +8,10 @@ from typing import Any
 
 import httpx
 import litellm
-import litellm_fastpath
 import openai
 import pytest
 
+import litellm_fastpath
 from tests.conftest import deployment_kwargs, served_by_rust
 from tests.harness import RecordingUpstream, Reply
 
@@ -286,3 +286,20 @@ async def test_decline_reasons_are_logged_at_debug(
         await litellm.acompletion(**kwargs, rust=True)
     assert any("top_k" in record.getMessage() for record in caplog.records)
     assert all("Hello" not in record.getMessage() for record in caplog.records)
+
+
+async def test_region_prefixed_bedrock_ids_stay_in_python(upstream: RecordingUpstream) -> None:
+    kwargs = {
+        **deployment_kwargs("bedrock", upstream.url),
+        "model": "bedrock/converse/us-east-1/anthropic.claude-3-5-sonnet-20240620-v1:0",
+        "messages": HELLO,
+    }
+    await litellm.acompletion(**kwargs, rust=True)
+    assert litellm_fastpath.decline_counts() == {"bedrock_route": 1}
+
+
+async def test_non_string_model_stays_in_python(upstream: RecordingUpstream) -> None:
+    kwargs = {**deployment_kwargs("openai", upstream.url), "model": None, "messages": HELLO}
+    with pytest.raises(Exception):  # noqa: B017  # LiteLLM's own answer to a missing model
+        await litellm.acompletion(**kwargs, rust=True)
+    assert litellm_fastpath.decline_counts() == {"model": 1}

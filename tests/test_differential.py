@@ -8,9 +8,9 @@ import base64
 from typing import Any
 
 import litellm
-import litellm_fastpath
 import pytest
 
+import litellm_fastpath
 from tests.conftest import PROVIDERS, comparable, deployment_kwargs, served_by_rust
 from tests.harness import RecordingUpstream, Reply
 

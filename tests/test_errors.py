@@ -13,9 +13,9 @@ import time
 from typing import Any
 
 import litellm
-import litellm_fastpath
 import pytest
 
+import litellm_fastpath
 from tests.conftest import PROVIDERS, deployment_kwargs
 from tests.harness import RecordingUpstream, Reply
 

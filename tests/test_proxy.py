@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import litellm_fastpath
 import pytest
 import yaml  # type: ignore[import-untyped,unused-ignore]  # no stubs in the venv
 
+import litellm_fastpath
 from tests.conftest import PROVIDERS, deployment_kwargs
 from tests.harness import ProxyProcess, Recorded, RecordingUpstream, Reply
 

@@ -363,6 +363,8 @@ def route(kwargs: Mapping[str, Any]) -> Route | Decline:
 # Transcription kwargs the Rust path serves; every other non-bookkeeping kwarg declines.
 TRANSCRIPTION_PARAMS = frozenset({"language", "prompt", "temperature", "response_format"})
 _TRANSCRIPTION_RESPONSE_FORMATS = frozenset({"json", "text"})
+# `file` is the audio itself; `user` (the proxy fills it in) never reaches a Converse body.
+_TRANSCRIPTION_IGNORED = frozenset({"file", "user"})
 _AUDIO_CONTENT_TYPES = {
     "audio/flac": "flac",
     "audio/mpeg": "mp3",
@@ -455,7 +457,7 @@ def route_transcription(kwargs: Mapping[str, Any]) -> TranscriptionRoute | Decli
     for name, value in kwargs.items():
         if value is None or name in DEPLOYMENT_KWARGS or name in BOOKKEEPING_KWARGS:
             continue
-        if name == "file":
+        if name in _TRANSCRIPTION_IGNORED:
             continue
         if name in BEHAVIOUR_KWARGS:
             if value:
