@@ -5,7 +5,7 @@ LITELLM := litellm[proxy]==1.106.12
 # LiteLLM otherwise fetches its model price map from the internet at import.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup build demo test lint rust-test py-test bench bench-inprocess bench-gateway clean
+.PHONY: setup build demo test lint rust-test py-test bench bench-inprocess bench-gateway bench-media bench-sha256 clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -37,7 +37,7 @@ py-test: $(PY)
 
 test: setup lint rust-test py-test
 
-bench: bench-inprocess bench-gateway
+bench: bench-inprocess bench-gateway bench-media bench-sha256
 
 bench-inprocess: $(PY)
 	$(PY) benches/inprocess.py
@@ -45,6 +45,9 @@ bench-inprocess: $(PY)
 bench-gateway: $(PY)
 	$(PY) -m pip install -q matplotlib
 	$(PY) benches/gateway.py
+
+bench-sha256: $(PY)
+	$(PY) benches/sha256.py
 
 clean:
 	rm -rf target $(VENV)

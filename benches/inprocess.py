@@ -227,6 +227,7 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 async def run(args: argparse.Namespace) -> int:
     import litellm
+
     import litellm_fastpath
 
     litellm_fastpath.install()

@@ -40,7 +40,7 @@ pub fn str_bytes(value: &Bound<'_, PyAny>, what: &dyn Fn() -> String) -> Result<
 /// Raw bytes without a copy: `bytes` directly, any other contiguous buffer (memoryview,
 /// array, mmap) through the buffer protocol with its export held until the call ends. A
 /// `bytearray` is copied once: it could be resized under us while exported.
-pub fn buffer_bytes(value: &Bound<'_, PyAny>) -> Result<Bytes, Reject> {
+pub fn buffer_bytes(value: &Bound<'_, PyAny>) -> Result<Bytes, String> {
     if let Ok(bytes) = value.cast::<PyBytes>() {
         return Ok(Bytes::from_owner(PyBackedBytes::from(bytes.clone())));
     }
@@ -48,9 +48,9 @@ pub fn buffer_bytes(value: &Bound<'_, PyAny>) -> Result<Bytes, Reject> {
         return Ok(Bytes::from_owner(PyBackedBytes::from(array.clone())));
     }
     let buffer = PyBuffer::<u8>::get(value)
-        .map_err(|_| invalid("audio must be bytes, a bytes-like buffer or base64 text".into()))?;
+        .map_err(|_| "expected bytes, a bytes-like buffer or base64 text".to_string())?;
     if !buffer.is_c_contiguous() {
-        return Err(invalid("audio buffer must be contiguous".into()));
+        return Err("the buffer must be contiguous".to_string());
     }
     Ok(Bytes::from_owner(PinnedBuffer(buffer)))
 }
@@ -67,11 +67,15 @@ impl AsRef<[u8]> for PinnedBuffer {
 }
 
 /// Audio: base64 text (`str`, sent as is) or raw bytes (encoded while sending).
-pub fn audio(value: &Bound<'_, PyAny>) -> Result<Audio, Reject> {
-    if value.is_instance_of::<PyString>() {
-        return Ok(Audio::Base64(str_bytes(value, &|| "audio".to_string())?));
+pub fn audio(value: &Bound<'_, PyAny>) -> Result<Audio, String> {
+    if let Ok(text) = value.cast::<PyString>() {
+        let backed = PyBackedStr::try_from(text.clone())
+            .map_err(|_| "audio text is not valid Unicode".to_string())?;
+        return Ok(Audio::Base64(Bytes::from_owner(backed)));
     }
-    buffer_bytes(value).map(Audio::Raw)
+    buffer_bytes(value)
+        .map(Audio::Raw)
+        .map_err(|why| format!("audio: {why}"))
 }
 
 pub fn messages(value: &Bound<'_, PyAny>) -> Result<Vec<Message>, Reject> {

@@ -247,10 +247,7 @@ mod _native {
         temperature: Option<f64>,
         timeout: Option<f64>,
     ) -> PyResult<PreparedCall> {
-        let audio = extract::audio(audio).map_err(|reject| match reject {
-            Reject::Invalid(message) => InvalidRequestError::new_err(message),
-            Reject::Decline(decline) => InvalidRequestError::new_err(decline.detail),
-        })?;
+        let audio = extract::audio(audio).map_err(InvalidRequestError::new_err)?;
         let request = TranscriptionRequest {
             audio,
             format: audio_format,
@@ -277,12 +274,8 @@ mod _native {
         body: &Bound<'_, PyAny>,
         timeout: Option<f64>,
     ) -> PyResult<PreparedCall> {
-        let body = extract::buffer_bytes(body).map_err(|reject| match reject {
-            Reject::Invalid(message)
-            | Reject::Decline(crate::chat::Decline {
-                detail: message, ..
-            }) => InvalidRequestError::new_err(message),
-        })?;
+        let body = extract::buffer_bytes(body)
+            .map_err(|why| InvalidRequestError::new_err(format!("body: {why}")))?;
         let mut upstream = bedrock::prebuilt_request(&deployment.inner, body)
             .map_err(errors::transform_error_to_py)?;
         if let Some(timeout) = timeout.map(timeout_from_secs).transpose()? {
