@@ -274,12 +274,14 @@ class Gateway:
             step["attempt"] = attempt
             if step["foreign_cores"] <= self.args.foreign_limit:
                 break
-            if attempt < self.args.contended_retries:
-                log(
-                    f"contended step ({step['foreign_cores']:.2f} foreign cores): "
-                    f"{provider}-{arm} @ {rate:g}; waiting for quiet, then again"
-                )
-                wait_quiet(30, threshold=self.args.foreign_limit)
+            if attempt == self.args.contended_retries:
+                break
+            log(
+                f"contended step ({step['foreign_cores']:.2f} foreign cores): "
+                f"{provider}-{arm} @ {rate:g}; waiting up to 20 s for quiet"
+            )
+            if wait_quiet(20, threshold=self.args.foreign_limit) > self.args.foreign_limit:
+                break  # still busy: keep this step (marked contended) rather than stall
         return step
 
     def direct_step(self, provider: str, rate: float, duration: float) -> dict[str, Any]:
@@ -894,6 +896,21 @@ def main(argv: list[str] | None = None) -> int:
             run = run_workers(gw, w, args)
             run["summary"] = summarize(run, args.providers)
             runs.append(run)
+            if not args.no_write and w != args.workers[-1]:
+                report(args, info, capacity, runs, started, final=False)
+    return report(args, info, capacity, runs, started, final=True)
+
+
+def report(
+    args: argparse.Namespace,
+    info: dict[str, Any],
+    capacity: dict[str, Any],
+    runs: list[dict[str, Any]],
+    started: float,
+    *,
+    final: bool,
+) -> int:
+    """Writes (and on the final call prints) the report; earlier calls save partial results."""
     info["loadavg_end"] = loadavg()
     gen_max = max(
         (s["gen_cpu_util"] or 0.0 for r in runs for s in r["steps"] + r["half"]), default=0.0
@@ -914,9 +931,12 @@ def main(argv: list[str] | None = None) -> int:
         "gen_cpu_util_max": gen_max,
         "elapsed_s": time.monotonic() - started,
     }
-    data = {"meta": meta, "runs": runs}
+    data = {"meta": meta, "runs": runs, "complete": final}
     markdown = render(data)
-    print(markdown)
+    if not final:
+        markdown = "> Partial results: the run is still going.\n\n" + markdown
+    else:
+        print(markdown)
     if not args.no_write:
         RESULTS.mkdir(parents=True, exist_ok=True)
         write_results("gateway", markdown, data)
@@ -924,7 +944,8 @@ def main(argv: list[str] | None = None) -> int:
             with (RESULTS / "gateway.md").open("a") as fh:
                 fh.write("\n![added p99 vs offered rate](gateway.png)\n")
         log(f"wrote {RESULTS}/gateway.md, gateway.json, gateway.png")
-    log(f"done in {meta['elapsed_s']:.0f}s")
+    if final:
+        log(f"done in {meta['elapsed_s']:.0f}s")
     return 0
 
 

@@ -23,8 +23,9 @@ One fresh worker process per measurement (approach x kind x size x concurrency x
 it imports only what its approach needs (the extension is loaded without LiteLLM), creates its
 inputs, sends one small warm-up request (runtime, pool, imports), then `gc.collect()` +
 `malloc_trim(0)`, records VmRSS ("RSS after setup") and resets the kernel's RSS high-water
-mark (`/proc/self/clear_refs` = 5), so the reported peak (`ru_maxrss`, cross-checked with VmHWM)
-is the peak of the sending phase, not of input creation. The sending phase (body building
+mark (`/proc/self/clear_refs` = 5), so the reported peak (VmHWM; `ru_maxrss` is kept in the JSON
+but also counts the mm replaced at exec, i.e. the parent's RSS with vfork) is the peak of the
+sending phase, not of input creation. The sending phase (body building
 included) is timed for wall time, CPU seconds (`time.process_time()`, all threads) and wire
 MiB/s (body bytes / wall). The sink's per-request (length, sha256) must equal a reference
 computed independently by the parent (prefix + streamed base64 + suffix), for every approach:
@@ -109,11 +110,15 @@ def raw_input(size_mib: int, index: int) -> bytes:
 
 def reference(size_mib: int, index: int) -> tuple[int, str]:
     """(length, sha256) of the body for this input, computed without building the body."""
+    return body_reference(raw_input(size_mib, index))
+
+
+def body_reference(raw: bytes) -> tuple[int, str]:
+    """(length, sha256) of the Converse body for raw audio: prefix + streamed base64 + suffix."""
     template = json.dumps(converse_doc("\x00"), separators=(",", ":"))
     prefix, suffix = (part.encode() for part in template.split('"\\u0000"'))
     prefix += b'"'
     suffix = b'"' + suffix
-    raw = raw_input(size_mib, index)
     digest = hashlib.sha256(prefix)
     piece = 3 * MIB  # a multiple of 3: pieces concatenate to the one-shot encoding
     length = len(prefix) + len(suffix)
@@ -289,14 +294,22 @@ class Senders:
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
-            futures = []
+            futures, handles = [], []
             for item in inputs:
                 call = self.native.prepare_transcription(self.deployment, item, "wav")
                 future = loop.create_future()
-                call.start(loop, future, settle)
+                handles.append(call.start(loop, future, settle))
                 futures.append(future)
             for result in await asyncio.gather(*futures):
                 check_transcription(result)
+            # The future can resolve while the Rust task is still inside
+            # `loop.call_soon_threadsafe` (GIL released in the self-pipe `send`); if the
+            # interpreter finalizes then, that thread is killed by pthread_exit and unwinding
+            # through Rust frames aborts the process (SIGABRT at exit). Wait for the tasks.
+            for _ in range(1000):
+                if all(handle.done() for handle in handles):
+                    break
+                await asyncio.sleep(0.005)
 
         asyncio.run(main())
 
@@ -365,6 +378,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     peak_reset = reset_peak()
     sampler = Sampler()
     sampler.start()
+    busy0, sink0 = system_busy_seconds(), cpu_seconds_of(args.sink_pid)
     cpu0, t0 = time.process_time(), time.perf_counter()
     if batch is None:
         senders.run_async(inputs)
@@ -372,6 +386,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         batch.go()
     wall = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
+    sink_cpu = cpu_seconds_of(args.sink_pid) - sink0
+    busy = system_busy_seconds() - busy0
     sampler.stop()
     end = proc_status()
     maxrss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -384,13 +400,20 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "concurrency": args.concurrency,
         "input_bytes": alive,
         "rss_setup_mib": setup["VmRSS"] / 1024,
-        "peak_rss_mib": maxrss_kib / 1024,
-        "vm_hwm_mib": end["VmHWM"] / 1024,
+        # VmHWM: this process's own high-water mark since the reset. ru_maxrss is also
+        # max()ed with the RSS of the mm replaced at exec (the parent's, with vfork), so it
+        # over-reports small workers; it is kept for reference.
+        "peak_rss_mib": end["VmHWM"] / 1024,
+        "ru_maxrss_mib": maxrss_kib / 1024,
         "rss_end_mib": end["VmRSS"] / 1024,
         "peak_reset": peak_reset,
         "wall_s": wall,
         "cpu_s": cpu,
         "cpu_total_s": time.process_time() - cpu_start,
+        "sink_cpu_s": sink_cpu,
+        # CPU used by every other process on the machine during the sending phase (/proc/stat
+        # busy time minus this worker and the sink); well above 0 means a shared, noisy box.
+        "foreign_cores": max(0.0, busy - cpu - sink_cpu) / wall,
         "threads_setup": setup["Threads"],
         "threads_max": max((s[2] for s in sampler.samples), default=end["Threads"]),
         "sampled_peak_mib": peak_at[1] / 1024,
@@ -408,11 +431,31 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cpu_seconds_of(pid: int) -> float:
+    if pid <= 0:
+        return 0.0
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def system_busy_seconds() -> float:
+    """CPU seconds all processes on the machine have spent busy (from /proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_quiet(max_wait: float, threshold: float = 0.3, window: float = 1.0) -> float:
+    """Waits (at most `max_wait` s) until other processes use < `threshold` cores."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        b0, t0 = system_busy_seconds(), time.monotonic()
+        time.sleep(window)
+        busy = (system_busy_seconds() - b0) / (time.monotonic() - t0)
+        if busy < threshold or time.monotonic() >= deadline:
+            return busy
 
 
 def verify(records: list[dict[str, Any]], expected: list[tuple[int, str]]) -> tuple[list[str], int]:
@@ -466,8 +509,9 @@ def run_one(
         str(concurrency),
         "--sink-url",
         sink.url,
+        "--sink-pid",
+        str(sink.pid),
     ]
-    sink_cpu0 = cpu_seconds_of(sink.pid)
     try:
         proc = subprocess.run(
             cmd,
@@ -480,7 +524,6 @@ def run_one(
         stdout, stderr, code = proc.stdout, proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as err:
         stdout, stderr, code = str(err.stdout or ""), str(err.stderr or ""), -1
-    sink_cpu = cpu_seconds_of(sink.pid) - sink_cpu0
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     if code != 0 or not lines:
         return {
@@ -500,7 +543,6 @@ def run_one(
             "body_bytes": body_bytes,
             "wire_mib_s": body_bytes / MIB / result["wall_s"],
             "peak_minus_setup_mib": result["peak_rss_mib"] - result["rss_setup_mib"],
-            "sink_cpu_s": sink_cpu,
             "sink_max_inflight": sink_view["max_inflight"],
             "verified_requests": matched,
             "problems": problems,
@@ -542,6 +584,7 @@ def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "wall_s": median([r["wall_s"] for r in group]),
                 "wire_mib_s": median([r["wire_mib_s"] for r in group]),
                 "sink_cpu_s": median([r["sink_cpu_s"] for r in group]),
+                "foreign_cores": max(r["foreign_cores"] for r in group),
                 "sink_max_inflight": min(r["sink_max_inflight"] for r in group),
                 "threads_max": max(r["threads_max"] for r in group),
             }
@@ -633,9 +676,12 @@ def markdown(report: dict[str, Any]) -> str:
         "(medians; the memory bar uses the worst repetition). Sink in its own process "
         "(`benches/media_sink.py`), hashing each chunk. *RSS after setup* is measured after the "
         "inputs exist (kept alive to the end), a warm-up request, `gc.collect()` and "
-        "`malloc_trim(0)`; the RSS high-water mark is then reset, so *peak RSS* (`ru_maxrss`) "
-        "is the peak of the sending phase. CPU s = `time.process_time()` over the sending phase "
-        "(body building, hashing, sending; all threads). Wire MiB/s = body bytes / wall time.",
+        "`malloc_trim(0)`; the RSS high-water mark is then reset (`/proc/self/clear_refs`), so "
+        "*peak RSS* (VmHWM) is the peak of the sending phase (`ru_maxrss`, in the JSON, also "
+        "counts the parent's RSS inherited at exec). CPU s = `time.process_time()` over the "
+        "sending phase (body building, hashing, sending; all threads). "
+        "Wire MiB/s = body bytes / wall time. *Foreign cores*: CPU used by other processes "
+        "during the sending phase (worst repetition); well above 0 = noisy shared machine.",
         "",
         f"Worker env: `{json.dumps(report['worker_env'])}`. Verified: "
         f"{report['verified_requests']} requests, every (length, sha256) equal to the "
@@ -643,15 +689,17 @@ def markdown(report: dict[str, Any]) -> str:
         + (" — **FAILED**, see problems below." if report["problems"] else "."),
         "",
         "| approach | kind | size MiB | concurrency | RSS after setup MiB | peak RSS MiB "
-        "| peak - setup MiB | CPU s | wire MiB/s | wall s | sink max in-flight |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| peak - setup MiB | CPU s | wire MiB/s | wall s | sink CPU s | sink max in-flight "
+        "| foreign cores |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['approach']} | {r['kind']} | {r['size_mib']} | {r['concurrency']} "
             f"| {r['rss_setup_mib']:.0f} | {r['peak_rss_mib']:.0f} "
             f"| {r['peak_minus_setup_mib']:.1f} | {r['cpu_s']:.2f} | {r['wire_mib_s']:.0f} "
-            f"| {r['wall_s']:.2f} | {r['sink_max_inflight']} |"
+            f"| {r['wall_s']:.2f} | {r['sink_cpu_s']:.2f} | {r['sink_max_inflight']} "
+            f"| {r['foreign_cores']:.2f} |"
         )
     lines += [
         "",
@@ -766,6 +814,8 @@ def parent(args: argparse.Namespace) -> int:
                     for kind in kinds:
                         shift = rep % len(approaches)
                         for approach in [*approaches[shift:], *approaches[:shift]]:
+                            if args.wait_quiet > 0:
+                                wait_quiet(args.wait_quiet)
                             run = run_one(
                                 sink,
                                 approach,
@@ -787,7 +837,8 @@ def parent(args: argparse.Namespace) -> int:
                                     f"peak-setup {run['peak_minus_setup_mib']:7.1f} MiB  "
                                     f"cpu {run['cpu_s']:6.2f}s  wire "
                                     f"{run['wire_mib_s']:6.0f} MiB/s  "
-                                    f"inflight {run['sink_max_inflight']:2d}"
+                                    f"inflight {run['sink_max_inflight']:2d}  "
+                                    f"foreign {run['foreign_cores']:.2f}"
                                     + ("  PROBLEMS" if run["problems"] else ""),
                                     flush=True,
                                 )
@@ -842,6 +893,13 @@ def main() -> int:
         help="extra env for workers, e.g. LITELLM_FASTPATH_THREADS=4 or MALLOC_ARENA_MAX=2",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="per worker process (s)")
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=float(os.environ.get("BENCH_WAIT_QUIET", "0") or 0),
+        metavar="S",
+        help="before each measurement, wait up to S s for the machine to be idle",
+    )
     parser.add_argument("--out", help="results name under benches/results (default media)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     # Internal: one measurement.
@@ -850,6 +908,7 @@ def main() -> int:
     parser.add_argument("--kind", choices=KINDS, help=argparse.SUPPRESS)
     parser.add_argument("--size-mib", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sink-url", help=argparse.SUPPRESS)
+    parser.add_argument("--sink-pid", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         args.concurrency = args.concurrency[0]

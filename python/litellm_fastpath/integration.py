@@ -12,6 +12,7 @@ import asyncio
 import datetime
 import functools
 import traceback
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -169,9 +170,11 @@ def _logging_obj(
     if logging_obj is None:
         if not _callbacks_configured():
             return None
-        from litellm.utils import function_setup
+        from litellm.utils import Rules, function_setup
 
-        logging_obj, kwargs = function_setup("acompletion", None, start_time, **kwargs)
+        # What LiteLLM's own wrapper does before building its logging object.
+        kwargs.setdefault("litellm_call_id", str(uuid.uuid4()))
+        logging_obj, _ = function_setup("acompletion", Rules(), start_time, **kwargs)
         kwargs["litellm_logging_obj"] = logging_obj
     logging_obj.update_environment_variables(
         model=route.model,

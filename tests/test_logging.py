@@ -1,0 +1,130 @@
+"""LiteLLM's success and failure logging fires for fast-path calls in the SDK, with the same
+model, usage and response_cost as LiteLLM's own path (the proxy case is in test_proxy.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import litellm
+import pytest
+from litellm.integrations.custom_logger import CustomLogger
+
+from tests.conftest import PROVIDERS, deployment_kwargs, served_by_rust
+from tests.harness import RecordingUpstream, Reply
+
+# LiteLLM's global logging worker binds to the first event loop it sees and (on its own Python
+# path too) drops success events from later loops: keep this module on one loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+class Recorder(CustomLogger):
+    def __init__(self) -> None:
+        super().__init__()
+        self.successes: list[tuple[dict[str, Any], Any]] = []
+        self.failures: list[dict[str, Any]] = []
+
+    async def async_log_success_event(
+        self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any
+    ) -> None:
+        self.successes.append((kwargs, response_obj))
+
+    async def async_log_failure_event(
+        self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any
+    ) -> None:
+        self.failures.append(kwargs)
+
+
+@pytest.fixture(scope="module")
+def module_recorder() -> Iterator[Recorder]:
+    # LiteLLM copies `litellm.callbacks` into its internal callback lists on first use, so one
+    # recorder serves the module and is removed from every list afterwards.
+    recorder = Recorder()
+    litellm.callbacks = [*litellm.callbacks, recorder]
+    yield recorder
+    for name in (
+        "callbacks",
+        "_async_success_callback",
+        "_async_failure_callback",
+        "success_callback",
+        "failure_callback",
+    ):
+        callbacks = getattr(litellm, name)
+        if recorder in callbacks:
+            callbacks.remove(recorder)
+
+
+@pytest.fixture
+def recorder(module_recorder: Recorder) -> Recorder:
+    module_recorder.successes.clear()
+    module_recorder.failures.clear()
+    return module_recorder
+
+
+async def _event_for(recorder: Recorder, response: Any) -> dict[str, Any]:
+    """The success event of this response (events of earlier tests may still be arriving)."""
+    for _ in range(300):
+        for kwargs, logged in recorder.successes:
+            if logged is response:
+                return kwargs
+        await asyncio.sleep(0.01)
+    raise AssertionError("no success event for the response")
+
+
+async def _wait_for_failure(recorder: Recorder, call_id: str) -> dict[str, Any]:
+    for _ in range(300):
+        for kwargs in recorder.failures:
+            if kwargs.get("litellm_call_id") == call_id:
+                return kwargs
+        await asyncio.sleep(0.01)
+    raise AssertionError("no failure event for the call")
+
+
+def _summary(event: dict[str, Any]) -> dict[str, Any]:
+    payload = event["standard_logging_object"]
+    return {
+        "model": payload["model"],
+        "custom_llm_provider": payload["custom_llm_provider"],
+        "prompt_tokens": payload["prompt_tokens"],
+        "completion_tokens": payload["completion_tokens"],
+        "response_cost": event["response_cost"],
+        "status": payload["status"],
+    }
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_success_logging_matches_python(
+    upstream: RecordingUpstream, recorder: Recorder, provider: str
+) -> None:
+    kwargs = {
+        **deployment_kwargs(provider, upstream.url),
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    fast = await litellm.acompletion(**kwargs, rust=True)
+    fast_event = await _event_for(recorder, fast)
+    slow = await litellm.acompletion(**kwargs)
+    slow_event = await _event_for(recorder, slow)
+    assert served_by_rust(fast)
+    assert not served_by_rust(slow)
+    assert _summary(fast_event) == _summary(slow_event)
+    assert fast_event["response_cost"] > 0
+    assert fast._hidden_params["response_cost"] == slow._hidden_params["response_cost"]
+
+
+async def test_failure_logging_fires(upstream: RecordingUpstream, recorder: Recorder) -> None:
+    upstream.enqueue(
+        Reply(
+            status=429,
+            json={"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}},
+        )
+    )
+    kwargs = {
+        **deployment_kwargs("anthropic", upstream.url),
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    with pytest.raises(litellm.RateLimitError):
+        await litellm.acompletion(**kwargs, rust=True, litellm_call_id="call-429")
+    event = await _wait_for_failure(recorder, "call-429")
+    assert event["standard_logging_object"]["status"] == "failure"
+    assert len(upstream.requests) == 1
