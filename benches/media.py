@@ -741,12 +741,12 @@ def plot(report: dict[str, Any], path: Path) -> bool:
     approaches = [a for a in ALL_APPROACHES if any(r["approach"] == a for r in rows)]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     metrics = [
-        ("peak_minus_setup_mib", "peak RSS - RSS after setup (MiB)"),
-        ("wire_mib_s", "wire MiB/s"),
-        ("cpu_s", "CPU seconds (sending phase)"),
+        ("peak_minus_setup_mib", "peak RSS - RSS after setup (MiB)", "%.0f"),
+        ("wire_mib_s", "wire MiB/s", "%.0f"),
+        ("cpu_s", "CPU seconds (sending phase)", "%.2f"),
     ]
     width = 0.8 / max(len(approaches), 1)
-    for ax, (key, label) in zip(axes, metrics, strict=True):
+    for ax, (key, label, label_fmt) in zip(axes, metrics, strict=True):
         for i, approach in enumerate(approaches):
             values = []
             for kind in KINDS:
@@ -754,7 +754,7 @@ def plot(report: dict[str, Any], path: Path) -> bool:
                 values.append(row[key] if row else 0.0)
             xs = [k + (i - (len(approaches) - 1) / 2) * width for k in range(len(KINDS))]
             bars_ = ax.bar(xs, values, width, label=approach)
-            ax.bar_label(bars_, fmt="%.0f", fontsize=8)
+            ax.bar_label(bars_, fmt=label_fmt, fontsize=8)
         ax.set_xticks(range(len(KINDS)), KINDS)
         ax.set_title(label, fontsize=10)
         if key == "peak_minus_setup_mib":

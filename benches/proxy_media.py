@@ -215,6 +215,7 @@ def run_arm(
         model_list(sink.url),
         litellm_settings={"callbacks": ["litellm_fastpath.proxy.accelerator"]},
         workers=1,
+        extra_env=dict(item.split("=", 1) for item in args.proxy_env),
     )
     with proxy:
         warm = wav(64 * 1024, 999)
@@ -381,6 +382,13 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=1.0, help="idle seconds after warm-up")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--arms", nargs="+", choices=tuple(ARMS), default=list(ARMS))
+    parser.add_argument(
+        "--proxy-env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="extra env for the proxy, e.g. MALLOC_MMAP_THRESHOLD_=1048576",
+    )
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
 
@@ -412,6 +420,7 @@ def main() -> int:
         "size_mib": args.size_mib,
         "concurrency": args.concurrency,
         "reps": args.reps,
+        "proxy_env": args.proxy_env,
         "elapsed_s": time.monotonic() - started,
         "summary": summary(runs) if set(args.arms) == set(ARMS) else {},
         "problems": problems,

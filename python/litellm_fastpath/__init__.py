@@ -4,9 +4,15 @@ Proxy: add `callbacks: ["litellm_fastpath.proxy.accelerator"]` and `rust: true` 
 `litellm_params`. SDK: `litellm_fastpath.install()`, then `litellm.acompletion(..., rust=True)`.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from litellm_fastpath._native import __version__
-from litellm_fastpath.integration import install, is_installed, uninstall
-from litellm_fastpath.routing import decline_counts, reset_decline_counts
+
+if TYPE_CHECKING:
+    from litellm_fastpath.integration import install, is_installed, uninstall
+    from litellm_fastpath.routing import decline_counts, reset_decline_counts
 
 __all__ = [
     "__version__",
@@ -16,3 +22,21 @@ __all__ = [
     "reset_decline_counts",
     "uninstall",
 ]
+
+# Importing LiteLLM takes seconds; load it when the API is first used, not on import.
+_LAZY = {
+    "install": "integration",
+    "is_installed": "integration",
+    "uninstall": "integration",
+    "decline_counts": "routing",
+    "reset_decline_counts": "routing",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'litellm_fastpath' has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"litellm_fastpath.{module}"), name)

@@ -2,7 +2,9 @@
 //! with `loop.call_soon_threadsafe`), or blocking with the GIL released for sync callers.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use pyo3::prelude::*;
@@ -74,6 +76,9 @@ impl PreparedCall {
             let outcome = AssertUnwindSafe(run(&task_engine.transport, work))
                 .catch_unwind()
                 .await;
+            let Some(_handoff) = Handoff::begin() else {
+                return; // the interpreter is exiting: nobody is left to tell
+            };
             Python::attach(|py| {
                 let (ok, value) = match outcome {
                     Ok(Ok(completion)) => match completion_to_py(py, completion) {
@@ -128,4 +133,39 @@ impl CallHandle {
     fn done(&self) -> bool {
         self.abort.is_finished()
     }
+}
+
+/// Result handoffs to Python in progress on runtime threads. A runtime thread that asks for the
+/// GIL while the interpreter finalizes is killed inside Rust frames (an abort), so at exit we
+/// stop new handoffs and wait for the running ones (see `drain_handoffs`).
+static HANDOFFS: AtomicUsize = AtomicUsize::new(0);
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+struct Handoff;
+
+impl Handoff {
+    fn begin() -> Option<Handoff> {
+        HANDOFFS.fetch_add(1, Ordering::SeqCst);
+        let handoff = Handoff;
+        (!EXITING.load(Ordering::SeqCst)).then_some(handoff)
+    }
+}
+
+impl Drop for Handoff {
+    fn drop(&mut self) {
+        HANDOFFS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Registered with `atexit`: runs before finalization, while other threads can still take the
+/// GIL. Waits (without the GIL) for handoffs in progress, at most two seconds.
+#[pyfunction]
+pub fn drain_handoffs(py: Python<'_>) {
+    EXITING.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while HANDOFFS.load(Ordering::SeqCst) != 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
 }

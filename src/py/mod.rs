@@ -55,6 +55,8 @@ mod _native {
             py.get_type::<errors::InvalidResponseError>(),
         )?;
         m.add("InternalError", py.get_type::<errors::InternalError>())?;
+        let drain = wrap_pyfunction!(super::bridge::drain_handoffs, m)?;
+        py.import("atexit")?.call_method1("register", (drain,))?;
         Ok(())
     }
 
