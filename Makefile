@@ -46,6 +46,11 @@ bench-gateway: $(PY)
 	$(PY) -m pip install -q matplotlib
 	$(PY) benches/gateway.py
 
+bench-media: $(PY)
+	$(PY) -m pip install -q matplotlib
+	$(PY) benches/media.py
+	$(PY) benches/proxy_media.py
+
 bench-sha256: $(PY)
 	$(PY) benches/sha256.py
 
