@@ -72,6 +72,15 @@ async def _event_for(recorder: Recorder, response: Any) -> dict[str, Any]:
     raise AssertionError("no success event for the response")
 
 
+async def _success_for_call(recorder: Recorder, call_id: str) -> dict[str, Any]:
+    for _ in range(300):
+        for kwargs, _logged in recorder.successes:
+            if kwargs.get("litellm_call_id") == call_id:
+                return kwargs
+        await asyncio.sleep(0.01)
+    raise AssertionError("no success event for the call")
+
+
 async def _wait_for_failure(recorder: Recorder, call_id: str) -> dict[str, Any]:
     for _ in range(300):
         for kwargs in recorder.failures:
@@ -128,3 +137,37 @@ async def test_failure_logging_fires(upstream: RecordingUpstream, recorder: Reco
     event = await _wait_for_failure(recorder, "call-429")
     assert event["standard_logging_object"]["status"] == "failure"
     assert len(upstream.requests) == 1
+
+
+async def test_transcription_success_logging_matches_litellm(
+    upstream: RecordingUpstream, recorder: Recorder
+) -> None:
+    import io
+
+    def upload() -> io.BytesIO:
+        file = io.BytesIO(b"RIFF" + bytes(2000))
+        file.name = "speech.wav"
+        return file
+
+    kwargs = {
+        "model": "bedrock/mistral.voxtral-mini-3b-2507",
+        "aws_access_key_id": "AKIDTEST",
+        "aws_secret_access_key": "secret-test-key",
+        "aws_region_name": "us-east-1",
+        "api_base": upstream.url,
+    }
+    fast = await litellm.atranscription(
+        file=upload(), rust=True, litellm_call_id="transcription-fast", **kwargs
+    )
+    fast_event = await _success_for_call(recorder, "transcription-fast")
+    slow = await litellm.atranscription(
+        file=upload(), litellm_call_id="transcription-slow", **kwargs
+    )
+    slow_event = await _success_for_call(recorder, "transcription-slow")
+    assert fast._hidden_params["additional_headers"]["x-litellm-fastpath"]
+    assert fast_event["response_cost"] == slow_event["response_cost"]
+    assert fast._hidden_params["response_cost"] == slow._hidden_params["response_cost"]
+    fast_payload = fast_event["standard_logging_object"]
+    slow_payload = slow_event["standard_logging_object"]
+    for key in ("model", "custom_llm_provider", "status", "call_type"):
+        assert fast_payload[key] == slow_payload[key], key

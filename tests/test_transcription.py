@@ -231,6 +231,14 @@ def test_proxy_serves_rust_transcriptions(
     assert fast.headers["x-litellm-fastpath"] == litellm_fastpath.__version__
     assert slow.headers.get("x-litellm-rust") == "true"  # LiteLLM's own native route
     assert "x-litellm-fastpath" not in slow.headers
+    litellm_headers = [
+        {name for name in response.headers if name.startswith("x-litellm-")}
+        - {"x-litellm-fastpath"}
+        for response in (fast, slow)
+    ]
+    # LiteLLM's native route omits the overhead header; the fast path reports it, as for chat.
+    assert litellm_headers[0] - litellm_headers[1] == {"x-litellm-overhead-duration-ms"}
+    assert litellm_headers[1] <= litellm_headers[0]
     assert fast.json() == slow.json()
     assert bodies["rust-voxtral"] == without_deliberate_differences(bodies["plain-voxtral"])
 

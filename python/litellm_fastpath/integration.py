@@ -14,6 +14,7 @@ import functools
 import traceback
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import litellm
@@ -53,15 +54,7 @@ def uninstall() -> None:
         del _originals[name]
 
 
-def _normalize(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """`acompletion(model, messages, ...)` positional form -> keyword form."""
-    if args:
-        for name, value in zip(("model", "messages"), args, strict=False):
-            kwargs[name] = value
-    return kwargs
-
-
-def _admit(kwargs: dict[str, Any]) -> tuple[routing.Route, _native.PreparedCall] | None:
+def _admit_chat(kwargs: dict[str, Any]) -> tuple[routing.Route, _native.PreparedCall] | None:
     """The routing decision; None means "LiteLLM's Python path". Raises on malformed input."""
     decision = routing.route(kwargs)
     if isinstance(decision, routing.Decline):
@@ -79,6 +72,87 @@ def _admit(kwargs: dict[str, Any]) -> tuple[routing.Route, _native.PreparedCall]
     return decision, prepared
 
 
+def _admit_transcription(
+    kwargs: dict[str, Any],
+) -> tuple[routing.Route, _native.PreparedCall] | None:
+    decision = routing.route_transcription(kwargs)
+    if isinstance(decision, routing.Decline):
+        routing.record_decline(decision)
+        return None
+    audio = decision.audio
+    if audio.audio_format not in _BEDROCK_AUDIO_FORMATS:
+        # LiteLLM's wording, as a 400: the caller sent a file Bedrock cannot take.
+        raise litellm.BadRequestError(
+            message=f"Unsupported Bedrock audio format for file {audio.filename!r}",
+            model=decision.model,
+            llm_provider="bedrock",
+        )
+    try:
+        prepared = _native.prepare_transcription(
+            decision.deployment,
+            audio.data,
+            audio.audio_format,
+            language=decision.params.get("language"),
+            prompt=decision.params.get("prompt"),
+            temperature=decision.params.get("temperature"),
+            timeout=decision.timeout,
+        )
+    except _native.InvalidRequestError as err:
+        raise errors.bad_request(err, decision) from None
+    return decision, prepared
+
+
+_BEDROCK_AUDIO_FORMATS = frozenset({"wav", "mp3", "flac", "ogg"})
+
+
+def _chat_response(
+    body: dict[str, Any], provider_headers: Mapping[str, str], route: routing.Route
+) -> Any:
+    response = litellm.ModelResponse(**body)
+    response._hidden_params["additional_headers"] = {
+        **process_response_headers(dict(provider_headers)),
+        **FASTPATH_HEADERS,
+    }
+    return response
+
+
+def _transcription_response(
+    body: dict[str, Any], _provider_headers: Mapping[str, str], route: routing.Route
+) -> Any:
+    # LiteLLM's own Bedrock transcription route passes no provider headers on either.
+    response = litellm.TranscriptionResponse(**body)
+    response._hidden_params["additional_headers"] = dict(FASTPATH_HEADERS)
+    return response
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """One LiteLLM entry point pair the fast path serves."""
+
+    async_name: str
+    sync_name: str
+    positional: tuple[str, ...]
+    admit: Callable[[dict[str, Any]], tuple[routing.Route, _native.PreparedCall] | None]
+    response: Callable[[dict[str, Any], Mapping[str, str], routing.Route], Any]
+
+
+_CHAT = _Kind("acompletion", "completion", ("model", "messages"), _admit_chat, _chat_response)
+_TRANSCRIPTION = _Kind(
+    "atranscription",
+    "transcription",
+    ("model", "file"),
+    _admit_transcription,
+    _transcription_response,
+)
+
+
+def _normalize(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Positional form (`acompletion(model, messages, ...)`) -> keyword form."""
+    for name, value in zip(kind.positional, args, strict=False):
+        kwargs[name] = value
+    return kwargs
+
+
 def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
     """Runs on the event loop when Rust finishes; the caller may have cancelled meanwhile."""
     if future.done():
@@ -89,56 +163,84 @@ def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
         future.set_exception(value)
 
 
-async def acompletion(*args: Any, **kwargs: Any) -> Any:
-    rust = kwargs.pop("rust", False)
-    original = _originals["acompletion"]
-    if rust is not True:
-        return await original(*args, **kwargs)
-    kwargs = _normalize(args, kwargs)
-    admitted = _admit(kwargs)
-    if admitted is None:
-        return await original(**kwargs)
-    route, prepared = admitted
-
-    start_time = datetime.datetime.now()
-    logging_obj = _logging_obj(kwargs, route, start_time)
+async def _await_call(prepared: _native.PreparedCall) -> tuple[dict[str, Any], dict[str, str]]:
+    """Runs the call on the Rust runtime; cancelling the awaiting task aborts it there."""
     loop = asyncio.get_running_loop()
-    future = loop.create_future()
+    future: asyncio.Future[Any] = loop.create_future()
     handle = prepared.start(loop, future, _settle)
     try:
-        completion_body, provider_headers = await future
+        return await future
     except asyncio.CancelledError:
         handle.cancel()
         raise
+
+
+async def _call_async(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    original = _originals[kind.async_name]
+    if kwargs.pop("rust", False) is not True:
+        return await original(*args, **kwargs)
+    kwargs = _normalize(kind, args, kwargs)
+    admitted = kind.admit(kwargs)
+    if admitted is None:
+        return await original(**kwargs)
+    route, prepared = admitted
+    start_time = datetime.datetime.now()
+    logging_obj = _logging_obj(kwargs, route, start_time, kind.async_name)
+    try:
+        body, provider_headers = await _await_call(prepared)
     except _native.FastpathError as err:
         _record_api_window(logging_obj, start_time)
         raise await _failed(err, route, kwargs, logging_obj, start_time) from None
     _record_api_window(logging_obj, start_time)
-    return _succeeded(completion_body, provider_headers, route, kwargs, logging_obj, start_time)
+    response = kind.response(body, provider_headers, route)
+    return _succeeded(response, route, kwargs, logging_obj, start_time)
 
 
-def completion(*args: Any, **kwargs: Any) -> Any:
-    rust = kwargs.pop("rust", False)
-    original = _originals["completion"]
-    if rust is not True:
+def _call_sync(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    original = _originals[kind.sync_name]
+    if kwargs.pop("rust", False) is not True:
         return original(*args, **kwargs)
-    kwargs = _normalize(args, kwargs)
-    admitted = _admit(kwargs)
+    kwargs = _normalize(kind, args, kwargs)
+    admitted = kind.admit(kwargs)
     if admitted is None:
         return original(**kwargs)
     route, prepared = admitted
-
     start_time = datetime.datetime.now()
-    logging_obj = _logging_obj(kwargs, route, start_time)
+    logging_obj = _logging_obj(kwargs, route, start_time, kind.sync_name)
     try:
-        completion_body, provider_headers = prepared.send_blocking()
+        body, provider_headers = prepared.send_blocking()
     except _native.FastpathError as err:
         _record_api_window(logging_obj, start_time)
         exc = _annotated(errors.to_litellm(err, route, _elapsed(start_time)), kwargs)
         _log_failure_sync(logging_obj, exc, start_time)
         raise exc from None
     _record_api_window(logging_obj, start_time)
-    return _succeeded(completion_body, provider_headers, route, kwargs, logging_obj, start_time)
+    response = kind.response(body, provider_headers, route)
+    return _succeeded(response, route, kwargs, logging_obj, start_time)
+
+
+async def acompletion(*args: Any, **kwargs: Any) -> Any:
+    return await _call_async(_CHAT, args, kwargs)
+
+
+def completion(*args: Any, **kwargs: Any) -> Any:
+    return _call_sync(_CHAT, args, kwargs)
+
+
+async def atranscription(*args: Any, **kwargs: Any) -> Any:
+    return await _call_async(_TRANSCRIPTION, args, kwargs)
+
+
+def transcription(*args: Any, **kwargs: Any) -> Any:
+    return _call_sync(_TRANSCRIPTION, args, kwargs)
+
+
+_WRAPPERS: dict[str, Callable[..., Any]] = {
+    "acompletion": acompletion,
+    "completion": completion,
+    "atranscription": atranscription,
+    "transcription": transcription,
+}
 
 
 def _record_api_window(logging_obj: Any, start_time: datetime.datetime) -> None:
@@ -161,7 +263,7 @@ def _callbacks_configured() -> bool:
 
 
 def _logging_obj(
-    kwargs: dict[str, Any], route: routing.Route, start_time: datetime.datetime
+    kwargs: dict[str, Any], route: routing.Route, start_time: datetime.datetime, call_type: str
 ) -> Any:
     """LiteLLM's logging object for this call: the proxy's, or a new one when callbacks exist.
 
@@ -174,7 +276,7 @@ def _logging_obj(
 
         # What LiteLLM's own wrapper does before building its logging object.
         kwargs.setdefault("litellm_call_id", str(uuid.uuid4()))
-        logging_obj, _ = function_setup("acompletion", Rules(), start_time, **kwargs)
+        logging_obj, _ = function_setup(call_type, Rules(), start_time, **kwargs)
         kwargs["litellm_logging_obj"] = logging_obj
     logging_obj.update_environment_variables(
         model=route.model,
@@ -202,23 +304,16 @@ def _litellm_params(kwargs: Mapping[str, Any], route: routing.Route) -> dict[str
 
 
 def _succeeded(
-    completion_body: dict[str, Any],
-    provider_headers: Mapping[str, str],
+    response: Any,
     route: routing.Route,
     kwargs: dict[str, Any],
     logging_obj: Any,
     start_time: datetime.datetime,
-) -> litellm.ModelResponse:
+) -> Any:
     end_time = datetime.datetime.now()
-    response = litellm.ModelResponse(**completion_body)
-    hidden = response._hidden_params
-    hidden["custom_llm_provider"] = route.provider
-    hidden["additional_headers"] = {
-        **process_response_headers(dict(provider_headers)),
-        **FASTPATH_HEADERS,
-    }
+    response._hidden_params["custom_llm_provider"] = route.provider
     if logging_obj is None:
-        hidden["model_id"] = (kwargs.get("model_info") or {}).get("id")
+        response._hidden_params["model_id"] = (kwargs.get("model_info") or {}).get("id")
         return response
     update_response_metadata(
         result=response,
@@ -287,122 +382,3 @@ def _log_failure_sync(logging_obj: Any, exc: Exception, start_time: datetime.dat
         logging_obj.failure_handler(
             exc, traceback.format_exc(), start_time, datetime.datetime.now()
         )
-
-
-def _admit_transcription(
-    kwargs: dict[str, Any],
-) -> tuple[routing.TranscriptionRoute, _native.PreparedCall] | None:
-    decision = routing.route_transcription(kwargs)
-    if isinstance(decision, routing.Decline):
-        routing.record_decline(decision)
-        return None
-    audio = decision.audio
-    if audio.audio_format not in _BEDROCK_AUDIO_FORMATS:
-        # LiteLLM's wording, as a 400: the caller sent a file Bedrock cannot take.
-        raise litellm.BadRequestError(
-            message=f"Unsupported Bedrock audio format for file {audio.filename!r}",
-            model=decision.model,
-            llm_provider="bedrock",
-        )
-    try:
-        prepared = _native.prepare_transcription(
-            decision.deployment,
-            audio.data,
-            audio.audio_format,
-            language=decision.params.get("language"),
-            prompt=decision.params.get("prompt"),
-            temperature=decision.params.get("temperature"),
-            timeout=decision.timeout,
-        )
-    except _native.InvalidRequestError as err:
-        raise litellm.BadRequestError(
-            message=f"litellm_fastpath: invalid request: {err}",
-            model=decision.model,
-            llm_provider="bedrock",
-        ) from None
-    return decision, prepared
-
-
-_BEDROCK_AUDIO_FORMATS = frozenset({"wav", "mp3", "flac", "ogg"})
-
-
-async def atranscription(*args: Any, **kwargs: Any) -> Any:
-    rust = kwargs.pop("rust", False)
-    original = _originals["atranscription"]
-    if rust is not True:
-        return await original(*args, **kwargs)
-    kwargs = _normalize_transcription(args, kwargs)
-    admitted = _admit_transcription(kwargs)
-    if admitted is None:
-        return await original(**kwargs)
-    route, prepared = admitted
-    start_time = datetime.datetime.now()
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-    handle = prepared.start(loop, future, _settle)
-    try:
-        body, _provider_headers = await future
-    except asyncio.CancelledError:
-        handle.cancel()
-        raise
-    except _native.FastpathError as err:
-        raise _transcription_error(err, route, kwargs, start_time) from None
-    return _transcription_response(body, kwargs)
-
-
-def transcription(*args: Any, **kwargs: Any) -> Any:
-    rust = kwargs.pop("rust", False)
-    original = _originals["transcription"]
-    if rust is not True:
-        return original(*args, **kwargs)
-    kwargs = _normalize_transcription(args, kwargs)
-    admitted = _admit_transcription(kwargs)
-    if admitted is None:
-        return original(**kwargs)
-    route, prepared = admitted
-    start_time = datetime.datetime.now()
-    try:
-        body, _provider_headers = prepared.send_blocking()
-    except _native.FastpathError as err:
-        raise _transcription_error(err, route, kwargs, start_time) from None
-    return _transcription_response(body, kwargs)
-
-
-def _normalize_transcription(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    for name, value in zip(("model", "file"), args, strict=False):
-        kwargs[name] = value
-    return kwargs
-
-
-def _transcription_error(
-    err: _native.FastpathError,
-    route: routing.TranscriptionRoute,
-    kwargs: Mapping[str, Any],
-    start_time: datetime.datetime,
-) -> Exception:
-    as_chat = routing.Route(
-        deployment=route.deployment,
-        provider="bedrock",
-        model=route.model,
-        params={},
-        timeout=route.timeout,
-    )
-    return _annotated(errors.to_litellm(err, as_chat, _elapsed(start_time)), kwargs)
-
-
-def _transcription_response(body: dict[str, Any], kwargs: Mapping[str, Any]) -> Any:
-    response = litellm.TranscriptionResponse(**body)
-    hidden = response._hidden_params
-    hidden["custom_llm_provider"] = "bedrock"
-    hidden["model_id"] = (kwargs.get("model_info") or {}).get("id")
-    hidden["response_cost"] = 0.0
-    hidden["additional_headers"] = dict(FASTPATH_HEADERS)
-    return response
-
-
-_WRAPPERS: dict[str, Callable[..., Any]] = {
-    "acompletion": acompletion,
-    "completion": completion,
-    "atranscription": atranscription,
-    "transcription": transcription,
-}

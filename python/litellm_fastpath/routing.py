@@ -385,12 +385,10 @@ class AudioSource:
 
 
 @dataclass(frozen=True, slots=True)
-class TranscriptionRoute:
-    deployment: _native.Deployment
-    model: str
+class TranscriptionRoute(Route):
+    """An admitted transcription: a Bedrock route plus the audio to send."""
+
     audio: AudioSource
-    params: dict[str, Any]
-    timeout: float
 
 
 def _file_like_content(file: Any) -> bytes | bytearray | memoryview:
@@ -489,8 +487,9 @@ def route_transcription(kwargs: Mapping[str, Any]) -> TranscriptionRoute | Decli
         return deployment
     return TranscriptionRoute(
         deployment=deployment,
+        provider="bedrock",
         model=split[1],
-        audio=audio,
         params=params,
         timeout=timeout,
+        audio=audio,
     )
