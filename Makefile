@@ -43,7 +43,7 @@ bench-inprocess: $(PY)
 	$(PY) benches/inprocess.py
 
 bench-gateway: $(PY)
-	$(PY) -m pip install -q matplotlib
+	$(PY) -m pip install -q matplotlib py-spy
 	$(PY) benches/gateway.py
 
 bench-media: $(PY)
