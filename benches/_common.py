@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 BENCHES = Path(__file__).resolve().parent
 ROOT = BENCHES.parent
@@ -34,11 +34,15 @@ PROVIDERS = ("openai", "anthropic", "bedrock")
 HOST = "127.0.0.1"
 
 
-class MockProvider:
-    """`benches/mock_provider.py` in its own process (own session, so it is killed as a group)."""
+class ChildServer:
+    """A benchmark server script in its own process and session (killed as a group); the script
+    prints `READY <port>` once it listens."""
 
-    def __init__(self, port: int = 0, startup_timeout: float = 15.0) -> None:
-        self.requested_port = port
+    name = "server"
+
+    def __init__(self, script: Path, args: Sequence[str], startup_timeout: float = 15.0) -> None:
+        self.script = script
+        self.args = list(args)
         self.startup_timeout = startup_timeout
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -52,15 +56,9 @@ class MockProvider:
         assert self.proc is not None
         return self.proc.pid
 
-    def start(self) -> MockProvider:
-        cmd = [
-            sys.executable,
-            str(BENCHES / "mock_provider.py"),
-            "--port",
-            str(self.requested_port),
-        ]
+    def start(self) -> Self:
         self.proc = subprocess.Popen(
-            cmd,
+            [sys.executable, str(self.script), *self.args],
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
@@ -77,7 +75,7 @@ class MockProvider:
                 break
         if not line.startswith(b"READY "):
             self.stop()
-            raise RuntimeError(f"mock provider did not start (got {line!r})")
+            raise RuntimeError(f"{self.name} did not start (got {line!r})")
         self.port = int(line.split()[1])
         return self
 
@@ -97,7 +95,7 @@ class MockProvider:
         if proc.stdout is not None:
             proc.stdout.close()
 
-    def __enter__(self) -> MockProvider:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(
@@ -107,6 +105,15 @@ class MockProvider:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class MockProvider(ChildServer):
+    """`benches/mock_provider.py`: fixed OpenAI, Anthropic and Bedrock answers."""
+
+    name = "mock provider"
+
+    def __init__(self, port: int = 0, startup_timeout: float = 15.0) -> None:
+        super().__init__(BENCHES / "mock_provider.py", ["--port", str(port)], startup_timeout)
 
 
 def deployment_kwargs(provider: str, upstream_url: str) -> dict[str, Any]:

@@ -134,19 +134,10 @@ def body_reference(raw: bytes) -> tuple[int, str]:
 
 
 def load_native() -> Any:
-    """The extension module alone: importing the `litellm_fastpath` package would load LiteLLM."""
-    import importlib.util
+    """The extension module; the package import is lazy, so this does not load LiteLLM."""
+    from litellm_fastpath import _native
 
-    package = importlib.util.find_spec("litellm_fastpath")
-    if package is None or not package.submodule_search_locations:
-        raise RuntimeError("litellm_fastpath is not installed in this interpreter")
-    folder = Path(next(iter(package.submodule_search_locations)))
-    path = next(folder.glob("_native*.so"))
-    spec = importlib.util.spec_from_file_location("litellm_fastpath._native", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _native
 
 
 def proc_status() -> dict[str, int]:
@@ -195,15 +186,6 @@ class Sampler(threading.Thread):
     def stop(self) -> None:
         self.stop_event.set()
         self.join()
-
-
-def settle(future: Any, ok: bool, value: Any) -> None:
-    if future.done():
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
 
 
 def check_transcription(result: Any) -> None:
@@ -292,24 +274,15 @@ class Senders:
         """fastpath: every call started on one asyncio loop, as the proxy integration does."""
         import asyncio
 
+        from litellm_fastpath.bridge import await_call
+
         async def main() -> None:
-            loop = asyncio.get_running_loop()
-            futures, handles = [], []
-            for item in inputs:
-                call = self.native.prepare_transcription(self.deployment, item, "wav")
-                future = loop.create_future()
-                handles.append(call.start(loop, future, settle))
-                futures.append(future)
-            for result in await asyncio.gather(*futures):
+            calls = [
+                await_call(self.native.prepare_transcription(self.deployment, item, "wav"))
+                for item in inputs
+            ]
+            for result in await asyncio.gather(*calls):
                 check_transcription(result)
-            # The future can resolve while the Rust task is still inside
-            # `loop.call_soon_threadsafe` (GIL released in the self-pipe `send`); if the
-            # interpreter finalizes then, that thread is killed by pthread_exit and unwinding
-            # through Rust frames aborts the process (SIGABRT at exit). Wait for the tasks.
-            for _ in range(1000):
-                if all(handle.done() for handle in handles):
-                    break
-                await asyncio.sleep(0.005)
 
         asyncio.run(main())
 

@@ -21,16 +21,13 @@ import argparse
 import asyncio
 import hashlib
 import json
-import os
-import select
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
+
+from _common import ChildServer
 
 HOST = "127.0.0.1"
 MAX_HEAD = 64 * 1024
@@ -219,76 +216,19 @@ def main() -> None:
 # -- client side ---------------------------------------------------------------------------
 
 
-class SinkProcess:
+class SinkProcess(ChildServer):
     """This module as a subprocess in its own session (killed as a group)."""
 
+    name = "media sink"
+
     def __init__(self, startup_timeout: float = 15.0) -> None:
-        self.startup_timeout = startup_timeout
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self) -> SinkProcess:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--port", "0"],
-            stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + self.startup_timeout
-        line = b""
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
-            if ready:
-                line = self.proc.stdout.readline()
-                break
-        if not line.startswith(b"READY "):
-            self.stop()
-            raise RuntimeError(f"media sink did not start (got {line!r})")
-        self.port = int(line.split()[1])
-        return self
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        super().__init__(Path(__file__).resolve(), ["--port", "0"], startup_timeout)
 
     def reset(self) -> None:
         reset(self.url)
 
     def results(self) -> dict[str, Any]:
         return results(self.url)
-
-    def __enter__(self) -> SinkProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -15,15 +15,12 @@ SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
     from litellm_fastpath import _native
+    from litellm_fastpath.bridge import settle
 
     deployment = _native.Deployment(
         "bedrock", "mistral.voxtral-mini-3b-2507", aws_access_key_id="AKID",
         aws_secret_access_key="secret", aws_region="us-east-1", aws_endpoint=sys.argv[1],
     )
-
-    def settle(future, ok, value):
-        if not future.done():
-            future.set_result(value) if ok else future.set_exception(value)
 
     async def main():
         loop = asyncio.get_running_loop()

@@ -8,7 +8,6 @@ error comes from the one provider request Rust made; nothing is retried through 
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import functools
 import traceback
@@ -25,6 +24,7 @@ from litellm.litellm_core_utils.llm_response_utils.response_metadata import (
 from litellm.litellm_core_utils.logging_utils import _set_duration_in_model_call_details
 
 from litellm_fastpath import _native, errors, routing
+from litellm_fastpath.bridge import await_call
 
 FASTPATH_HEADERS = {"x-litellm-rust": "true", "x-litellm-fastpath": _native.__version__}
 
@@ -153,28 +153,6 @@ def _normalize(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> di
     return kwargs
 
 
-def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    """Runs on the event loop when Rust finishes; the caller may have cancelled meanwhile."""
-    if future.done():
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
-
-
-async def _await_call(prepared: _native.PreparedCall) -> tuple[dict[str, Any], dict[str, str]]:
-    """Runs the call on the Rust runtime; cancelling the awaiting task aborts it there."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-    handle = prepared.start(loop, future, _settle)
-    try:
-        return await future
-    except asyncio.CancelledError:
-        handle.cancel()
-        raise
-
-
 async def _call_async(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     original = _originals[kind.async_name]
     if kwargs.pop("rust", False) is not True:
@@ -187,7 +165,7 @@ async def _call_async(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]
     start_time = datetime.datetime.now()
     logging_obj = _logging_obj(kwargs, route, start_time, kind.async_name)
     try:
-        body, provider_headers = await _await_call(prepared)
+        body, provider_headers = await await_call(prepared)
     except _native.FastpathError as err:
         _record_api_window(logging_obj, start_time)
         raise await _failed(err, route, kwargs, logging_obj, start_time) from None

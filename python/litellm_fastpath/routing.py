@@ -323,6 +323,26 @@ def _deployment(
     return cached
 
 
+def request_params(
+    kwargs: Mapping[str, Any], ignored: frozenset[str] = frozenset()
+) -> dict[str, Any] | Decline:
+    """The kwargs that shape the provider request (None-valued ones dropped, as LiteLLM does);
+    LiteLLM options that change its own behaviour decline."""
+    params: dict[str, Any] = {}
+    for name, value in kwargs.items():
+        if value is None or name in DEPLOYMENT_KWARGS or name in BOOKKEEPING_KWARGS:
+            continue
+        if name in ignored:
+            continue
+        if name in BEHAVIOUR_KWARGS:
+            if value:
+                code = name if name in _OWN_DECLINE_CODES else "litellm_option"
+                return Decline(code, f"kwarg {name!r}")
+            continue
+        params[name] = value
+    return params
+
+
 def route(kwargs: Mapping[str, Any]) -> Route | Decline:
     """Decides whether a call's kwargs (already without `rust`) can take the fast path."""
     model = kwargs.get("model")
@@ -333,17 +353,9 @@ def route(kwargs: Mapping[str, Any]) -> Route | Decline:
         return Decline("provider", f"model {model!r} has no supported provider prefix")
     provider, upstream_model = split
 
-    params: dict[str, Any] = {}
-    for name, value in kwargs.items():
-        if value is None or name in DEPLOYMENT_KWARGS or name in BOOKKEEPING_KWARGS:
-            continue
-        if name in BEHAVIOUR_KWARGS:
-            if value:
-                code = name if name in _OWN_DECLINE_CODES else "litellm_option"
-                return Decline(code, f"kwarg {name!r}")
-            continue
-        params[name] = value
-
+    params = request_params(kwargs)
+    if isinstance(params, Decline):
+        return params
     timeout = _timeout(kwargs)
     if isinstance(timeout, Decline):
         return timeout
@@ -451,20 +463,12 @@ def route_transcription(kwargs: Mapping[str, Any]) -> TranscriptionRoute | Decli
     split = _split_provider(model, kwargs.get("custom_llm_provider"))
     if split is None or split[0] != "bedrock":
         return Decline("provider", "transcription runs in Rust for Bedrock models only")
-    params: dict[str, Any] = {}
-    for name, value in kwargs.items():
-        if value is None or name in DEPLOYMENT_KWARGS or name in BOOKKEEPING_KWARGS:
-            continue
-        if name in _TRANSCRIPTION_IGNORED:
-            continue
-        if name in BEHAVIOUR_KWARGS:
-            if value:
-                code = name if name in _OWN_DECLINE_CODES else "litellm_option"
-                return Decline(code, f"kwarg {name!r}")
-            continue
-        if name not in TRANSCRIPTION_PARAMS:
-            return Decline("unsupported_param", f"param {name!r}")
-        params[name] = value
+    params = request_params(kwargs, ignored=_TRANSCRIPTION_IGNORED)
+    if isinstance(params, Decline):
+        return params
+    unsupported = next((name for name in params if name not in TRANSCRIPTION_PARAMS), None)
+    if unsupported is not None:
+        return Decline("unsupported_param", f"param {unsupported!r}")
     response_format = params.get("response_format")
     if response_format is not None and response_format not in _TRANSCRIPTION_RESPONSE_FORMATS:
         return Decline("response_format", f"response_format {response_format!r}")
