@@ -254,13 +254,7 @@ mod tests {
 
     #[test]
     fn notable_params_decline_with_their_own_code() {
-        for name in [
-            "stream",
-            "tools",
-            "response_format",
-            "top_k",
-            "mock_response",
-        ] {
+        for &name in NOTABLE_DECLINES {
             let p = params(json!({ name: true }));
             let decline = admit_params(Provider::OpenAi, &p).unwrap_err();
             assert_eq!(decline.code, name);

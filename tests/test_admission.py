@@ -303,3 +303,30 @@ async def test_non_string_model_stays_in_python(upstream: RecordingUpstream) -> 
     with pytest.raises(Exception):  # noqa: B017  # LiteLLM's own answer to a missing model
         await litellm.acompletion(**kwargs, rust=True)
     assert litellm_fastpath.decline_counts() == {"model": 1}
+
+
+async def test_per_request_fallbacks_stay_in_python(upstream: RecordingUpstream) -> None:
+    kwargs = {
+        **deployment_kwargs("openai", upstream.url),
+        "messages": HELLO,
+        "fallbacks": [{"model": "openai/gpt-4o-mini"}],
+    }
+    try:
+        await litellm.acompletion(**kwargs, rust=True)
+    except openai.APIError:
+        pass  # however LiteLLM's fallback machinery answers, it is LiteLLM's answer
+    assert litellm_fastpath.decline_counts() == {"fallbacks": 1}
+
+
+async def test_bedrock_without_static_credentials_stays_in_python(
+    upstream: RecordingUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    kwargs = {**deployment_kwargs("bedrock", upstream.url), "messages": HELLO}
+    del kwargs["aws_access_key_id"], kwargs["aws_secret_access_key"]
+    try:
+        await litellm.acompletion(**kwargs, rust=True)
+    except openai.APIError:
+        pass  # botocore's credential chain finds nothing here: LiteLLM's own error
+    assert litellm_fastpath.decline_counts() == {"credentials": 1}
