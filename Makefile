@@ -5,7 +5,7 @@ LITELLM := litellm[proxy]==1.106.12
 # LiteLLM otherwise fetches its model price map from the internet at import.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup build demo test lint rust-test py-test bench bench-inprocess bench-gateway bench-media bench-sha256 clean
+.PHONY: setup build demo test lint rust-test py-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-soak clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -53,6 +53,11 @@ bench-media: $(PY)
 
 bench-sha256: $(PY)
 	$(PY) benches/sha256.py
+
+# Not part of `bench`: 10 minutes per arm (~22 min in all).
+bench-soak: $(PY)
+	$(PY) -m pip install -q matplotlib
+	$(PY) benches/soak.py
 
 clean:
 	rm -rf target $(VENV)

@@ -173,52 +173,104 @@ pub fn admit_params(
     Ok(())
 }
 
-/// Reads an optional numeric param, rejecting wrong types with a message naming the param.
-pub fn number_param(params: &Map<String, Value>, name: &str) -> Result<Option<Value>, String> {
+/// Reads an optional numeric param. LiteLLM forwards other types unchanged (or coerces them per
+/// provider), so anything but a JSON number declines rather than guessing.
+pub fn number_param(params: &Map<String, Value>, name: &str) -> Result<Option<Value>, Decline> {
     match params.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(v @ Value::Number(_)) => Ok(Some(v.clone())),
-        Some(other) => Err(format!("{name} must be a number, got {}", type_name(other))),
+        Some(other) => Err(param_type_decline(name, other)),
     }
 }
 
-/// Reads an optional integer param (token limits).
-pub fn integer_param(params: &Map<String, Value>, name: &str) -> Result<Option<i64>, String> {
+/// Reads an optional token limit. Only integers that fit in an i64 are served: LiteLLM truncates
+/// floats for some providers and forwards them (and huge integers) verbatim for others.
+pub fn integer_param(params: &Map<String, Value>, name: &str) -> Result<Option<i64>, Decline> {
     match params.get(name) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n
+        Some(value) => value
             .as_i64()
-            .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
             .map(Some)
-            .ok_or_else(|| format!("{name} must be an integer")),
-        Some(other) => Err(format!(
-            "{name} must be an integer, got {}",
-            type_name(other)
-        )),
+            .ok_or_else(|| param_type_decline(name, value)),
     }
 }
 
-/// `stop` as a list of strings (a bare string becomes a one-element list).
-pub fn stop_param(params: &Map<String, Value>) -> Result<Option<Vec<String>>, String> {
+/// `stop` as a list of non-null strings (a bare non-empty string becomes a one-element list).
+/// LiteLLM drops, filters or crashes on the other shapes depending on the provider.
+pub fn stop_param(params: &Map<String, Value>) -> Result<Option<Vec<String>>, Decline> {
     match params.get("stop") {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(vec![s.clone()])),
-        Some(Value::Array(items)) => items
+        Some(Value::String(s)) if !s.is_empty() => Ok(Some(vec![s.clone()])),
+        Some(value @ Value::Array(items)) => items
             .iter()
-            .map(|item| match item {
-                Value::String(s) => Ok(s.clone()),
-                other => Err(format!(
-                    "stop must be a string or a list of strings, found {}",
-                    type_name(other)
-                )),
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some),
-        Some(other) => Err(format!(
-            "stop must be a string or a list of strings, got {}",
-            type_name(other)
-        )),
+            .map(|item| item.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .map(Some)
+            .ok_or_else(|| param_type_decline("stop", value)),
+        Some(other) => Err(param_type_decline("stop", other)),
     }
+}
+
+fn param_type_decline(name: &str, value: &Value) -> Decline {
+    Decline::new(
+        "param_type",
+        format!("param {name:?} is {}", type_name(value)),
+    )
+}
+
+/// Text LiteLLM rewrites before sending to Anthropic or Bedrock: empty or whitespace-only text
+/// (sanitised, dropped or merged away) and trailing whitespace in a final assistant turn
+/// (trimmed). Such requests decline so LiteLLM's own rules apply.
+pub fn blank_text_decline(messages: &[Message]) -> Option<Decline> {
+    let is_blank = |text: &[u8]| {
+        std::str::from_utf8(text).is_ok_and(|text| text.chars().all(is_python_whitespace))
+    };
+    let texts = |content: &Content| -> Vec<Bytes> {
+        match content {
+            Content::Text(text) => vec![text.clone()],
+            Content::Parts(parts) => parts
+                .iter()
+                .filter_map(|part| match part {
+                    ContentPart::Text(text) => Some(text.clone()),
+                    ContentPart::Image(_) => None,
+                })
+                .collect(),
+        }
+    };
+    for (index, message) in messages.iter().enumerate() {
+        if texts(&message.content).iter().any(|text| is_blank(text)) {
+            return Some(Decline::new(
+                "blank_text",
+                format!("messages[{index}] has empty or whitespace-only text"),
+            ));
+        }
+    }
+    let last = messages.last()?;
+    let trailing_space = last.role == Role::Assistant
+        && texts(&last.content)
+            .last()
+            .and_then(|text| {
+                std::str::from_utf8(&text)
+                    .ok()
+                    .and_then(|text| text.chars().next_back())
+            })
+            .is_some_and(is_python_whitespace);
+    trailing_space
+        .then(|| Decline::new("blank_text", "final assistant message ends with whitespace"))
+}
+
+/// Python's `str.isspace()` (what LiteLLM's `strip()` calls whitespace): Unicode White_Space
+/// plus the ASCII separators U+001C..U+001F.
+fn is_python_whitespace(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// Anthropic and Bedrock need a conversation: LiteLLM refuses system-only requests itself.
+pub fn conversation_decline(messages: &[Message]) -> Option<Decline> {
+    messages
+        .iter()
+        .all(|message| message.role.is_instruction())
+        .then(|| Decline::new("system_only", "no user or assistant message"))
 }
 
 pub fn type_name(value: &Value) -> &'static str {
@@ -277,13 +329,55 @@ mod tests {
     }
 
     #[test]
-    fn typed_param_readers_reject_wrong_types() {
+    fn typed_param_readers_decline_other_types() {
         let p = params(json!({"temperature": "hot", "max_tokens": 1.5, "stop": [1]}));
-        assert!(number_param(&p, "temperature").is_err());
-        assert!(integer_param(&p, "max_tokens").is_err());
-        assert!(stop_param(&p).is_err());
-        let ok = params(json!({"max_tokens": 8.0, "stop": "END"}));
+        assert_eq!(
+            number_param(&p, "temperature").unwrap_err().code,
+            "param_type"
+        );
+        assert_eq!(
+            integer_param(&p, "max_tokens").unwrap_err().code,
+            "param_type"
+        );
+        assert_eq!(stop_param(&p).unwrap_err().code, "param_type");
+        for odd in [json!(8.0), json!(true), json!(u64::MAX)] {
+            let p = params(json!({ "max_tokens": odd }));
+            assert!(integer_param(&p, "max_tokens").is_err(), "{odd}");
+        }
+        for odd in [json!(""), json!([null]), json!(5), json!({})] {
+            let p = params(json!({ "stop": odd }));
+            assert!(stop_param(&p).is_err(), "{odd}");
+        }
+        let ok = params(json!({"max_tokens": 8, "stop": "END"}));
         assert_eq!(integer_param(&ok, "max_tokens"), Ok(Some(8)));
         assert_eq!(stop_param(&ok), Ok(Some(vec!["END".to_string()])));
+    }
+
+    fn message(role: Role, text: &'static str) -> Message {
+        Message {
+            role,
+            content: Content::Text(Bytes::from_static(text.as_bytes())),
+        }
+    }
+
+    #[test]
+    fn blank_text_and_trailing_assistant_whitespace_decline() {
+        let ok = [message(Role::User, "a "), message(Role::Assistant, "b")];
+        assert_eq!(blank_text_decline(&ok), None);
+        for messages in [
+            vec![message(Role::User, "")],
+            vec![message(Role::System, " \n"), message(Role::User, "a")],
+            vec![message(Role::User, "a"), message(Role::Assistant, "b ")],
+        ] {
+            assert_eq!(blank_text_decline(&messages).unwrap().code, "blank_text");
+        }
+    }
+
+    #[test]
+    fn system_only_requests_decline() {
+        assert!(conversation_decline(&[message(Role::System, "s")]).is_some());
+        assert!(
+            conversation_decline(&[message(Role::System, "s"), message(Role::User, "u")]).is_none()
+        );
     }
 }

@@ -1,5 +1,7 @@
 //! The HTTP client: one shared reqwest pool, no automatic retries, no redirects, bodies streamed.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -32,16 +34,40 @@ pub struct UpstreamResponse {
     pub body: Bytes,
 }
 
+/// Distinct timeouts kept with their own client; deployments rarely use more than a few.
+const MAX_CLIENTS: usize = 64;
+
+/// HTTP clients keyed by the deployment timeout. LiteLLM's `timeout` bounds each wait for the
+/// provider (connect, every read), not the whole exchange, so a slow but steady answer
+/// succeeds; reqwest's per-read timeout is a client setting, hence one client per value.
 pub struct Transport {
-    client: reqwest::Client,
+    clients: Mutex<HashMap<Duration, reqwest::Client>>,
 }
 
 impl Transport {
     pub fn new() -> Result<Transport, TransportError> {
         // Several crates may link rustls; installing our provider is idempotent per process.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        Ok(Transport {
+            clients: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn client(&self, read_timeout: Duration) -> Result<reqwest::Client, TransportError> {
+        let mut clients = self
+            .clients
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(client) = clients.get(&read_timeout) {
+            return Ok(client.clone());
+        }
+        if clients.len() >= MAX_CLIENTS {
+            // Idle pooled connections of the dropped clients close on their own.
+            clients.clear();
+        }
         let client = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
+            .connect_timeout(CONNECT_TIMEOUT.min(read_timeout))
+            .read_timeout(read_timeout)
             .pool_idle_timeout(Duration::from_secs(90))
             .tcp_nodelay(true)
             // The router owns retries; a redirect must never carry credentials elsewhere.
@@ -50,19 +76,20 @@ impl Transport {
             .no_proxy()
             .build()
             .map_err(|err| TransportError::Setup(describe(&err)))?;
-        Ok(Transport { client })
+        clients.insert(read_timeout, client.clone());
+        Ok(client)
     }
 
-    /// Sends one request and reads the whole response. Exactly one attempt.
+    /// Sends one request and reads the whole response. Exactly one attempt; `request.timeout`
+    /// bounds the connect and each read.
     pub async fn send(&self, request: UpstreamRequest) -> Result<UpstreamResponse, TransportError> {
         let timeout = request.timeout;
         let url = reqwest::Url::parse(&request.url)
             .map_err(|err| TransportError::InvalidUrl(err.to_string()))?;
         let response = self
-            .client
+            .client(timeout)?
             .post(url)
             .headers(request.headers)
-            .timeout(timeout)
             .body(reqwest::Body::wrap(request.body.into_http_body()))
             .send()
             .await

@@ -4,6 +4,7 @@ model, usage and response_cost as LiteLLM's own path (the proxy case is in test_
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -171,3 +172,58 @@ async def test_transcription_success_logging_matches_litellm(
     slow_payload = slow_event["standard_logging_object"]
     for key in ("model", "custom_llm_provider", "status", "call_type"):
         assert fast_payload[key] == slow_payload[key], key
+
+
+# Fields of LiteLLM's standard logging payload that differ on every call (ids, clocks) or name
+# the path that served it (the fast path's response headers).
+_VOLATILE_PAYLOAD_FIELDS = frozenset(
+    {
+        "id",
+        "litellm_call_id",
+        "trace_id",
+        "startTime",
+        "endTime",
+        "completionStartTime",
+        "response_time",
+        "saved_cache_cost",
+    }
+)
+
+
+def _comparable_payload(event: dict[str, Any]) -> dict[str, Any]:
+    payload = {
+        k: v
+        for k, v in event["standard_logging_object"].items()
+        if k not in _VOLATILE_PAYLOAD_FIELDS
+    }
+    response = dict(payload.get("response") or {})
+    response.pop("id", None)
+    response.pop("created", None)
+    payload["response"] = response
+    hidden = dict(payload.get("hidden_params") or {})
+    hidden.pop("additional_headers", None)
+    hidden.pop("litellm_overhead_time_ms", None)
+    payload["hidden_params"] = hidden
+    return payload
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_standard_logging_payload_matches_python(
+    upstream: RecordingUpstream, recorder: Recorder, provider: str
+) -> None:
+    """The whole payload spend logs and every callback receive, `api_base` included."""
+    kwargs = {
+        **deployment_kwargs(provider, upstream.url),
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    fast = await litellm.acompletion(**kwargs, rust=True)
+    fast_payload = _comparable_payload(await _event_for(recorder, fast))
+    slow = await litellm.acompletion(**kwargs)
+    slow_payload = _comparable_payload(await _event_for(recorder, slow))
+    assert served_by_rust(fast)
+    differing = {
+        key: (fast_payload.get(key), slow_payload.get(key))
+        for key in fast_payload.keys() | slow_payload.keys()
+        if fast_payload.get(key) != slow_payload.get(key)
+    }
+    assert differing == {}, json.dumps(differing, default=str, indent=1)

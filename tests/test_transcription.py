@@ -49,7 +49,14 @@ def without_deliberate_differences(body: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     "params",
-    [{}, {"prompt": "Names: Bob, Alice."}, {"temperature": 0.2}, {"response_format": "json"}],
+    [
+        {},
+        {"prompt": "Names: Bob, Alice."},
+        {"temperature": 0.2},
+        # What the proxy's form parsing hands LiteLLM: forwarded as given on both routes.
+        {"temperature": "0.2"},
+        {"response_format": "json"},
+    ],
 )
 async def test_upstream_body_and_response_match_litellm(
     upstream: RecordingUpstream, params: dict[str, Any]
@@ -154,6 +161,23 @@ async def test_unsupported_params_decline_to_litellm(
     assert len(upstream.requests) == 1
 
 
+@pytest.mark.parametrize("file", [b"", named(b"")], ids=["bytes", "upload"])
+async def test_empty_audio_is_refused_like_litellm(upstream: RecordingUpstream, file: Any) -> None:
+    errors = []
+    for rust in (True, False):
+        if hasattr(file, "seek"):
+            file.seek(0)
+        with pytest.raises(Exception) as raised:
+            await litellm.atranscription(file=file, **bedrock_kwargs(upstream.url), rust=rust)
+        # LiteLLM appends its own traceback to the message: compare the message itself.
+        message = str(raised.value).splitlines()[0]
+        errors.append((type(raised.value), raised.value.status_code, message))
+    assert errors[0] == errors[1]
+    assert errors[0][0] is litellm.APIConnectionError
+    assert upstream.requests == []
+    assert litellm_fastpath.decline_counts() == {}
+
+
 async def test_upstream_429_is_final_and_a_rate_limit_error(upstream: RecordingUpstream) -> None:
     upstream.enqueue(Reply(status=429, json={"message": "Too many requests"}))
     with pytest.raises(litellm.RateLimitError) as raised:
@@ -185,11 +209,10 @@ async def test_cancel_stops_the_upload_and_releases_the_audio(upstream: Recordin
     with pytest.raises(asyncio.CancelledError):
         await task
     assert time.monotonic() - started < 1.0
+    # Released by the runtime as the task is dropped: no further call into the extension.
     deadline = time.monotonic() + 3
     while sys.getrefcount(audio) > baseline and time.monotonic() < deadline:
         gc.collect()
-        # PyO3 applies references dropped off-thread on its next entry from Python.
-        litellm_fastpath._native.Deployment("openai", "probe")
         await asyncio.sleep(0.02)
     assert sys.getrefcount(audio) == baseline
 

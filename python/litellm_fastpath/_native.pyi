@@ -53,6 +53,8 @@ class CallHandle:
 
 @final
 class PreparedCall:
+    @property
+    def url(self) -> str: ...
     def start(
         self,
         event_loop: asyncio.AbstractEventLoop,
@@ -61,6 +63,19 @@ class PreparedCall:
     ) -> CallHandle: ...
     def send_blocking(self) -> tuple[dict[str, Any], dict[str, str]]: ...
 
+def prepare_transcription(
+    deployment: Deployment,
+    audio: str | bytes | bytearray | memoryview,
+    audio_format: str,
+    *,
+    language: str | None = None,
+    prompt: str | None = None,
+    temperature: float | str | None = None,
+    timeout: float | None = None,
+) -> PreparedCall: ...
+def prepare_converse_body(
+    deployment: Deployment, body: bytes | memoryview, timeout: float | None = None
+) -> PreparedCall: ...
 def prepare_chat(
     deployment: Deployment,
     messages: object,

@@ -105,9 +105,23 @@ def bad_request(err: _native.FastpathError, route: Route) -> Exception:
     )
 
 
+def invalid_param(name: str, why: str, route: Route) -> Exception:
+    return litellm.BadRequestError(
+        message=f"litellm_fastpath: invalid request: {name} {why}",
+        model=route.model,
+        llm_provider=route.provider,
+    )
+
+
 def to_litellm(err: _native.FastpathError, route: Route, elapsed: float = 0.0) -> Exception:
     if isinstance(err, _native.UpstreamStatusError):
         _message, status, body, headers = err.args
+        if 300 <= status < 400:
+            # LiteLLM follows redirects (sending the credentials along); we never do.
+            body = (
+                f"the provider answered with a redirect (HTTP {status}); litellm_fastpath does "
+                "not follow redirects, so credentials never reach another URL"
+            )
         return _mapped(_provider_error(route.provider, status, body, headers), route)
     if isinstance(err, _native.UpstreamTimeoutError):
         return _timeout(route, elapsed)
@@ -115,4 +129,34 @@ def to_litellm(err: _native.FastpathError, route: Route, elapsed: float = 0.0) -
         return _mapped(_synthesized(route.provider, str(err)), route)
     if isinstance(err, _native.InvalidRequestError):
         return bad_request(err, route)
+    if isinstance(err, _native.InvalidResponseError):
+        return _invalid_response(err, route)
     return _mapped(_provider_error(route.provider, 500, str(err), {}), route)
+
+
+def _invalid_response(err: _native.InvalidResponseError, route: Route) -> Exception:
+    """A 2xx answer LiteLLM cannot use either: the exception its response handling raises."""
+    message, kind = err.args
+    if route.provider == "openai":
+        # LiteLLM's OpenAI handler: "Invalid response object" as a 500 from the provider.
+        return _mapped(_provider_error("openai", 500, message, {}), route)
+    if route.provider == "bedrock" and kind == "unparsable":
+        # LiteLLM's Converse handler: a BedrockError 422 "Error converting to valid response".
+        return _mapped(
+            _provider_error("bedrock", 422, f"Error converting to valid response block={message}", {}),
+            route,
+        )
+    # Anthropic's unparsable bodies and every missing field: LiteLLM fails while reading the
+    # answer, which its exception mapping reports as an APIConnectionError (500).
+    return litellm.APIConnectionError(
+        message=f"{_PROVIDER_PREFIX[route.provider]} - {message}",
+        llm_provider=route.provider,
+        model=route.model,
+    )
+
+
+_PROVIDER_PREFIX = {
+    "anthropic": "AnthropicException",
+    "bedrock": "BedrockException",
+    "openai": "OpenAIException",
+}

@@ -60,6 +60,10 @@ def _admit_chat(kwargs: dict[str, Any]) -> tuple[routing.Route, _native.Prepared
     if isinstance(decision, routing.Decline):
         routing.record_decline(decision)
         return None
+    non_finite = routing.non_finite_param(decision.params)
+    if non_finite is not None:
+        # LiteLLM would put NaN/Infinity into the JSON body (or fail converting it).
+        raise errors.invalid_param(non_finite, "must be a finite number", decision)
     try:
         prepared = _native.prepare_chat(
             decision.deployment, kwargs.get("messages"), decision.params, decision.timeout
@@ -80,6 +84,13 @@ def _admit_transcription(
         routing.record_decline(decision)
         return None
     audio = decision.audio
+    if memoryview(audio.data).nbytes == 0:
+        # LiteLLM's native route refuses an empty file before any I/O, with these words.
+        raise litellm.APIConnectionError(
+            message="missing required field: audio.data",
+            model=decision.model,
+            llm_provider="bedrock",
+        )
     if audio.audio_format not in _BEDROCK_AUDIO_FORMATS:
         # LiteLLM's wording, as a 400: the caller sent a file Bedrock cannot take.
         raise litellm.BadRequestError(
@@ -163,7 +174,7 @@ async def _call_async(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]
         return await original(**kwargs)
     route, prepared = admitted
     start_time = datetime.datetime.now()
-    logging_obj = _logging_obj(kwargs, route, start_time, kind.async_name)
+    logging_obj = _logging_obj(kwargs, route, prepared, start_time, kind.async_name)
     try:
         body, provider_headers = await await_call(prepared)
     except _native.FastpathError as err:
@@ -184,7 +195,7 @@ def _call_sync(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
         return original(**kwargs)
     route, prepared = admitted
     start_time = datetime.datetime.now()
-    logging_obj = _logging_obj(kwargs, route, start_time, kind.sync_name)
+    logging_obj = _logging_obj(kwargs, route, prepared, start_time, kind.sync_name)
     try:
         body, provider_headers = prepared.send_blocking()
     except _native.FastpathError as err:
@@ -241,7 +252,11 @@ def _callbacks_configured() -> bool:
 
 
 def _logging_obj(
-    kwargs: dict[str, Any], route: routing.Route, start_time: datetime.datetime, call_type: str
+    kwargs: dict[str, Any],
+    route: routing.Route,
+    prepared: _native.PreparedCall,
+    start_time: datetime.datetime,
+    call_type: str,
 ) -> Any:
     """LiteLLM's logging object for this call: the proxy's, or a new one when callbacks exist.
 
@@ -260,21 +275,26 @@ def _logging_obj(
         model=route.model,
         user=kwargs.get("user"),
         optional_params=dict(route.params),
-        litellm_params=_litellm_params(kwargs, route),
+        litellm_params=_litellm_params(kwargs, route, prepared),
         custom_llm_provider=route.provider,
     )
     return logging_obj
 
 
-def _litellm_params(kwargs: Mapping[str, Any], route: routing.Route) -> dict[str, Any]:
+def _litellm_params(
+    kwargs: Mapping[str, Any], route: routing.Route, prepared: _native.PreparedCall
+) -> dict[str, Any]:
     """What LiteLLM's logging reads from `litellm_params` (spend tracking keys live in metadata)."""
+    # LiteLLM's handlers log the URL they post to for Anthropic and Bedrock, the configured
+    # base for OpenAI.
+    api_base = route.deployment.api_base if route.provider == "openai" else prepared.url
     return {
         "metadata": kwargs.get("metadata") or {},
         "litellm_metadata": kwargs.get("litellm_metadata"),
         "model_info": kwargs.get("model_info"),
         "proxy_server_request": kwargs.get("proxy_server_request"),
         "litellm_call_id": kwargs.get("litellm_call_id"),
-        "api_base": route.deployment.api_base,
+        "api_base": api_base,
         "custom_llm_provider": route.provider,
         "acompletion": True,
         "stream": False,

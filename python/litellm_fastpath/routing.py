@@ -10,7 +10,9 @@ from __future__ import annotations
 import functools
 import io
 import logging
+import math
 import os
+import re
 import threading
 from collections import Counter
 from collections.abc import Mapping
@@ -217,6 +219,10 @@ def _timeout(kwargs: Mapping[str, Any]) -> float | Decline:
     return seconds if seconds > 0 else Decline("timeout", "timeout is not positive")
 
 
+# RFC 9110 token characters: what a header name may contain.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
 def _extra_headers(kwargs: Mapping[str, Any]) -> list[tuple[str, str]] | Decline:
     headers = kwargs.get("extra_headers")
     if not headers:
@@ -225,6 +231,10 @@ def _extra_headers(kwargs: Mapping[str, Any]) -> list[tuple[str, str]] | Decline
         isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
     ):
         return Decline("extra_headers", "extra_headers must map strings to strings")
+    for name, value in headers.items():
+        # LiteLLM has its own answers for these (header-injection errors, odd requests).
+        if not _HEADER_NAME.fullmatch(name) or any(c in value for c in "\r\n\0"):
+            return Decline("extra_headers", "extra_headers with an invalid name or value")
     return list(headers.items())
 
 
@@ -291,9 +301,12 @@ def _deployment(
         if "/" in model:
             # Region segments, ARNs and inference profiles: LiteLLM re-derives region and id.
             return Decline("bedrock_route", "model id with a path segment")
+        # A Bedrock API key wins over AWS credentials (LiteLLM's `bedrock_bearer_token`).
+        api_key = kwargs.get("api_key")
+        bearer_token = (api_key if api_key is not None else _env("AWS_BEARER_TOKEN_BEDROCK")) or None
         access_key = kwargs.get("aws_access_key_id") or _env("AWS_ACCESS_KEY_ID")
         secret_key = kwargs.get("aws_secret_access_key") or _env("AWS_SECRET_ACCESS_KEY")
-        if not (access_key and secret_key):
+        if bearer_token is None and not (access_key and secret_key):
             # Instance profiles, SSO, web identity: botocore's chain stays in Python.
             return Decline("credentials", "no static AWS credentials")
         region = (
@@ -302,6 +315,7 @@ def _deployment(
             or _BEDROCK_DEFAULT_REGION
         )
         settings.update(
+            api_key=bearer_token,
             aws_access_key_id=access_key,
             aws_secret_access_key=secret_key,
             aws_session_token=kwargs.get("aws_session_token") or _env("AWS_SESSION_TOKEN"),
@@ -318,7 +332,11 @@ def _deployment(
     if cached is None:
         if len(_deployments) >= _MAX_CACHED_DEPLOYMENTS:
             _deployments.clear()
-        cached = _native.Deployment(provider, model, **settings)
+        try:
+            cached = _native.Deployment(provider, model, **settings)
+        except _native.InvalidRequestError as err:
+            # Settings Rust cannot use as given: LiteLLM applies its own rules to them.
+            return Decline("deployment", str(err))
         _deployments[key] = cached
     return cached
 
@@ -340,7 +358,29 @@ def request_params(
                 return Decline(code, f"kwarg {name!r}")
             continue
         params[name] = value
+    stop = params.get("stop")
+    if isinstance(stop, list) and len(stop) > 4:
+        import litellm
+
+        if not litellm.disable_stop_sequence_limit:
+            # LiteLLM's `validate_openai_optional_params`: providers take four at most.
+            params["stop"] = stop[:4]
     return params
+
+
+def non_finite_param(params: Mapping[str, Any]) -> str | None:
+    """The name of a param holding NaN or an infinity (JSON has neither), if any."""
+
+    def non_finite(value: Any) -> bool:
+        if isinstance(value, float):
+            return not math.isfinite(value)
+        if isinstance(value, Mapping):
+            return any(non_finite(item) for item in value.values())
+        if isinstance(value, (list, tuple)):
+            return any(non_finite(item) for item in value)
+        return False
+
+    return next((name for name, value in params.items() if non_finite(value)), None)
 
 
 def route(kwargs: Mapping[str, Any]) -> Route | Decline:
@@ -476,10 +516,13 @@ def route_transcription(kwargs: Mapping[str, Any]) -> TranscriptionRoute | Decli
         if name in params and not isinstance(params[name], str):
             return Decline("unsupported_param", f"{name} is not a string")
     temperature = params.get("temperature")
+    # Through the proxy form values arrive as strings; LiteLLM forwards them as given.
     if temperature is not None and (
-        isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float, str))
+        or (isinstance(temperature, float) and not math.isfinite(temperature))
     ):
-        return Decline("unsupported_param", "temperature is not a number")
+        return Decline("unsupported_param", "temperature is not a number or a string")
     audio = audio_source(kwargs.get("file"))
     if isinstance(audio, Decline):
         return audio

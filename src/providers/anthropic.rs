@@ -3,10 +3,11 @@
 use http::HeaderMap;
 use serde_json::{Map, Value, json};
 
-use super::{Deployment, Prepared, TransformError, UpstreamRequest, header, parse_data_url};
+use super::{Deployment, Refusal, TransformError, UpstreamRequest, header, parse_data_url};
 use crate::body::{JsonBody, Node};
 use crate::chat::{
-    ChatRequest, Content, ContentPart, Decline, Role, integer_param, number_param, stop_param,
+    ChatRequest, Content, ContentPart, Decline, Role, blank_text_decline, conversation_decline,
+    integer_param, number_param, stop_param,
 };
 
 const DEFAULT_API_BASE: &str = "https://api.anthropic.com";
@@ -18,9 +19,13 @@ pub const DEFAULT_MAX_TOKENS: i64 = 4096;
 pub fn build_request(
     deployment: &Deployment,
     request: &ChatRequest,
-) -> Result<Prepared, TransformError> {
-    let invalid = TransformError::InvalidRequest;
+) -> Result<UpstreamRequest, Refusal> {
     let params = &request.params;
+    if let Some(decline) =
+        conversation_decline(&request.messages).or_else(|| blank_text_decline(&request.messages))
+    {
+        return Err(decline.into());
+    }
 
     let mut system = Vec::new();
     let mut turns: Vec<(Role, Vec<Node>)> = Vec::new();
@@ -29,10 +34,7 @@ pub fn build_request(
             system.extend(text_blocks(&message.content)?);
             continue;
         }
-        let blocks = match content_blocks(&message.content)? {
-            Ok(blocks) => blocks,
-            Err(decline) => return Ok(Err(decline)),
-        };
+        let blocks = content_blocks(message.role, &message.content)?;
         // Anthropic needs alternating roles; LiteLLM merges consecutive same-role turns.
         match turns.last_mut() {
             Some((role, existing)) if *role == message.role => existing.extend(blocks),
@@ -40,13 +42,11 @@ pub fn build_request(
         }
     }
 
-    let max_tokens = match integer_param(params, "max_tokens").map_err(invalid)? {
-        Some(limit) => limit,
-        None => integer_param(params, "max_completion_tokens")
-            .map_err(invalid)?
-            .or(deployment.default_max_tokens)
-            .unwrap_or(DEFAULT_MAX_TOKENS),
-    };
+    // LiteLLM maps `max_completion_tokens` after `max_tokens`, so it wins when both are set.
+    let max_tokens = integer_param(params, "max_completion_tokens")?
+        .or(integer_param(params, "max_tokens")?)
+        .or(deployment.default_max_tokens)
+        .unwrap_or(DEFAULT_MAX_TOKENS);
     let mut fields: Vec<(String, Node)> = vec![
         ("model".into(), Node::from(deployment.model.as_str())),
         (
@@ -69,11 +69,11 @@ pub fn build_request(
     }
     fields.push(("max_tokens".into(), Node::Value(json!(max_tokens))));
     for name in ["temperature", "top_p"] {
-        if let Some(value) = number_param(params, name).map_err(invalid)? {
+        if let Some(value) = number_param(params, name)? {
             fields.push((name.into(), Node::Value(value)));
         }
     }
-    if let Some(stop) = stop_param(params).map_err(invalid)? {
+    if let Some(stop) = stop_param(params)? {
         fields.push(("stop_sequences".into(), Node::Value(json!(stop))));
     }
 
@@ -99,13 +99,13 @@ pub fn build_request(
         value.set_sensitive(true);
         headers.insert(name, value);
     }
-    Ok(Ok(UpstreamRequest {
+    Ok(UpstreamRequest {
         url,
         headers,
         body: JsonBody::from_node(&Node::Object(fields)),
         timeout: deployment.timeout,
         sigv4: None,
-    }))
+    })
 }
 
 fn text_block(text: &bytes::Bytes) -> Result<Node, TransformError> {
@@ -115,35 +115,41 @@ fn text_block(text: &bytes::Bytes) -> Result<Node, TransformError> {
     ]))
 }
 
-/// System content: text only (an image in a system message is a caller error upstream too).
-fn text_blocks(content: &Content) -> Result<Vec<Node>, TransformError> {
+/// System content: text only. LiteLLM turns an image there into a malformed block; decline.
+fn text_blocks(content: &Content) -> Result<Vec<Node>, Refusal> {
     match content {
         Content::Text(text) => Ok(vec![text_block(text)?]),
         Content::Parts(parts) => parts
             .iter()
             .map(|part| match part {
-                ContentPart::Text(text) => text_block(text),
-                ContentPart::Image(_) => Err(TransformError::InvalidRequest(
-                    "system messages cannot contain images".into(),
-                )),
+                ContentPart::Text(text) => Ok(text_block(text)?),
+                ContentPart::Image(_) => {
+                    Err(Decline::new("system_image", "image in a system message").into())
+                }
             })
             .collect(),
     }
 }
 
-fn content_blocks(content: &Content) -> Result<Result<Vec<Node>, Decline>, TransformError> {
+fn content_blocks(role: Role, content: &Content) -> Result<Vec<Node>, Refusal> {
     let parts = match content {
-        Content::Text(text) => return Ok(Ok(vec![text_block(text)?])),
+        Content::Text(text) => return Ok(vec![text_block(text)?]),
         Content::Parts(parts) => parts,
     };
     let mut blocks = Vec::with_capacity(parts.len());
     for part in parts {
         match part {
             ContentPart::Text(text) => blocks.push(text_block(text)?),
+            ContentPart::Image(_) if role == Role::Assistant => {
+                // LiteLLM strips images from assistant turns.
+                return Err(
+                    Decline::new("assistant_image", "image in an assistant message").into(),
+                );
+            }
             ContentPart::Image(image) => {
                 // LiteLLM downloads http(s) images for Anthropic; that I/O stays in Python.
                 if !image.url.starts_with(b"data:") {
-                    return Ok(Err(Decline::new("image_url_remote", "non-data image URL")));
+                    return Err(Decline::new("image_url_remote", "non-data image URL").into());
                 }
                 let data_url = parse_data_url(&image.url)?;
                 blocks.push(Node::object([
@@ -160,7 +166,7 @@ fn content_blocks(content: &Content) -> Result<Result<Vec<Node>, Decline>, Trans
             }
         }
     }
-    Ok(Ok(blocks))
+    Ok(blocks)
 }
 
 pub fn finish_reason(stop_reason: Option<&str>) -> &'static str {
@@ -186,16 +192,22 @@ pub fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, Tra
     for block in blocks {
         if block.get("type").and_then(Value::as_str) == Some("text") {
             saw_text = true;
-            text.push_str(
-                block
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default(),
-            );
+            let part = block
+                .get("text")
+                .and_then(Value::as_str)
+                .ok_or_else(|| invalid("a text block without a string 'text'"))?;
+            text.push_str(part);
         }
     }
-    let usage = body.get("usage").cloned().unwrap_or(Value::Null);
-    let finish = finish_reason(body.get("stop_reason").and_then(Value::as_str));
+    // LiteLLM reads both unconditionally: without them the call fails (no zero-cost answers).
+    let usage = body
+        .get("usage")
+        .filter(|usage| usage.is_object())
+        .ok_or_else(|| invalid("missing 'usage'"))?;
+    let stop_reason = body
+        .get("stop_reason")
+        .ok_or_else(|| invalid("missing 'stop_reason'"))?;
+    let finish = finish_reason(stop_reason.as_str());
     let mut message = Map::new();
     message.insert("role".into(), json!("assistant"));
     message.insert(
@@ -211,7 +223,7 @@ pub fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, Tra
         "object": "chat.completion",
         "model": body.get("model").and_then(Value::as_str).unwrap_or(&deployment.model),
         "choices": [{"index": 0, "finish_reason": finish, "message": message}],
-        "usage": convert_usage(&usage),
+        "usage": convert_usage(usage),
     }))
 }
 

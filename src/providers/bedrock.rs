@@ -6,12 +6,13 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Map, Value, json};
 
 use super::{
-    AwsSettings, Deployment, Prepared, SigV4, TransformError, UpstreamRequest, header,
+    AwsAuth, AwsSettings, Deployment, Refusal, SigV4, TransformError, UpstreamRequest, header,
     parse_data_url,
 };
 use crate::body::{JsonBody, Node};
 use crate::chat::{
-    ChatRequest, Content, ContentPart, Decline, Role, integer_param, number_param, stop_param,
+    ChatRequest, Content, ContentPart, Decline, Role, blank_text_decline, conversation_decline,
+    integer_param, number_param, stop_param,
 };
 
 /// Characters kept as-is in the model id path segment (Python's `quote(model_id, safe="")`).
@@ -47,47 +48,63 @@ pub fn converse_request(
     let mut headers = HeaderMap::new();
     let (name, value) = header("content-type", "application/json")?;
     headers.insert(name, value);
+    let sigv4 = match &aws.auth {
+        AwsAuth::SigV4(credentials) => Some(SigV4 {
+            credentials: credentials.clone(),
+            region: aws.region.clone(),
+            service: "bedrock",
+        }),
+        // A Bedrock API key replaces SigV4, as in LiteLLM.
+        AwsAuth::Bearer(token) => {
+            let (name, mut value) = header("authorization", &format!("Bearer {token}"))?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+            None
+        }
+    };
     Ok(UpstreamRequest {
         url: converse_url(aws, &deployment.model),
         headers,
         body,
         timeout: deployment.timeout,
-        sigv4: Some(SigV4 {
-            credentials: aws.credentials.clone(),
-            region: aws.region.clone(),
-            service: "bedrock",
-        }),
+        sigv4,
     })
 }
 
 pub fn build_request(
     deployment: &Deployment,
     request: &ChatRequest,
-) -> Result<Prepared, TransformError> {
-    let invalid = TransformError::InvalidRequest;
+) -> Result<UpstreamRequest, Refusal> {
     let params = &request.params;
+    if let Some(decline) =
+        conversation_decline(&request.messages).or_else(|| blank_text_decline(&request.messages))
+    {
+        return Err(decline.into());
+    }
 
     let mut system = Vec::new();
     let mut turns: Vec<(Role, Vec<Node>)> = Vec::new();
     for message in &request.messages {
+        let blocks = content_blocks(&message.content)?;
+        let has_image = blocks.iter().any(|block| matches!(block, Block::Image(_)));
+        if has_image && message.role != Role::User {
+            // LiteLLM declines system images and fails on assistant ones: leave both to it.
+            let code = if message.role.is_instruction() {
+                "system_image"
+            } else {
+                "assistant_image"
+            };
+            return Err(Decline::new(
+                code,
+                format!("image in a {} message", message.role.as_str()),
+            )
+            .into());
+        }
+        let blocks = blocks.into_iter().map(Block::into_node).collect::<Vec<_>>();
         if message.role.is_instruction() {
-            for block in content_blocks(&message.content)? {
-                match block {
-                    Block::Text(node) => system.push(node),
-                    Block::Image(_) => {
-                        return Ok(Err(Decline::new(
-                            "system_image",
-                            "image in a system message",
-                        )));
-                    }
-                }
-            }
+            system.extend(blocks);
             continue;
         }
-        let blocks = content_blocks(&message.content)?
-            .into_iter()
-            .map(Block::into_node)
-            .collect::<Vec<_>>();
         // Converse needs alternating roles; LiteLLM merges consecutive same-role turns.
         match turns.last_mut() {
             Some((role, existing)) if *role == message.role => existing.extend(blocks),
@@ -96,20 +113,19 @@ pub fn build_request(
     }
 
     let mut inference = Vec::new();
-    let max_tokens = match integer_param(params, "max_tokens").map_err(invalid)? {
-        Some(limit) => Some(limit),
-        None => integer_param(params, "max_completion_tokens").map_err(invalid)?,
-    };
+    // LiteLLM maps `max_completion_tokens` after `max_tokens`, so it wins when both are set.
+    let max_tokens =
+        integer_param(params, "max_completion_tokens")?.or(integer_param(params, "max_tokens")?);
     if let Some(limit) = max_tokens {
         inference.push(("maxTokens".to_string(), Node::Value(json!(limit))));
     }
-    if let Some(value) = number_param(params, "temperature").map_err(invalid)? {
+    if let Some(value) = number_param(params, "temperature")? {
         inference.push(("temperature".to_string(), Node::Value(value)));
     }
-    if let Some(value) = number_param(params, "top_p").map_err(invalid)? {
+    if let Some(value) = number_param(params, "top_p")? {
         inference.push(("topP".to_string(), Node::Value(value)));
     }
-    if let Some(stop) = stop_param(params).map_err(invalid)? {
+    if let Some(stop) = stop_param(params)? {
         inference.push(("stopSequences".to_string(), Node::Value(json!(stop))));
     }
 
@@ -131,7 +147,10 @@ pub fn build_request(
         fields.push(("system".into(), Node::Array(system)));
     }
     fields.push(("inferenceConfig".into(), Node::Object(inference)));
-    converse_request(deployment, JsonBody::from_node(&Node::Object(fields))).map(Ok)
+    Ok(converse_request(
+        deployment,
+        JsonBody::from_node(&Node::Object(fields)),
+    )?)
 }
 
 enum Block {
@@ -151,7 +170,7 @@ fn text_block(text: &bytes::Bytes) -> Result<Node, TransformError> {
     Ok(Node::object([("text", Node::str_utf8(text.clone())?)]))
 }
 
-fn content_blocks(content: &Content) -> Result<Vec<Block>, TransformError> {
+fn content_blocks(content: &Content) -> Result<Vec<Block>, Refusal> {
     let parts = match content {
         Content::Text(text) => return Ok(vec![Block::Text(text_block(text)?)]),
         Content::Parts(parts) => parts,
@@ -161,6 +180,10 @@ fn content_blocks(content: &Content) -> Result<Vec<Block>, TransformError> {
         .map(|part| match part {
             ContentPart::Text(text) => Ok(Block::Text(text_block(text)?)),
             ContentPart::Image(image) => {
+                // LiteLLM downloads http(s) images for Bedrock; that I/O stays in Python.
+                if !image.url.starts_with(b"data:") {
+                    return Err(Decline::new("image_url_remote", "non-data image URL").into());
+                }
                 let data_url = parse_data_url(&image.url)?;
                 let format = image_format(&data_url.media_type)?;
                 Ok(Block::Image(Node::object([(
@@ -178,15 +201,19 @@ fn content_blocks(content: &Content) -> Result<Vec<Block>, TransformError> {
         .collect()
 }
 
-fn image_format(media_type: &str) -> Result<&'static str, TransformError> {
-    match media_type {
+/// Bedrock's image format from the data URL's media type; LiteLLM ignores media type parameters
+/// (`image/png;charset=utf-8`). Documents, videos and other types follow LiteLLM's own rules.
+fn image_format(media_type: &str) -> Result<&'static str, Decline> {
+    let essence = media_type.split(';').next().unwrap_or_default();
+    match essence {
         "image/png" => Ok("png"),
-        "image/jpeg" | "image/jpg" => Ok("jpeg"),
+        "image/jpeg" => Ok("jpeg"),
         "image/gif" => Ok("gif"),
         "image/webp" => Ok("webp"),
-        other => Err(TransformError::InvalidRequest(format!(
-            "unsupported image type {other:?} for Bedrock (png, jpeg, gif, webp)"
-        ))),
+        _ => Err(Decline::new(
+            "image_type",
+            "media type other than image/png, jpeg, gif or webp",
+        )),
     }
 }
 
@@ -207,7 +234,8 @@ pub struct TranscriptionRequest {
     pub format: String,
     pub language: Option<String>,
     pub prompt: Option<String>,
-    pub temperature: Option<f64>,
+    /// A number, or the string a proxy form field carries (LiteLLM forwards it as given).
+    pub temperature: Option<Value>,
 }
 
 /// LiteLLM's instruction text, plus the language when given.
@@ -245,8 +273,8 @@ pub fn build_transcription(
     let instruction =
         transcription_instruction(request.language.as_deref(), request.prompt.as_deref());
     let mut inference = vec![("maxTokens".to_string(), Node::Value(json!(4096)))];
-    if let Some(temperature) = request.temperature {
-        inference.push(("temperature".to_string(), Node::Value(json!(temperature))));
+    if let Some(temperature) = &request.temperature {
+        inference.push(("temperature".to_string(), Node::Value(temperature.clone())));
     }
     let body = Node::object([
         (
@@ -283,8 +311,7 @@ pub fn prebuilt_request(
 
 /// Converse answer -> `{"text": ...}`: the concatenated text blocks.
 pub fn parse_transcription(body: &Bytes) -> Result<Value, TransformError> {
-    let parsed: Value = serde_json::from_slice(body)
-        .map_err(|err| TransformError::InvalidResponse(format!("not JSON ({err})")))?;
+    let parsed = super::json_object(body)?;
     Ok(json!({ "text": output_text(&parsed)? }))
 }
 
@@ -299,23 +326,37 @@ pub fn finish_reason(stop_reason: Option<&str>) -> &'static str {
     }
 }
 
-/// Concatenated text of `output.message.content[*].text`.
+/// Concatenated text of `output.message.content[*].text` (a block's `text`, when present, must
+/// be a string: LiteLLM fails the call otherwise).
 pub fn output_text(body: &Value) -> Result<String, TransformError> {
+    let invalid = |why: &str| TransformError::InvalidResponse(why.to_string());
     let blocks = body
         .pointer("/output/message/content")
         .and_then(Value::as_array)
-        .ok_or_else(|| {
-            TransformError::InvalidResponse("missing 'output.message.content'".into())
-        })?;
-    Ok(blocks
-        .iter()
-        .filter_map(|block| block.get("text").and_then(Value::as_str))
-        .collect())
+        .ok_or_else(|| invalid("missing 'output.message.content'"))?;
+    let mut text = String::new();
+    for block in blocks {
+        match block.get("text") {
+            None => {}
+            Some(Value::String(part)) => text.push_str(part),
+            Some(_) => return Err(invalid("a content block's 'text' is not a string")),
+        }
+    }
+    Ok(text)
 }
 
 pub fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
+    let invalid = |why: &str| TransformError::InvalidResponse(why.to_string());
     let text = output_text(&body)?;
-    let finish = finish_reason(body.get("stopReason").and_then(Value::as_str));
+    // LiteLLM reads both unconditionally: without them the call fails (no zero-cost answers).
+    let usage = body
+        .get("usage")
+        .filter(|usage| usage.is_object())
+        .ok_or_else(|| invalid("missing 'usage'"))?;
+    let stop_reason = body
+        .get("stopReason")
+        .ok_or_else(|| invalid("missing 'stopReason'"))?;
+    let finish = finish_reason(stop_reason.as_str());
     let mut message = Map::new();
     message.insert("role".into(), json!("assistant"));
     message.insert("content".into(), json!(text));
@@ -323,7 +364,7 @@ pub fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, Tra
         "object": "chat.completion",
         "model": deployment.model,
         "choices": [{"index": 0, "finish_reason": finish, "message": message}],
-        "usage": convert_usage(body.get("usage").unwrap_or(&Value::Null)),
+        "usage": convert_usage(usage),
     }))
 }
 
@@ -367,11 +408,11 @@ mod tests {
     #[test]
     fn model_id_is_encoded_like_python_quote() {
         let aws = AwsSettings {
-            credentials: AwsCredentials {
+            auth: AwsAuth::SigV4(AwsCredentials {
                 access_key_id: "AKID".into(),
                 secret_access_key: "secret".into(),
                 session_token: None,
-            },
+            }),
             region: "us-west-2".into(),
             endpoint: None,
         };

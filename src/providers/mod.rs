@@ -43,10 +43,28 @@ impl Provider {
     }
 }
 
+/// How Bedrock requests authenticate. `Debug` never shows the secret.
+#[derive(Clone)]
+pub enum AwsAuth {
+    /// Static AWS credentials: every request is SigV4-signed.
+    SigV4(AwsCredentials),
+    /// A Bedrock API key (`api_key` in LiteLLM): `Authorization: Bearer`, no signature.
+    Bearer(String),
+}
+
+impl std::fmt::Debug for AwsAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AwsAuth::SigV4(credentials) => f.debug_tuple("SigV4").field(credentials).finish(),
+            AwsAuth::Bearer(_) => f.write_str("Bearer(<redacted>)"),
+        }
+    }
+}
+
 /// AWS settings of a Bedrock deployment, already resolved (precedence applied in Python).
 #[derive(Clone, Debug)]
 pub struct AwsSettings {
-    pub credentials: AwsCredentials,
+    pub auth: AwsAuth,
     pub region: String,
     /// `aws_bedrock_runtime_endpoint` / `api_base`; default `https://bedrock-runtime.{region}.amazonaws.com`.
     pub endpoint: Option<String>,
@@ -98,12 +116,42 @@ pub enum TransformError {
     Signing(#[from] SigningError),
     #[error("invalid header {0}")]
     InvalidHeader(String),
+    /// The 2xx body is not a JSON object at all.
     #[error("provider returned an unparsable response: {0}")]
+    UnparsableResponse(String),
+    /// A JSON object without the fields LiteLLM needs (it fails the call on these too).
+    #[error("provider returned an invalid response: {0}")]
     InvalidResponse(String),
 }
 
 /// A request that passed admission and is ready to send, or the reason it stays on Python.
 pub type Prepared = Result<UpstreamRequest, Decline>;
+
+/// Why a transform did not produce an upstream request: the request stays on LiteLLM's Python
+/// path, or it is malformed (HTTP 400). Transforms return it so `?` works for both.
+#[derive(Debug)]
+pub enum Refusal {
+    Declined(Decline),
+    Invalid(TransformError),
+}
+
+impl From<Decline> for Refusal {
+    fn from(decline: Decline) -> Self {
+        Refusal::Declined(decline)
+    }
+}
+
+impl From<TransformError> for Refusal {
+    fn from(err: TransformError) -> Self {
+        Refusal::Invalid(err)
+    }
+}
+
+impl From<BodyError> for Refusal {
+    fn from(err: BodyError) -> Self {
+        Refusal::Invalid(err.into())
+    }
+}
 
 /// The admission check plus the transform: a request either becomes an upstream request or is
 /// declined, and both happen before any I/O.
@@ -116,23 +164,36 @@ pub fn prepare(deployment: &Deployment, request: &ChatRequest) -> Result<Prepare
         Provider::Anthropic => anthropic::build_request(deployment, request),
         Provider::Bedrock => bedrock::build_request(deployment, request),
     };
-    built.map(|prepared| {
-        prepared.map(|mut upstream| {
+    match built {
+        Ok(mut upstream) => {
             append_extra_headers(&mut upstream.headers, &deployment.extra_headers);
-            upstream
-        })
-    })
+            Ok(Ok(upstream))
+        }
+        Err(Refusal::Declined(decline)) => Ok(Err(decline)),
+        Err(Refusal::Invalid(err)) => Err(err),
+    }
 }
 
 /// Converts a 2xx upstream body into an OpenAI `chat.completion` object.
 pub fn parse_response(deployment: &Deployment, body: &Bytes) -> Result<Value, TransformError> {
-    let parsed: Value = serde_json::from_slice(body)
-        .map_err(|err| TransformError::InvalidResponse(format!("not JSON ({err})")))?;
+    let parsed = json_object(body)?;
     match deployment.provider {
         Provider::OpenAi => openai::parse_response(deployment, parsed),
         Provider::Anthropic => anthropic::parse_response(deployment, parsed),
         Provider::Bedrock => bedrock::parse_response(deployment, parsed),
     }
+}
+
+/// A 2xx body as a JSON object, or `UnparsableResponse`.
+pub fn json_object(body: &Bytes) -> Result<Value, TransformError> {
+    let parsed: Value = serde_json::from_slice(body)
+        .map_err(|err| TransformError::UnparsableResponse(format!("not JSON ({err})")))?;
+    if !parsed.is_object() {
+        return Err(TransformError::UnparsableResponse(
+            "expected a JSON object".into(),
+        ));
+    }
+    Ok(parsed)
 }
 
 fn append_extra_headers(headers: &mut HeaderMap, extra: &[(HeaderName, HeaderValue)]) {

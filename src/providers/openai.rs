@@ -4,7 +4,7 @@
 use http::HeaderMap;
 use serde_json::{Value, json};
 
-use super::{Deployment, Prepared, TransformError, UpstreamRequest, header};
+use super::{Deployment, Refusal, TransformError, UpstreamRequest, header};
 use crate::body::{JsonBody, Node};
 use crate::chat::{ChatRequest, Content, ContentPart, ImageUrl, Role};
 
@@ -13,7 +13,7 @@ const DEFAULT_API_BASE: &str = "https://api.openai.com/v1";
 pub fn build_request(
     deployment: &Deployment,
     request: &ChatRequest,
-) -> Result<Prepared, TransformError> {
+) -> Result<UpstreamRequest, Refusal> {
     let base = deployment.api_base.as_deref().unwrap_or(DEFAULT_API_BASE);
     let url = format!("{}/chat/completions", base.trim_end_matches('/'));
 
@@ -53,13 +53,13 @@ pub fn build_request(
         value.set_sensitive(true);
         headers.insert(name, value);
     }
-    Ok(Ok(UpstreamRequest {
+    Ok(UpstreamRequest {
         url,
         headers,
         body: JsonBody::from_node(&Node::Object(fields)),
         timeout: deployment.timeout,
         sigv4: None,
-    }))
+    })
 }
 
 fn content_node(content: &Content) -> Result<Node, TransformError> {
@@ -110,18 +110,39 @@ pub fn parse_response(_deployment: &Deployment, body: Value) -> Result<Value, Tr
         let Value::Object(choice) = choice else {
             return Err(invalid());
         };
-        if let Some(Value::Object(message)) = choice.get_mut("message") {
-            let refusal = message.remove("refusal").unwrap_or(Value::Null);
-            message
-                .entry("provider_specific_fields")
-                .or_insert_with(|| json!({"refusal": refusal}));
+        match choice.get_mut("message") {
+            Some(Value::Object(message)) => {
+                let refusal = message.remove("refusal").unwrap_or(Value::Null);
+                message
+                    .entry("provider_specific_fields")
+                    .or_insert_with(|| json!({"refusal": refusal}));
+            }
+            // LiteLLM's response conversion rejects a choice whose message is not an object.
+            Some(_) => {
+                return Err(TransformError::InvalidResponse(
+                    "a choice's 'message' is not an object".into(),
+                ));
+            }
+            None => {}
         }
         choice
             .entry("provider_specific_fields")
             .or_insert_with(|| json!({}));
     }
-    if let Some(Value::Object(usage)) = body.get_mut("usage") {
-        fill_usage_details(usage);
+    match body.get_mut("usage") {
+        Some(Value::Object(usage)) => fill_usage_details(usage),
+        // LiteLLM reports zero usage when the provider sends none.
+        None | Some(Value::Null) => {
+            body.insert(
+                "usage".into(),
+                json!({"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}),
+            );
+        }
+        Some(_) => {
+            return Err(TransformError::InvalidResponse(
+                "'usage' is not an object".into(),
+            ));
+        }
     }
     body.entry("moderation").or_insert(Value::Null);
     body.entry("service_tier").or_insert(Value::Null);

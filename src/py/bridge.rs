@@ -1,7 +1,10 @@
 //! Running prepared calls: on the tokio runtime for asyncio callers (the result is handed back
 //! with `loop.call_soon_threadsafe`), or blocking with the GIL released for sync callers.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,11 +32,13 @@ async fn run(transport: &Transport, work: Work) -> Result<Completion, CallError>
 #[pyclass(frozen, module = "litellm_fastpath._native")]
 pub struct PreparedCall {
     work: Mutex<Option<Work>>,
+    url: String,
 }
 
 impl PreparedCall {
     pub fn new(request: UpstreamRequest, shape: ResponseShape) -> Self {
         PreparedCall {
+            url: request.url.clone(),
             work: Mutex::new(Some(Work { request, shape })),
         }
     }
@@ -61,6 +66,12 @@ fn completion_to_py(py: Python<'_>, completion: Completion) -> PyResult<Py<PyAny
 
 #[pymethods]
 impl PreparedCall {
+    /// The provider URL this call posts to (what LiteLLM logs as `api_base`).
+    #[getter]
+    fn url(&self) -> &str {
+        &self.url
+    }
+
     /// Starts the call; when it ends, `settle(future, ok, value)` runs on `event_loop`.
     /// `value` is `(completion_dict, provider_headers)` or the exception to raise.
     fn start(
@@ -72,7 +83,7 @@ impl PreparedCall {
         let work = self.take()?;
         let engine = runtime::engine().map_err(transport_error_to_py)?;
         let task_engine = Arc::clone(&engine);
-        let task = engine.runtime.spawn(async move {
+        let task = engine.runtime.spawn(ReleaseOnCancel::new(async move {
             let outcome = AssertUnwindSafe(run(&task_engine.transport, work))
                 .catch_unwind()
                 .await;
@@ -95,7 +106,7 @@ impl PreparedCall {
                     (settle, future, ok, value),
                 );
             });
-        });
+        }));
         Ok(CallHandle {
             abort: task.abort_handle(),
         })
@@ -132,6 +143,52 @@ impl CallHandle {
 
     fn done(&self) -> bool {
         self.abort.is_finished()
+    }
+}
+
+/// A call's task that, when aborted, releases the Python objects it holds (the caller's media)
+/// at once. PyO3 defers a release made without the GIL to its next entry from Python, which may
+/// be long after a cancel; a finished call needs none of this (its handoff took the GIL after the
+/// request was dropped).
+struct ReleaseOnCancel<F> {
+    inner: Option<Pin<Box<F>>>,
+    finished: bool,
+}
+
+impl<F> ReleaseOnCancel<F> {
+    fn new(inner: F) -> Self {
+        ReleaseOnCancel {
+            inner: Some(Box::pin(inner)),
+            finished: false,
+        }
+    }
+}
+
+impl<F: Future<Output = ()>> Future for ReleaseOnCancel<F> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Ready(());
+        };
+        let poll = inner.as_mut().poll(cx);
+        if poll.is_ready() {
+            self.finished = true;
+        }
+        poll
+    }
+}
+
+impl<F> Drop for ReleaseOnCancel<F> {
+    fn drop(&mut self) {
+        drop(self.inner.take());
+        if self.finished {
+            return;
+        }
+        if let Some(_handoff) = Handoff::begin() {
+            // Taking the GIL applies PyO3's pending releases.
+            Python::attach(|_| {});
+        }
     }
 }
 

@@ -109,7 +109,13 @@ pub fn transport_error_to_py(err: TransportError) -> PyErr {
 
 pub fn transform_error_to_py(err: TransformError) -> PyErr {
     match err {
-        TransformError::InvalidResponse(_) => InvalidResponseError::new_err(err.to_string()),
+        // args: (message, kind): "unparsable" (not a JSON object) or "shape" (fields missing).
+        TransformError::UnparsableResponse(_) => {
+            InvalidResponseError::new_err((err.to_string(), "unparsable"))
+        }
+        TransformError::InvalidResponse(_) => {
+            InvalidResponseError::new_err((err.to_string(), "shape"))
+        }
         TransformError::InvalidRequest(_)
         | TransformError::Body(_)
         | TransformError::Signing(_)

@@ -11,29 +11,19 @@ use serde_json::{Map, Value};
 use crate::chat::{Content, ContentPart, Decline, ImageUrl, Message, Role};
 use crate::providers::bedrock::Audio;
 
-/// Why extraction stopped: the request goes to Python, or it is malformed (HTTP 400).
-pub enum Reject {
-    Decline(Decline),
-    Invalid(String),
-}
-
-impl From<Decline> for Reject {
-    fn from(decline: Decline) -> Self {
-        Reject::Decline(decline)
-    }
-}
-
-fn invalid(message: String) -> Reject {
-    Reject::Invalid(message)
+/// Structurally odd requests decline rather than fail: LiteLLM forwards, coerces or rejects
+/// them in its own way, so its Python path decides.
+fn malformed(detail: String) -> Decline {
+    Decline::new("malformed_message", detail)
 }
 
 /// A `str` as UTF-8 `Bytes` owned by the Python object (no copy for ASCII strings).
-pub fn str_bytes(value: &Bound<'_, PyAny>, what: &dyn Fn() -> String) -> Result<Bytes, Reject> {
+pub fn str_bytes(value: &Bound<'_, PyAny>, what: &dyn Fn() -> String) -> Result<Bytes, Decline> {
     let text = value
         .cast::<PyString>()
-        .map_err(|_| invalid(format!("{} must be a string", what())))?;
+        .map_err(|_| malformed(format!("{} must be a string", what())))?;
     let backed = PyBackedStr::try_from(text.clone())
-        .map_err(|_| invalid(format!("{} is not valid Unicode", what())))?;
+        .map_err(|_| malformed(format!("{} is not valid Unicode", what())))?;
     Ok(Bytes::from_owner(backed))
 }
 
@@ -78,42 +68,42 @@ pub fn audio(value: &Bound<'_, PyAny>) -> Result<Audio, String> {
         .map_err(|why| format!("audio: {why}"))
 }
 
-pub fn messages(value: &Bound<'_, PyAny>) -> Result<Vec<Message>, Reject> {
+pub fn messages(value: &Bound<'_, PyAny>) -> Result<Vec<Message>, Decline> {
     let list = value
         .cast::<PyList>()
         .map(|list| list.as_any().clone())
         .or_else(|_| value.cast::<PyTuple>().map(|tuple| tuple.as_any().clone()))
-        .map_err(|_| invalid("messages must be a list".to_string()))?;
+        .map_err(|_| malformed("messages must be a list".to_string()))?;
     let mut out = Vec::new();
     for (index, item) in list
         .try_iter()
-        .map_err(|_| invalid("messages must be a list".into()))?
+        .map_err(|_| malformed("messages must be a list".into()))?
         .enumerate()
     {
-        let item = item.map_err(|_| invalid("messages must be a list".into()))?;
+        let item = item.map_err(|_| malformed("messages must be a list".into()))?;
         out.push(message(&item, index)?);
     }
     if out.is_empty() {
-        return Err(invalid("messages must not be empty".to_string()));
+        return Err(malformed("messages must not be empty".to_string()));
     }
     Ok(out)
 }
 
-fn message(item: &Bound<'_, PyAny>, index: usize) -> Result<Message, Reject> {
+fn message(item: &Bound<'_, PyAny>, index: usize) -> Result<Message, Decline> {
     let dict = item
         .cast::<PyDict>()
-        .map_err(|_| invalid(format!("messages[{index}] must be an object")))?;
+        .map_err(|_| malformed(format!("messages[{index}] must be an object")))?;
     let mut role = None;
     let mut content = None;
     for (key, value) in dict.iter() {
         let key: PyBackedStr = key
             .extract()
-            .map_err(|_| invalid(format!("messages[{index}] has a non-string key")))?;
+            .map_err(|_| malformed(format!("messages[{index}] has a non-string key")))?;
         match &*key {
             "role" => {
                 let name: PyBackedStr = value
                     .extract()
-                    .map_err(|_| invalid(format!("messages[{index}].role must be a string")))?;
+                    .map_err(|_| malformed(format!("messages[{index}].role must be a string")))?;
                 role =
                     Some(Role::parse(&name).ok_or_else(|| {
                         Decline::new("message_role", format!("role {:?}", &*name))
@@ -122,34 +112,35 @@ fn message(item: &Bound<'_, PyAny>, index: usize) -> Result<Message, Reject> {
             "content" => content = Some(value),
             // Explicit nulls are what OpenAI SDKs send for unset optional fields.
             _ if value.is_none() => {}
-            other => return Err(Decline::new("message_field", format!("field {other:?}")).into()),
+            other => return Err(Decline::new("message_field", format!("field {other:?}"))),
         }
     }
-    let role = role.ok_or_else(|| invalid(format!("messages[{index}] is missing 'role'")))?;
+    let role = role.ok_or_else(|| malformed(format!("messages[{index}] is missing 'role'")))?;
     let content = match content {
         Some(value) if !value.is_none() => message_content(&value, index)?,
         _ => {
-            return Err(
-                Decline::new("message_without_content", format!("messages[{index}]")).into(),
-            );
+            return Err(Decline::new(
+                "message_without_content",
+                format!("messages[{index}]"),
+            ));
         }
     };
     Ok(Message { role, content })
 }
 
-fn message_content(value: &Bound<'_, PyAny>, index: usize) -> Result<Content, Reject> {
+fn message_content(value: &Bound<'_, PyAny>, index: usize) -> Result<Content, Decline> {
     if value.is_instance_of::<PyString>() {
         return Ok(Content::Text(str_bytes(value, &|| {
             format!("messages[{index}].content")
         })?));
     }
     let list = value.cast::<PyList>().map_err(|_| {
-        invalid(format!(
+        malformed(format!(
             "messages[{index}].content must be a string or a list of content parts"
         ))
     })?;
     if list.is_empty() {
-        return Err(Decline::new("empty_content", format!("messages[{index}]")).into());
+        return Err(Decline::new("empty_content", format!("messages[{index}]")));
     }
     list.iter()
         .enumerate()
@@ -162,49 +153,52 @@ fn content_part(
     part: &Bound<'_, PyAny>,
     index: usize,
     part_index: usize,
-) -> Result<ContentPart, Reject> {
+) -> Result<ContentPart, Decline> {
     let at = || format!("messages[{index}].content[{part_index}]");
     let dict = part
         .cast::<PyDict>()
-        .map_err(|_| invalid(format!("{} must be an object", at())))?;
+        .map_err(|_| malformed(format!("{} must be an object", at())))?;
     let kind: PyBackedStr = dict
         .get_item("type")
         .ok()
         .flatten()
-        .ok_or_else(|| invalid(format!("{} is missing 'type'", at())))?
+        .ok_or_else(|| malformed(format!("{} is missing 'type'", at())))?
         .extract()
-        .map_err(|_| invalid(format!("{}.type must be a string", at())))?;
+        .map_err(|_| malformed(format!("{}.type must be a string", at())))?;
     let allowed: &[&str] = match &*kind {
         "text" => &["type", "text"],
         "image_url" => &["type", "image_url"],
-        other => return Err(Decline::new("content_part", format!("part type {other:?}")).into()),
+        other => return Err(Decline::new("content_part", format!("part type {other:?}"))),
     };
     for key in dict.keys() {
         let key: PyBackedStr = key
             .extract()
-            .map_err(|_| invalid(format!("{} has a non-string key", at())))?;
+            .map_err(|_| malformed(format!("{} has a non-string key", at())))?;
         if !allowed.contains(&&*key) {
-            return Err(Decline::new("content_part_field", format!("field {:?}", &*key)).into());
+            return Err(Decline::new(
+                "content_part_field",
+                format!("field {:?}", &*key),
+            ));
         }
     }
     let field = |name: &str| dict.get_item(name).ok().flatten();
     match &*kind {
         "text" => {
             let text =
-                field("text").ok_or_else(|| invalid(format!("{} is missing 'text'", at())))?;
+                field("text").ok_or_else(|| malformed(format!("{} is missing 'text'", at())))?;
             Ok(ContentPart::Text(str_bytes(&text, &|| {
                 format!("{}.text", at())
             })?))
         }
         _ => {
             let image = field("image_url")
-                .ok_or_else(|| invalid(format!("{} is missing 'image_url'", at())))?;
+                .ok_or_else(|| malformed(format!("{} is missing 'image_url'", at())))?;
             Ok(ContentPart::Image(image_url(&image, &at)?))
         }
     }
 }
 
-fn image_url(value: &Bound<'_, PyAny>, at: &dyn Fn() -> String) -> Result<ImageUrl, Reject> {
+fn image_url(value: &Bound<'_, PyAny>, at: &dyn Fn() -> String) -> Result<ImageUrl, Decline> {
     if value.is_instance_of::<PyString>() {
         return Ok(ImageUrl {
             url: str_bytes(value, &|| format!("{}.image_url", at()))?,
@@ -214,17 +208,17 @@ fn image_url(value: &Bound<'_, PyAny>, at: &dyn Fn() -> String) -> Result<ImageU
     }
     let dict = value
         .cast::<PyDict>()
-        .map_err(|_| invalid(format!("{}.image_url must be a string or an object", at())))?;
+        .map_err(|_| malformed(format!("{}.image_url must be a string or an object", at())))?;
     let mut url = None;
     let mut detail = None;
     let mut format = None;
     for (key, item) in dict.iter() {
         let key: PyBackedStr = key
             .extract()
-            .map_err(|_| invalid(format!("{}.image_url has a non-string key", at())))?;
-        let text = |name: &str| -> Result<String, Reject> {
+            .map_err(|_| malformed(format!("{}.image_url has a non-string key", at())))?;
+        let text = |name: &str| -> Result<String, Decline> {
             item.extract::<String>()
-                .map_err(|_| invalid(format!("{}.image_url.{name} must be a string", at())))
+                .map_err(|_| malformed(format!("{}.image_url.{name} must be a string", at())))
         };
         match &*key {
             "url" => url = Some(str_bytes(&item, &|| format!("{}.image_url.url", at()))?),
@@ -235,27 +229,29 @@ fn image_url(value: &Bound<'_, PyAny>, at: &dyn Fn() -> String) -> Result<ImageU
                 return Err(Decline::new(
                     "content_part_field",
                     format!("image_url field {other:?}"),
-                )
-                .into());
+                ));
             }
         }
     }
     Ok(ImageUrl {
-        url: url.ok_or_else(|| invalid(format!("{}.image_url is missing 'url'", at())))?,
+        url: url.ok_or_else(|| malformed(format!("{}.image_url is missing 'url'", at())))?,
         detail,
         format,
     })
 }
 
 /// Optional params as JSON. They are small scalars and lists, so a conversion is fine here.
-pub fn params(value: &Bound<'_, PyAny>) -> Result<Map<String, Value>, Reject> {
+pub fn params(value: &Bound<'_, PyAny>) -> Result<Map<String, Value>, Decline> {
     if value.is_none() {
         return Ok(Map::new());
     }
     let parsed: Value = pythonize::depythonize(value)
-        .map_err(|err| invalid(format!("request parameters are not JSON-compatible: {err}")))?;
+        .map_err(|_| Decline::new("param_type", "request parameters are not JSON-compatible"))?;
     match parsed {
         Value::Object(map) => Ok(map),
-        _ => Err(invalid("request parameters must be an object".to_string())),
+        _ => Err(Decline::new(
+            "param_type",
+            "request parameters are not an object",
+        )),
     }
 }

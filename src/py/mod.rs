@@ -16,11 +16,11 @@ mod _native {
     use pyo3::prelude::*;
 
     use super::errors::{self, InvalidRequestError};
-    use super::extract::{self, Reject};
+    use super::extract;
     use crate::call::ResponseShape;
     use crate::chat::ChatRequest;
     use crate::providers::bedrock::{self, TranscriptionRequest};
-    use crate::providers::{self, AwsSettings, Deployment as CoreDeployment, Provider};
+    use crate::providers::{self, AwsAuth, AwsSettings, Deployment as CoreDeployment, Provider};
     use crate::signing::AwsCredentials;
 
     #[pymodule_export]
@@ -79,7 +79,7 @@ mod _native {
             provider: &str,
             model: String,
             api_base: Option<String>,
-            api_key: Option<String>,
+            mut api_key: Option<String>,
             extra_headers: Option<Vec<(String, String)>>,
             timeout: f64,
             aws_access_key_id: Option<String>,
@@ -108,25 +108,32 @@ mod _native {
                 })
                 .collect::<PyResult<Vec<_>>>()?;
             let aws = match provider {
-                Provider::Bedrock => Some(AwsSettings {
-                    credentials: AwsCredentials {
-                        access_key_id: aws_access_key_id.ok_or_else(|| {
-                            InvalidRequestError::new_err(
-                                "bedrock deployment has no AWS access key id",
-                            )
+                Provider::Bedrock => {
+                    // A Bedrock API key (`api_key`) replaces the AWS credentials, as in LiteLLM.
+                    let auth = match api_key.take() {
+                        Some(token) => AwsAuth::Bearer(token),
+                        None => AwsAuth::SigV4(AwsCredentials {
+                            access_key_id: aws_access_key_id.ok_or_else(|| {
+                                InvalidRequestError::new_err(
+                                    "bedrock deployment has no AWS access key id",
+                                )
+                            })?,
+                            secret_access_key: aws_secret_access_key.ok_or_else(|| {
+                                InvalidRequestError::new_err(
+                                    "bedrock deployment has no AWS secret access key",
+                                )
+                            })?,
+                            session_token: aws_session_token,
+                        }),
+                    };
+                    Some(AwsSettings {
+                        auth,
+                        region: aws_region.ok_or_else(|| {
+                            InvalidRequestError::new_err("bedrock deployment has no AWS region")
                         })?,
-                        secret_access_key: aws_secret_access_key.ok_or_else(|| {
-                            InvalidRequestError::new_err(
-                                "bedrock deployment has no AWS secret access key",
-                            )
-                        })?,
-                        session_token: aws_session_token,
-                    },
-                    region: aws_region.ok_or_else(|| {
-                        InvalidRequestError::new_err("bedrock deployment has no AWS region")
-                    })?,
-                    endpoint: aws_endpoint,
-                }),
+                        endpoint: aws_endpoint,
+                    })
+                }
                 _ => None,
             };
             Ok(Deployment {
@@ -213,8 +220,7 @@ mod _native {
         });
         let request = match extracted {
             Ok(request) => request,
-            Err(Reject::Decline(decline)) => return declined(py, decline),
-            Err(Reject::Invalid(message)) => return Err(InvalidRequestError::new_err(message)),
+            Err(decline) => return declined(py, decline),
         };
         let timeout = timeout.map(timeout_from_secs).transpose()?;
         let core = Arc::clone(&deployment.inner);
@@ -246,10 +252,20 @@ mod _native {
         audio_format: String,
         language: Option<String>,
         prompt: Option<String>,
-        temperature: Option<f64>,
+        temperature: Option<&Bound<'_, PyAny>>,
         timeout: Option<f64>,
     ) -> PyResult<PreparedCall> {
         let audio = extract::audio(audio).map_err(InvalidRequestError::new_err)?;
+        let temperature = temperature
+            .map(|value| match pythonize::depythonize::<serde_json::Value>(value) {
+                Ok(value @ (serde_json::Value::Number(_) | serde_json::Value::String(_))) => {
+                    Ok(value)
+                }
+                _ => Err(InvalidRequestError::new_err(
+                    "temperature must be a number or a string",
+                )),
+            })
+            .transpose()?;
         let request = TranscriptionRequest {
             audio,
             format: audio_format,

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
-Action = Literal["disconnect", "disconnect_mid_body", "stall"]
+Action = Literal["disconnect", "disconnect_mid_body", "stall", "trickle"]
 
 REPLY_TEXT = "Hello from upstream"
 CREATED = 1_700_000_000  # fixed so responses are byte-for-byte reproducible
@@ -60,6 +60,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     action: Action | None = None
+    # "trickle": the body goes out in this many pieces, `delay_s` apart (after the headers).
+    pieces: int = 5
 
 
 def default_body(method: str, path: str, request_body: bytes) -> tuple[int, dict[str, Any]]:
@@ -216,7 +218,7 @@ class _Handler(BaseHTTPRequestHandler):
             stop.wait(reply.delay_s if reply.delay_s > 0 else None)
             self._drop()
             return
-        if reply.delay_s > 0 and stop.wait(reply.delay_s):
+        if reply.action != "trickle" and reply.delay_s > 0 and stop.wait(reply.delay_s):
             self._drop()
             return
 
@@ -239,6 +241,16 @@ class _Handler(BaseHTTPRequestHandler):
             # The advertised length stays the full body's, so the client must notice truncation.
             self.wfile.write(body[: len(body) // 2])
             self._drop()
+            return
+        if reply.action == "trickle":
+            # A slow but steady answer: every gap is `delay_s`, the whole body takes longer.
+            size = -(-len(body) // reply.pieces)
+            for start in range(0, len(body), size):
+                if stop.wait(reply.delay_s):
+                    self._drop()
+                    return
+                self.wfile.write(body[start : start + size])
+                self.wfile.flush()
             return
         self.wfile.write(body)
 
