@@ -250,7 +250,7 @@ pub fn blank_text_decline(messages: &[Message]) -> Option<Decline> {
         && texts(&last.content)
             .last()
             .and_then(|text| {
-                std::str::from_utf8(&text)
+                std::str::from_utf8(text)
                     .ok()
                     .and_then(|text| text.chars().next_back())
             })

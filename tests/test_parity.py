@@ -384,7 +384,11 @@ async def test_remote_image_on_bedrock_stays_in_python(upstream: RecordingUpstre
 
 # -- broken 2xx answers ----------------------------------------------------------------------------
 
-_PATHS = {"openai": "/chat/completions", "anthropic": "/v1/messages", "bedrock": "/model/x/converse"}
+_PATHS = {
+    "openai": "/chat/completions",
+    "anthropic": "/v1/messages",
+    "bedrock": "/model/x/converse",
+}
 _SUFFIX = {"openai": "/chat/completions", "anthropic": "/v1/messages", "bedrock": "/converse"}
 
 

@@ -143,7 +143,9 @@ def _invalid_response(err: _native.InvalidResponseError, route: Route) -> Except
     if route.provider == "bedrock" and kind == "unparsable":
         # LiteLLM's Converse handler: a BedrockError 422 "Error converting to valid response".
         return _mapped(
-            _provider_error("bedrock", 422, f"Error converting to valid response block={message}", {}),
+            _provider_error(
+                "bedrock", 422, f"Error converting to valid response block={message}", {}
+            ),
             route,
         )
     # Anthropic's unparsable bodies and every missing field: LiteLLM fails while reading the

@@ -303,7 +303,9 @@ def _deployment(
             return Decline("bedrock_route", "model id with a path segment")
         # A Bedrock API key wins over AWS credentials (LiteLLM's `bedrock_bearer_token`).
         api_key = kwargs.get("api_key")
-        bearer_token = (api_key if api_key is not None else _env("AWS_BEARER_TOKEN_BEDROCK")) or None
+        bearer_token = (
+            api_key if api_key is not None else _env("AWS_BEARER_TOKEN_BEDROCK")
+        ) or None
         access_key = kwargs.get("aws_access_key_id") or _env("AWS_ACCESS_KEY_ID")
         secret_key = kwargs.get("aws_secret_access_key") or _env("AWS_SECRET_ACCESS_KEY")
         if bearer_token is None and not (access_key and secret_key):

@@ -257,14 +257,16 @@ mod _native {
     ) -> PyResult<PreparedCall> {
         let audio = extract::audio(audio).map_err(InvalidRequestError::new_err)?;
         let temperature = temperature
-            .map(|value| match pythonize::depythonize::<serde_json::Value>(value) {
-                Ok(value @ (serde_json::Value::Number(_) | serde_json::Value::String(_))) => {
-                    Ok(value)
-                }
-                _ => Err(InvalidRequestError::new_err(
-                    "temperature must be a number or a string",
-                )),
-            })
+            .map(
+                |value| match pythonize::depythonize::<serde_json::Value>(value) {
+                    Ok(value @ (serde_json::Value::Number(_) | serde_json::Value::String(_))) => {
+                        Ok(value)
+                    }
+                    _ => Err(InvalidRequestError::new_err(
+                        "temperature must be a number or a string",
+                    )),
+                },
+            )
             .transpose()?;
         let request = TranscriptionRequest {
             audio,
