@@ -479,3 +479,73 @@ def test_invalid_base64_image_to_openai_is_forwarded_like_python(
     rust_resp, rust_req = call_once(proxy, fresh_upstream, "rust-openai", body)
     assert is_rust(rust_resp)
     assert rust_req.json()["messages"] == plain_req.json()["messages"]
+
+
+# -- odd bodies: the same answer from both models ------------------------------------------------
+
+# Raw JSON as a client might send it: the proxy's parser also accepts NaN and Infinity.
+ODD_BODIES: dict[str, str] = {
+    "empty_text": '"messages": [{"role": "user", "content": ""}]',
+    "trailing_space_final_assistant": (
+        '"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b "}]'
+    ),
+    "only_system": '"messages": [{"role": "system", "content": "s"}]',
+    "five_stop_sequences": '"messages": [{"role": "user", "content": "hi"}], '
+    '"stop": ["a", "b", "c", "d", "e"]',
+    "max_tokens_fraction": '"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10.5',
+    "max_tokens_and_max_completion_tokens": '"messages": [{"role": "user", "content": "hi"}], '
+    '"max_tokens": 10, "max_completion_tokens": 20',
+    "temperature_string": '"messages": [{"role": "user", "content": "hi"}], "temperature": "0.5"',
+    "messages_not_a_list": '"messages": "hello"',
+    "role_missing": '"messages": [{"content": "hi"}]',
+}
+
+
+def _raw_chat(proxy: ProxyProcess, model: str, fields: str) -> httpx.Response:
+    return proxy.request(
+        "POST",
+        "/chat/completions",
+        content=f'{{"model": "{model}", {fields}}}',
+        headers={"content-type": "application/json"},
+        timeout=60.0,
+    )
+
+
+def _comparable_answer(resp: httpx.Response) -> Any:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text
+    if resp.status_code == 200:
+        return client_view(resp)
+    # Error messages name the model group the client asked for; that is the one difference.
+    return json.loads(json.dumps(body).replace("rust-", "MODEL-").replace("plain-", "MODEL-"))
+
+
+@pytest.mark.parametrize("case", ODD_BODIES)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_odd_bodies_answer_like_the_plain_model(
+    proxy: ProxyProcess, fresh_upstream: RecordingUpstream, provider: str, case: str
+) -> None:
+    answers = []
+    for model in (f"plain-{provider}", f"rust-{provider}"):
+        fresh_upstream.clear()
+        resp = _raw_chat(proxy, model, ODD_BODIES[case])
+        sent = [(r.path, r.json()) for r in fresh_upstream.requests]
+        answers.append((resp.status_code, _comparable_answer(resp), sent))
+    assert answers[0] == answers[1]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_temperature_is_a_400_naming_the_field(
+    proxy: ProxyProcess, fresh_upstream: RecordingUpstream, provider: str, value: str
+) -> None:
+    resp = _raw_chat(
+        proxy,
+        f"rust-{provider}",
+        f'"messages": [{{"role": "user", "content": "hi"}}], "temperature": {value}',
+    )
+    assert resp.status_code == 400, resp.text
+    assert "temperature must be a finite number" in resp.json()["error"]["message"]
+    assert fresh_upstream.requests == []
