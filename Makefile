@@ -2,10 +2,12 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 LITELLM := litellm[proxy]==1.106.12
+# `make wheel-test`'s fresh venv (under target/, so `make clean` removes it).
+WHEEL_VENV ?= target/venv-wheel
 # LiteLLM otherwise fetches its model price map from the internet at import.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup build demo test lint rust-test py-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-soak clean
+.PHONY: setup build demo test lint rust-test py-test wheel wheel-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-soak clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -27,7 +29,8 @@ lint: $(PY)
 	PYO3_PYTHON=$(abspath $(PY)) cargo clippy --all-targets --features python -- -D warnings
 	$(VENV)/bin/ruff check python tests benches
 	$(VENV)/bin/ruff format --check python tests benches
-	$(PY) -m mypy.stubtest litellm_fastpath._native --ignore-missing-stub
+	$(PY) -m mypy.stubtest litellm_fastpath._native
+	$(PY) -m mypy python/litellm_fastpath
 
 rust-test:
 	cargo test
@@ -35,29 +38,51 @@ rust-test:
 py-test: $(PY)
 	$(PY) -m pytest
 
-test: setup lint rust-test py-test
+# The abi3 wheel users install (CPython >= 3.11), in dist/.
+wheel: $(PY)
+	$(PY) -m pip install -q maturin
+	rm -f dist/*.whl
+	$(VENV)/bin/maturin build --release -q -o dist
+
+# What users install is what CI tests: the wheel in a fresh venv, run from outside the repo (so
+# `litellm_fastpath` can only come from the wheel) behind the real LiteLLM proxy.
+wheel-test: wheel
+	rm -rf $(WHEEL_VENV)
+	python3 -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install -q '$(LITELLM)' pytest pytest-timeout pytest-asyncio \
+		httpx pyyaml dist/*.whl
+	cd "$$(mktemp -d)" && \
+		$(abspath $(WHEEL_VENV))/bin/python -c \
+			'import litellm_fastpath; print("litellm_fastpath from", litellm_fastpath.__file__)' && \
+		$(abspath $(WHEEL_VENV))/bin/pytest -p no:cacheprovider -c $(CURDIR)/pyproject.toml \
+			$(CURDIR)/tests/smoke/test_wheel_proxy.py
+
+test: setup lint rust-test py-test wheel-test
 
 bench: bench-inprocess bench-gateway bench-media bench-sha256
 
 bench-inprocess: $(PY)
-	$(PY) benches/inprocess.py
+	$(PY) -m benches.inprocess
 
 bench-gateway: $(PY)
 	$(PY) -m pip install -q matplotlib py-spy
-	$(PY) benches/gateway.py
+	$(PY) -m benches.gateway
 
+# media.py compares body builders through `prepare_converse_body`, built only with `bench`;
+# `make build` (and so `make test`) reinstalls the extension without it.
 bench-media: $(PY)
 	$(PY) -m pip install -q matplotlib
-	$(PY) benches/media.py
-	$(PY) benches/proxy_media.py
+	$(VENV)/bin/maturin develop --release -q --features bench
+	$(PY) -m benches.media
+	$(PY) -m benches.proxy_media
 
 bench-sha256: $(PY)
-	$(PY) benches/sha256.py
+	$(PY) -m benches.sha256
 
 # Not part of `bench`: 10 minutes per arm (~22 min in all).
 bench-soak: $(PY)
 	$(PY) -m pip install -q matplotlib
-	$(PY) benches/soak.py
+	$(PY) -m benches.soak
 
 clean:
-	rm -rf target $(VENV)
+	rm -rf target $(VENV) dist

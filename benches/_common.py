@@ -1,138 +1,66 @@
-"""Shared bits of the benchmarks: the mock provider subprocess, /proc accounting, stats, output."""
+"""Shared bench helpers: /proc accounting and sampling, stats, load generator runs, the proxy under
+test, flags and reports. Stdlib only at import: media workers import only what they measure."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
 import platform
-import select
-import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+import urllib.request
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 BENCHES = Path(__file__).resolve().parent
 ROOT = BENCHES.parent
 RESULTS = BENCHES / "results"
-
-# `tests.harness` / `tests.conftest` live at the repo root; make them importable however the
-# bench is started (`python benches/x.py` puts benches/ first on sys.path, not the root).
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+MIB = 2**20
+ARMS = ("python", "rust")
+MESSAGES = [{"role": "user", "content": "Say hello."}]
+AUTH = "Authorization: Bearer sk-test-master"  # tests.harness.MASTER_KEY
+RUST_HEADER = "x-litellm-rust: true"
 
 # Every litellm import must see this, or it fetches the cost map from the network.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
 os.environ.setdefault("no_proxy", "127.0.0.1,localhost")
 
-PROVIDERS = ("openai", "anthropic", "bedrock")
-HOST = "127.0.0.1"
 
-
-class ChildServer:
-    """A benchmark server script in its own process and session (killed as a group); the script
-    prints `READY <port>` once it listens."""
-
-    name = "server"
-
-    def __init__(self, script: Path, args: Sequence[str], startup_timeout: float = 15.0) -> None:
-        self.script = script
-        self.args = list(args)
-        self.startup_timeout = startup_timeout
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self) -> Self:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(self.script), *self.args],
-            stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + self.startup_timeout
-        line = b""
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
-            if ready:
-                line = self.proc.stdout.readline()
-                break
-            if self.proc.poll() is not None:
-                break
-        if not line.startswith(b"READY "):
-            self.stop()
-            raise RuntimeError(f"{self.name} did not start (got {line!r})")
-        self.port = int(line.split()[1])
-        return self
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-class MockProvider(ChildServer):
-    """`benches/mock_provider.py`: fixed OpenAI, Anthropic and Bedrock answers."""
-
-    name = "mock provider"
-
-    def __init__(self, port: int = 0, startup_timeout: float = 15.0) -> None:
-        super().__init__(BENCHES / "mock_provider.py", ["--port", str(port)], startup_timeout)
-
-
-def deployment_kwargs(provider: str, upstream_url: str) -> dict[str, Any]:
-    """litellm_params per provider, exactly as the test suite's (`tests/conftest.py`)."""
-    from tests.conftest import deployment_kwargs as from_tests
-
-    return from_tests(provider, upstream_url)
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 # -- /proc accounting ----------------------------------------------------------------------
 
 _TICKS = os.sysconf("SC_CLK_TCK")
-_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def process_tree(root: int) -> list[int]:
-    from tests.harness import process_tree as tree
+    from tests.harness import process_tree as tree  # lazily: it imports httpx and yaml
 
     return tree(root)
+
+
+def proc_status(pids: Iterable[int]) -> dict[str, int]:
+    """Sums over `pids` of VmRSS, VmHWM, RssAnon (bytes) and Threads (/proc/<pid>/status)."""
+    out = dict.fromkeys(("VmRSS", "VmHWM", "RssAnon", "Threads"), 0)
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key in out:
+                out[key] += int(value.split()[0]) * (1 if key == "Threads" else 1024)
+    return out
 
 
 def cpu_seconds(pids: Iterable[int]) -> float:
@@ -141,105 +69,21 @@ def cpu_seconds(pids: Iterable[int]) -> float:
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+        except OSError:
+            pass  # exited meanwhile
     return total / _TICKS
 
 
-def rss_bytes(pids: Iterable[int]) -> int:
-    total = 0
+def reset_hwm(pids: Iterable[int]) -> bool:
+    """Resets each process's RSS high-water mark (VmHWM, ru_maxrss) to its current RSS."""
+    ok = True
     for pid in pids:
         try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-            pass
-    return total
-
-
-def hwm_bytes(pids: Iterable[int]) -> int:
-    """Sum of VmHWM (each process's own peak RSS since it started)."""
-    total = 0
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    total += int(line.split()[1]) * 1024
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return total
-
-
-# -- stats ---------------------------------------------------------------------------------
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of an already sorted sequence; NaN when empty."""
-    if not sorted_values:
-        return math.nan
-    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
-    return float(sorted_values[min(rank, len(sorted_values)) - 1])
-
-
-def median(values: Sequence[float]) -> float:
-    s = sorted(values)
-    if not s:
-        return math.nan
-    mid = len(s) // 2
-    return float(s[mid]) if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
-
-
-def fmt(value: float, digits: int = 2) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{digits}f}"
-
-
-# -- environment -----------------------------------------------------------------------------
-
-
-def machine() -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info: dict[str, Any] = {
-        "nproc": os.cpu_count(),
-        "affinity": len(os.sched_getaffinity(0)),
-        "cpu": cpu,
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-    }
-    try:
-        from importlib.metadata import version
-
-        info["litellm"] = version("litellm")
-        info["litellm_fastpath"] = version("litellm-fastpath")
-    except Exception:
-        pass
-    return info
-
-
-def machine_line(info: dict[str, Any]) -> str:
-    return (
-        f"Machine: nproc={info['nproc']} (affinity {info['affinity']}), CPU `{info['cpu']}`, "
-        f"Python {info['python']}, litellm {info.get('litellm', '?')}, "
-        f"litellm-fastpath {info.get('litellm_fastpath', '?')}, {info['date']}"
-    )
-
-
-def write_results(name: str, markdown: str, data: dict[str, Any]) -> tuple[Path, Path]:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    md_path = RESULTS / f"{name}.md"
-    json_path = RESULTS / f"{name}.json"
-    md_path.write_text(markdown)
-    json_path.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
-    return md_path, json_path
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
+        except OSError:
+            ok = False
+    return ok
 
 
 def system_busy_seconds() -> float:
@@ -259,16 +103,315 @@ def wait_quiet(max_wait: float, threshold: float = 0.3, window: float = 2.0) -> 
         busy = (system_busy_seconds() - b0) / (time.monotonic() - t0)
         if busy < threshold or time.monotonic() >= deadline:
             if busy >= threshold:
-                print(
-                    f"warning: machine still busy ({busy:.2f} cores) after {max_wait:.0f}s",
-                    file=sys.stderr,
-                )
+                log(f"warning: machine still busy ({busy:.2f} cores) after {max_wait:.0f}s")
             return busy
+
+
+class Sampler(threading.Thread):
+    """Samples a process (with `tree`, also its descendants, re-listed about every second) on a
+    fixed grid until stopped: t, RSS, RssAnon, threads, processes and CPU seconds."""
+
+    def __init__(self, root: int, interval: float, tree: bool = True, max_samples: int = 10**6):
+        super().__init__(daemon=True)
+        self.root, self.interval, self.tree, self.max_samples = root, interval, tree, max_samples
+        self.relist_every = max(1, round(1 / interval))
+        self.pids = [root]
+        self.samples: list[dict[str, float]] = []
+        self.stop_event = threading.Event()
+        self.t0 = time.monotonic()
+
+    def sample(self, relist: bool = True) -> dict[str, float]:
+        if self.tree and relist:
+            self.pids = process_tree(self.root)
+        st = proc_status(self.pids)
+        s = {
+            "t": round(time.monotonic() - self.t0, 3),
+            "rss_mib": st["VmRSS"] / MIB,
+            "anon_mib": st["RssAnon"] / MIB,
+            "threads": st["Threads"],
+            "procs": len(self.pids),
+            "cpu_s": cpu_seconds(self.pids),
+        }
+        self.samples.append(s)
+        return s
+
+    def run(self) -> None:
+        for k in range(self.max_samples):
+            self.sample(relist=k % self.relist_every == 0)
+            if self.stop_event.wait(max(0.0, self.t0 + (k + 1) * self.interval - time.monotonic())):
+                break
+
+    def stop(self, final_sample: bool = False) -> None:
+        self.stop_event.set()
+        self.join(10)
+        if final_sample:
+            self.sample()
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of an already sorted sequence; NaN when empty."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
+    return float(sorted_values[min(rank, len(sorted_values)) - 1])
+
+
+def median(values: Iterable[float]) -> float:
+    """Median of the values that are not NaN; NaN when there are none."""
+    s = sorted(v for v in values if not math.isnan(v))
+    if not s:
+        return math.nan
+    mid = len(s) // 2
+    return float(s[mid]) if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def lat_stats(latencies: list[float]) -> dict[str, float]:
+    s = sorted(latencies)
+    return {"p50": percentile(s, 50), "p99": percentile(s, 99), "p999": percentile(s, 99.9)}
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def loadgen_cmd(
+    url: str, body: str, rate: float, secs: float, *flags: str, warm: bool = True
+) -> list[str]:
+    """`benches/loadgen.py` at `rate` for `secs` with a FIFO pool, after (`warm`) 20 unrecorded
+    requests on 8 connections; `flags` add to or override these (`--closed 16`, `--timeout 9`)."""
+    cmd = [sys.executable, "-m", "benches.loadgen", "--url", url, "--body", body, "--fifo"]
+    cmd += ["--rate", str(rate), "--duration", str(secs), "--timeout", "5", "--max-conns", "512"]
+    return cmd + (["--conns", "8", "--warmup", "20"] if warm else []) + list(flags)
+
+
+def run_loadgen(
+    url: str,
+    body: str,
+    rate: float,
+    secs: float,
+    *flags: str,
+    warm: bool = True,
+    watch: Sequence[int] = (),
+) -> dict[str, Any]:
+    """Runs `loadgen_cmd(...)` and returns its JSON, plus the peak RSS of the `watch` processes
+    sampled every 0.2 s meanwhile."""
+    peak = 0
+    with tempfile.TemporaryFile() as out:
+        cmd = loadgen_cmd(url, body, rate, secs, *flags, warm=warm)
+        proc = subprocess.Popen(cmd, stdout=out, stdin=subprocess.DEVNULL, cwd=ROOT)
+        deadline = time.monotonic() + secs + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            peak = max(peak, proc_status(watch)["VmRSS"])
+            time.sleep(0.2)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError("load generator overran its time budget")
+        out.seek(0)
+        text = out.read()
+    if proc.returncode != 0 or not text:
+        raise RuntimeError(f"load generator failed with {proc.returncode}")
+    return {**json.loads(text), "peak_rss_bytes": peak}
+
+
+class BenchProxy:
+    """The real LiteLLM proxy (`tests.harness.ProxyProcess`) with `<provider>-python` and
+    `<provider>-rust` (`rust: true`) models on the mock provider, and one load step against it."""
+
+    def __init__(self, args: argparse.Namespace, mock: Any) -> None:
+        self.args, self.mock = args, mock
+        self.proxy: Any = None
+        self.workers = 0
+
+    def start(self, workers: int) -> dict[str, Any]:
+        from litellm_fastpath.mock_provider import deployment_kwargs
+        from tests.harness import ProxyProcess
+
+        url = self.mock.url
+        model_list = [
+            {"model_name": f"{p}-{arm}", "litellm_params": {**deployment_kwargs(p, url), **rust}}
+            for p in self.args.providers
+            for arm, rust in (("python", {}), ("rust", {"rust": True}))
+        ]
+        settings = {"callbacks": ["litellm_fastpath.proxy.accelerator"]}
+        self.proxy = ProxyProcess(model_list, settings, workers=workers, startup_timeout=120)
+        self.proxy.__enter__()
+        self.workers = workers
+        time.sleep(1.0 if workers == 1 else 3.0)  # let every worker finish its startup
+        info = {"workers": workers, "startup_s": self.proxy.startup_s, "pids": self.pids()}
+        info["verify"] = self.verify()
+        return info
+
+    def stop(self) -> None:
+        if self.proxy is not None:
+            self.proxy.__exit__(None, None, None)
+            self.proxy = None
+
+    def pids(self) -> list[int]:
+        return process_tree(self.proxy.pid)
+
+    def verify(self) -> dict[str, Any]:
+        """One request per model: status and whether the Rust headers came back."""
+        out = {}
+        for model in (f"{p}-{arm}" for p in self.args.providers for arm in ARMS):
+            r = self.proxy.post("/chat/completions", json={"model": model, "messages": MESSAGES})
+            out[model] = {"status": r.status_code}
+            out[model] |= {h: r.headers.get(h) for h in ("x-litellm-rust", "x-litellm-fastpath")}
+            if r.status_code != 200 or (r.headers.get("x-litellm-rust") == "true") != (
+                model.endswith("-rust")
+            ):
+                log(f"WARNING verify {model}: {out[model]} {r.text[:300]}")
+        return out
+
+    def wait_idle(self, budget: float = 15.0) -> float:
+        """Waits until the proxy burns < 5% of a core (a saturated step leaves a backlog)."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < budget:
+            pids = self.pids()
+            c0 = cpu_seconds(pids)
+            time.sleep(0.5)
+            if cpu_seconds(pids) - c0 < 0.025:
+                break
+        return time.monotonic() - t0
+
+    def step(
+        self, provider: str, arm: str, rate: float, duration: float, warm: bool = True
+    ) -> dict[str, Any]:
+        """Open-loop load on one arm's model: latency, errors, proxy CPU and peak RSS, and the
+        cores used by everything else; the raw latencies are under `latencies_ms`."""
+        body = json.dumps({"model": f"{provider}-{arm}", "messages": MESSAGES})
+        pids = self.pids()
+        m0, c0 = cpu_seconds([self.mock.pid]), cpu_seconds(pids)
+        b0, w0 = system_busy_seconds(), time.monotonic()
+        check = (
+            ("--expect-header", RUST_HEADER)
+            if arm == "rust"
+            else ("--forbid-header", "x-litellm-rust")
+        )
+        flags = ("-H", AUTH, *check, "--timeout", str(self.args.timeout))
+        # Without warm-up no request goes unrecorded (soak.py counts every one).
+        url = f"{self.proxy.url}/chat/completions"
+        res = run_loadgen(url, body, rate, duration, *flags, warm=warm, watch=pids)
+        wall = time.monotonic() - w0
+        proxy_cpu = cpu_seconds(self.pids()) - c0
+        busy = system_busy_seconds() - b0
+        mock_cpu = cpu_seconds([self.mock.pid]) - m0
+        keep = ("scheduled", "ok", "errors", "error_kinds", "first_error", "achieved_rps")
+        keep += ("sched_s", "window_s", "gen_cpu_util", "conns_peak", "send_lag_p99_ms")
+        return {
+            "provider": provider,
+            "arm": arm,
+            "rate": rate,
+            "workers": self.workers,
+            **{k: res[k] for k in keep},
+            "wall_s": wall,
+            "error_rate": res["errors"] / max(1, res["scheduled"]),
+            "lat": lat_stats(res["latencies_ms"]),
+            "proxy_cpu_s": proxy_cpu,
+            "proxy_cpu_s_per_1k": proxy_cpu / max(1, res["ok"]) * 1000,
+            "proxy_cores": proxy_cpu / wall,
+            "machine_busy_cores": busy / wall,
+            # Everything else on the machine (builds, tests): > ~0.2 means a contended step.
+            "foreign_cores": max(0.0, (busy - proxy_cpu - mock_cpu - res["gen_cpu_s"]) / wall),
+            "proxy_peak_rss_mib": res["peak_rss_bytes"] / MIB,
+            "latencies_ms": res["latencies_ms"],
+        }
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def arg_parser(doc: str, quick: str, wait: str = "first") -> argparse.ArgumentParser:
+    """A parser with the flags every bench has: --quick, --wait-quiet, --no-write."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--quick", action="store_true", default=env_flag("BENCH_QUICK"), help=quick)
+    p.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=float(os.environ.get("BENCH_WAIT_QUIET") or 0),
+        metavar="S",
+        help=f"{wait}, wait up to S s for other processes to go idle (BENCH_WAIT_QUIET)",
+    )
+    p.add_argument("--no-write", action="store_true", help="print only; keep results/ as is")
+    return p
+
+
+def machine(wait_quiet_s: float = 0.0) -> dict[str, Any]:
+    """The machine and versions; first waits up to `wait_quiet_s` for an idle machine."""
+    info: dict[str, Any] = {}
+    if wait_quiet_s > 0:
+        log(f"waiting up to {wait_quiet_s:.0f}s for the machine to be idle")
+        info["busy_cores_before"] = wait_quiet(wait_quiet_s)
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    info |= {
+        "nproc": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "loadavg_start": loadavg(),
+    }
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in ("litellm", "litellm-fastpath"):
+        try:
+            info[name.replace("-", "_")] = version(name)
+        except PackageNotFoundError:
+            pass
+    return info
+
+
+def machine_line(info: dict[str, Any]) -> str:
+    return (
+        f"Machine: nproc={info['nproc']} (affinity {info['affinity']}), CPU `{info['cpu']}`, "
+        f"Python {info['python']}, litellm {info.get('litellm', '?')}, "
+        f"litellm-fastpath {info.get('litellm_fastpath', '?')}, {info['date']}"
+    )
 
 
 def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+def write_results(
+    name: str, markdown: str, data: Any, indent: int = 2, plot: Any = None, alt: str = ""
+) -> None:
+    """results/<name>.md and .json, and <name>.png of the figure `plot(pyplot)` draws (linked
+    from the .md when `alt` is given) if matplotlib is installed."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    png = RESULTS / f"{name}.png"
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        plt = None
+        log("matplotlib not installed; no plot (pip install matplotlib)")
+    if plot is not None and plt is not None:
+        fig = plot(plt)
+        fig.tight_layout()
+        fig.savefig(png, dpi=110)
+        plt.close(fig)
+        markdown += f"\n![{alt}]({png.name})\n" if alt else ""
+    (RESULTS / f"{name}.md").write_text(markdown)
+    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=indent, default=str) + "\n")
+    log(f"wrote {RESULTS / name}.md, .json" + (", .png" if plot and plt else ""))
+
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def fetch_json(url: str, post: bool = False) -> Any:
+    """GET (or an empty POST) on loopback, never through an outer HTTP proxy; the JSON answer."""
+    request = urllib.request.Request(url, data=b"" if post else None)
+    with _NO_PROXY.open(request, timeout=10) as response:
+        return json.loads(response.read())

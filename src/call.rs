@@ -4,12 +4,18 @@ use std::sync::Arc;
 
 use http::HeaderMap;
 
-use crate::providers::{Deployment, TransformError, UpstreamRequest};
-use crate::signing::{self, SigningError};
-use crate::transport::{Transport, TransportError, UpstreamResponse};
+use bytes::Bytes;
+use serde_json::Value;
 
-/// Bodies larger than this are hashed on the blocking pool, not on an I/O thread.
-const INLINE_HASH_LIMIT: u64 = 256 * 1024;
+use crate::http::client::{Transport, TransportError, UpstreamResponse};
+use crate::http::sigv4::{self, SigningError};
+use crate::http::{RequestBody, UpstreamRequest};
+use crate::providers::{Deployment, TransformError};
+use crate::wire::body::JsonBody;
+
+/// Bodies with more text and media than this are laid out and hashed on the blocking pool,
+/// not on an I/O thread (and never on the caller's event loop).
+const INLINE_BODY_LIMIT: u64 = 256 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
@@ -25,16 +31,24 @@ pub enum CallError {
 }
 
 /// Sends the request exactly once; a 2xx response is returned, anything else is `Status`.
+/// A malformed text or media payload fails here, before any I/O.
 pub async fn execute(
     transport: &Transport,
-    mut request: UpstreamRequest,
+    request: UpstreamRequest,
 ) -> Result<UpstreamResponse, CallError> {
-    if let Some(plan) = request.sigv4.take() {
-        let digest = body_digest(&request).await?;
-        let signed = signing::sign(
+    let UpstreamRequest {
+        url,
+        mut headers,
+        body,
+        timeout,
+        sigv4: signing,
+    } = request;
+    let (body, digest) = lay_out(body, signing.is_some()).await?;
+    if let (Some(plan), Some(digest)) = (signing, digest) {
+        let signed = sigv4::sign(
             "POST",
-            &request.url,
-            &request.headers,
+            &url,
+            &headers,
             &digest,
             &plan.region,
             plan.service,
@@ -43,10 +57,10 @@ pub async fn execute(
         )?;
         for (name, mut value) in signed {
             value.set_sensitive(true);
-            request.headers.insert(name, value);
+            headers.insert(name, value);
         }
     }
-    let response = transport.send(request).await?;
+    let response = transport.send(&url, headers, body, timeout).await?;
     if (200..300).contains(&response.status) {
         Ok(response)
     } else {
@@ -54,16 +68,24 @@ pub async fn execute(
     }
 }
 
-async fn body_digest(request: &UpstreamRequest) -> Result<String, CallError> {
-    if request.body.content_length() <= INLINE_HASH_LIMIT {
-        return Ok(request.body.sha256_hex());
+/// The body as sent, plus its SHA-256 when it is to be signed: both O(body), so large bodies go
+/// to the blocking pool.
+async fn lay_out(
+    body: RequestBody,
+    with_digest: bool,
+) -> Result<(JsonBody, Option<String>), CallError> {
+    let inline = body.weight() <= INLINE_BODY_LIMIT;
+    let work = move || -> Result<(JsonBody, Option<String>), CallError> {
+        let json = body.lay_out().map_err(TransformError::from)?;
+        let digest = with_digest.then(|| json.sha256_hex());
+        Ok((json, digest))
+    };
+    if inline {
+        return work();
     }
-    let body = request.body.clone();
-    tokio::task::spawn_blocking(move || body.sha256_hex())
-        .await
-        .map_err(|err| {
-            CallError::Transport(TransportError::Setup(format!("hashing task failed: {err}")))
-        })
+    tokio::task::spawn_blocking(work).await.map_err(|err| {
+        CallError::Transport(TransportError::Setup(format!("body task failed: {err}")))
+    })?
 }
 
 /// What a 2xx answer is parsed into.
@@ -71,8 +93,8 @@ async fn body_digest(request: &UpstreamRequest) -> Result<String, CallError> {
 pub enum ResponseShape {
     /// An OpenAI `chat.completion` for this deployment.
     ChatCompletion(Arc<Deployment>),
-    /// A transcription (`{"text": ...}`) from a Converse answer.
-    Transcription,
+    /// Another answer, parsed by the provider's function (e.g. a Bedrock transcription).
+    Parsed(fn(&Bytes) -> Result<Value, TransformError>),
 }
 
 /// A parsed provider answer in LiteLLM's shape, plus the provider's response headers.
@@ -93,9 +115,7 @@ pub async fn run(
         ResponseShape::ChatCompletion(deployment) => {
             crate::providers::parse_response(deployment, &response.body)?
         }
-        ResponseShape::Transcription => {
-            crate::providers::bedrock::parse_transcription(&response.body)?
-        }
+        ResponseShape::Parsed(parse) => parse(&response.body)?,
     };
     Ok(Completion {
         body,

@@ -3,13 +3,12 @@
 //! The core (everything but `py`) is free of PyO3 so `cargo test` exercises it without an
 //! interpreter; `py` only converts between Python objects and these types.
 
-pub mod body;
 pub mod call;
-pub mod chat;
+pub mod http;
+pub mod model;
 pub mod providers;
 pub mod runtime;
-pub mod signing;
-pub mod transport;
+pub mod wire;
 
 #[cfg(feature = "python")]
 mod py;

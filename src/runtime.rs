@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::transport::{Transport, TransportError};
+use crate::http::client::{Transport, TransportError};
 
 pub struct Engine {
     pid: u32,

@@ -3,7 +3,7 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use _native::body::{JsonBody, MAX_CHUNK, Node};
+use _native::wire::body::{JsonBody, MAX_CHUNK, Node};
 use bytes::Bytes;
 use http_body::Body as _;
 use proptest::prelude::*;
@@ -102,7 +102,7 @@ fn small_value() -> impl Strategy<Value = Value> {
 fn node() -> impl Strategy<Value = Node> {
     let leaf = prop_oneof![
         small_value().prop_map(Node::Value),
-        text().prop_map(|s| Node::str_utf8(Bytes::from(s)).unwrap()),
+        text().prop_map(|s| Node::Str(Bytes::from(s))),
         raw_bytes().prop_map(Node::Base64),
     ];
     leaf.prop_recursive(3, 10, 4, |inner| {
@@ -137,7 +137,7 @@ proptest! {
     #[test]
     fn body_matches_serde_json(node in node()) {
         let expected = serde_json::to_vec(&node.to_value()).unwrap();
-        let body = JsonBody::from_node(&node);
+        let body = JsonBody::from_node(&node).unwrap();
         prop_assert_eq!(body.content_length(), expected.len() as u64);
         let mut joined = Vec::with_capacity(expected.len());
         for chunk in body.chunks() {

@@ -1,5 +1,6 @@
 """Shared fixtures: a recording upstream on loopback and deployments of each provider pointing at
-it, so every test can send the same request through the Rust path and LiteLLM's Python path."""
+it (`deployment_kwargs`, shared with the benches and the demo), so every test can send the same
+request through the Rust path and LiteLLM's Python path."""
 
 from __future__ import annotations
 
@@ -14,33 +15,9 @@ import litellm
 import pytest
 
 import litellm_fastpath
+from litellm_fastpath.mock_provider import PROVIDERS as PROVIDERS
+from litellm_fastpath.mock_provider import deployment_kwargs as deployment_kwargs
 from tests.harness import RecordingUpstream
-
-BEDROCK_MODEL_ID = "anthropic.claude-3-5-sonnet-20240620-v1:0"
-
-
-def deployment_kwargs(provider: str, upstream_url: str) -> dict[str, Any]:
-    """litellm_params of one deployment per provider, all pointing at the recording upstream."""
-    if provider == "openai":
-        return {"model": "openai/gpt-4o-mini", "api_key": "sk-upstream", "api_base": upstream_url}
-    if provider == "anthropic":
-        return {
-            "model": "anthropic/claude-sonnet-4-5",
-            "api_key": "sk-ant",
-            "api_base": upstream_url,
-        }
-    if provider == "bedrock":
-        return {
-            "model": f"bedrock/converse/{BEDROCK_MODEL_ID}",
-            "aws_access_key_id": "AKIDTEST",
-            "aws_secret_access_key": "secret-test-key",
-            "aws_region_name": "us-east-1",
-            "aws_bedrock_runtime_endpoint": upstream_url,
-        }
-    raise ValueError(provider)
-
-
-PROVIDERS = ("openai", "anthropic", "bedrock")
 
 
 @pytest.fixture(scope="session")

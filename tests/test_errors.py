@@ -300,3 +300,21 @@ async def test_no_secret_in_connection_error(provider: str) -> None:
     assert_admitted()
     assert is_litellm_exception(exc), describe(exc)
     assert_no_secret(exc)
+
+
+def test_media_is_checked_in_the_call_not_on_the_callers_thread(
+    upstream: RecordingUpstream,
+) -> None:
+    """Checking multi-MiB media is O(size): preparation only parses structure, the payload is
+    checked (off the event loop) by the call, which still fails before any I/O."""
+    deployment = litellm_fastpath._native.Deployment(
+        "anthropic", "claude-sonnet-4-5", api_key="sk-ant", api_base=upstream.url
+    )
+    bad_image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@!"}}
+    prepared = litellm_fastpath._native.prepare_chat(
+        deployment, [{"role": "user", "content": [bad_image]}], {}
+    )
+    assert isinstance(prepared, litellm_fastpath._native.PreparedCall)
+    with pytest.raises(litellm_fastpath._native.InvalidRequestError, match="base64"):
+        prepared.send_blocking()
+    assert upstream.requests == []

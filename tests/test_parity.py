@@ -12,7 +12,7 @@ import base64
 import gc
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +29,8 @@ IMAGE = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}
 HI = [{"role": "user", "content": "hi"}]
 
 
-# LiteLLM's Python arm leaves its HTTP connection unclosed after some broken answers; those
-# sockets are collected right here (see `collect_litellm_sockets`), not in a later test.
+# LiteLLM's Python arm leaves its HTTP connection unclosed after some broken answers; its
+# clients are closed and collected right here (see `close_litellm_clients`), not in a later test.
 pytestmark = [
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
@@ -44,8 +44,13 @@ def quiet_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
-def collect_litellm_sockets() -> Iterator[None]:
+async def close_litellm_clients() -> AsyncIterator[None]:
     yield
+    # On the test's own event loop, before it closes: LiteLLM caches a client per loop.
+    from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients
+
+    await close_litellm_async_clients()
+    litellm.in_memory_llm_clients_cache.flush_cache()
     gc.collect()
 
 

@@ -303,3 +303,57 @@ async def test_non_bedrock_transcription_stays_with_litellm(upstream: RecordingU
     )
     assert response.text == "hi"
     assert litellm_fastpath.decline_counts() == {"provider": 1}
+
+
+def native_deployment(url: str) -> Any:
+    """The Bedrock deployment of these tests, for driving `_native` directly."""
+    return litellm_fastpath._native.Deployment(
+        "bedrock",
+        "mistral.voxtral-mini-3b-2507",
+        aws_access_key_id="AKIDTEST",
+        aws_secret_access_key="secret-test-key",
+        aws_region="us-east-1",
+        aws_endpoint=url,
+    )
+
+
+@pytest.mark.parametrize("kind", ["memoryview_of_bytearray", "array"])
+def test_writable_buffers_are_copied_so_the_bytes_signed_are_the_bytes_sent(
+    upstream: RecordingUpstream, kind: str
+) -> None:
+    """Python may change a writable buffer while Rust hashes and sends it: Rust must copy it."""
+    import array
+
+    original = bytes(range(256)) * 64
+    backing = bytearray(original)
+    audio: Any = (
+        memoryview(backing) if kind == "memoryview_of_bytearray" else array.array("B", original)
+    )
+    deployment = native_deployment(upstream.url)
+    prepared = litellm_fastpath._native.prepare_transcription(deployment, audio, "wav")
+    changed = b"\xff" * len(original)
+    if kind == "array":
+        audio[:] = array.array("B", changed)
+    else:
+        backing[:] = changed
+    prepared.send_blocking()
+    sent = upstream.wait_for(1)[-1].json()
+    block = sent["messages"][0]["content"][0]["audio"]
+    assert base64.b64decode(block["source"]["bytes"]) == original
+
+
+def test_read_only_buffers_are_held_not_copied_and_released_after_the_call(
+    upstream: RecordingUpstream,
+) -> None:
+    view = memoryview(bytes(range(256)) * 4096)
+    before = sys.getrefcount(view)
+    deployment = native_deployment(upstream.url)
+    prepared = litellm_fastpath._native.prepare_transcription(deployment, view, "wav")
+    assert sys.getrefcount(view) > before  # the export is pinned: no copy was made
+    prepared.send_blocking()
+    assert upstream.wait_for(1)[-1].json()["messages"][0]["content"][0]["audio"]
+    del prepared
+    deadline = time.monotonic() + 3
+    while sys.getrefcount(view) > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sys.getrefcount(view) == before

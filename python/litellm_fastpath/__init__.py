@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 from litellm_fastpath._native import __version__
 
 if TYPE_CHECKING:
+    from litellm_fastpath.compat import UntestedLiteLLMWarning
     from litellm_fastpath.integration import install, is_installed, uninstall
     from litellm_fastpath.routing import decline_counts, reset_decline_counts
 
 __all__ = [
+    "UntestedLiteLLMWarning",
     "__version__",
     "decline_counts",
     "install",
@@ -30,6 +32,7 @@ _LAZY = {
     "uninstall": "integration",
     "decline_counts": "routing",
     "reset_decline_counts": "routing",
+    "UntestedLiteLLMWarning": "compat",
 }
 
 

@@ -4,6 +4,25 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Final, final
 
+# PyO3 keeps the module's `__all__`; stubtest checks this list against it.
+__all__ = [
+    "CallHandle",
+    "Declined",
+    "Deployment",
+    "FastpathError",
+    "InternalError",
+    "InvalidRequestError",
+    "InvalidResponseError",
+    "PreparedCall",
+    "UpstreamConnectionError",
+    "UpstreamStatusError",
+    "UpstreamTimeoutError",
+    "__version__",
+    "decline_codes",
+    "prepare_chat",
+    "prepare_transcription",
+]
+
 __version__: Final[str]
 
 class FastpathError(Exception): ...
@@ -73,12 +92,10 @@ def prepare_transcription(
     temperature: float | str | None = None,
     timeout: float | None = None,
 ) -> PreparedCall: ...
-def prepare_converse_body(
-    deployment: Deployment, body: bytes | memoryview, timeout: float | None = None
-) -> PreparedCall: ...
 def prepare_chat(
     deployment: Deployment,
     messages: object,
     params: dict[str, Any] | None,
     timeout: float | None = None,
 ) -> PreparedCall | Declined: ...
+def decline_codes() -> list[str]: ...

@@ -1,8 +1,9 @@
 """See the fast path work: `python -m litellm_fastpath.demo [N]`.
 
-Starts a tiny mock OpenAI provider and a real LiteLLM proxy on loopback, with two models of the
-same deployment: `plain` (served by LiteLLM's Python path) and `fast` (`rust: true`). Sends N
-interleaved requests to each and prints which path served them and how long they took.
+Starts the package's mock provider (`litellm_fastpath.mock_provider`) and a real LiteLLM proxy on
+loopback, with two models of the same deployment: `plain` (served by LiteLLM's Python path) and
+`fast` (`rust: true`). Sends N interleaved requests to each and prints which path served them and
+how long they took.
 """
 
 from __future__ import annotations
@@ -15,53 +16,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 
-HOST = "127.0.0.1"
+from litellm_fastpath.mock_provider import HOST, ServerProcess, deployment_kwargs
+
 MASTER_KEY = "sk-demo-master"
 MODELS = ("plain", "fast")
-REPLY = json.dumps(
-    {
-        "id": "chatcmpl-demo",
-        "object": "chat.completion",
-        "created": 1_700_000_000,
-        "model": "gpt-4o-mini",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "Hello from the mock provider"},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 9, "completion_tokens": 6, "total_tokens": 15},
-    }
-).encode()
-
-
-class MockProvider(BaseHTTPRequestHandler):
-    """Answers every OpenAI `/chat/completions` call with the same completion."""
-
-    protocol_version = "HTTP/1.1"  # keep-alive, like a real provider
-    # Headers and body go out in two writes; with Nagle on, the body waits for a delayed ACK.
-    disable_nagle_algorithm = True
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        found = self.path.rstrip("/").endswith("/chat/completions")
-        body = REPLY if found else b'{"error": {"message": "not found"}}'
-        self.send_response(200 if found else 404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
 
 
 def free_port() -> int:
@@ -71,7 +34,7 @@ def free_port() -> int:
 
 
 def write_config(workdir: Path, mock_url: str) -> Path:
-    deployment = {"model": "openai/gpt-4o-mini", "api_base": mock_url, "api_key": "sk-mock"}
+    deployment = deployment_kwargs("openai", mock_url)
     config = {
         "model_list": [
             {"model_name": "plain", "litellm_params": deployment},
@@ -165,13 +128,10 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 30
     # A plain `kill` should clean up like Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    mock = ThreadingHTTPServer((HOST, 0), MockProvider)
-    mock.daemon_threads = True
-    threading.Thread(target=mock.serve_forever, daemon=True).start()
     proxy = None
-    with tempfile.TemporaryDirectory(prefix="fastpath-demo-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fastpath-demo-") as tmp, ServerProcess() as mock:
         try:
-            config = write_config(Path(tmp), f"http://{HOST}:{mock.server_address[1]}")
+            config = write_config(Path(tmp), mock.url)
             port = free_port()
             print(f"starting the LiteLLM proxy on {HOST}:{port} (takes a few seconds)...")
             proxy = start_proxy(config, port, Path(tmp) / "proxy.log")
@@ -187,8 +147,6 @@ def main() -> None:
         finally:
             if proxy is not None:
                 stop_proxy(proxy)
-            mock.shutdown()
-            mock.server_close()
 
 
 if __name__ == "__main__":

@@ -12,82 +12,128 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import litellm
-from litellm.litellm_core_utils.exception_mapping_utils import exception_type
 
-from litellm_fastpath import _native
+from litellm_fastpath import _native, compat
 
 if TYPE_CHECKING:
     from litellm_fastpath.routing import Route
 
 
-def _provider_error(provider: str, status: int, body: str, headers: dict[str, str]) -> Exception:
-    if provider == "anthropic":
-        from litellm.llms.anthropic.common_utils import AnthropicError
+class _ProviderErrors:
+    """How LiteLLM's handler for one provider reports each kind of fault (one subclass each)."""
 
-        return AnthropicError(status_code=status, message=body, headers=httpx.Headers(headers))
-    if provider == "bedrock":
-        from litellm.llms.bedrock.common_utils import BedrockError
+    prefix = ""
 
-        return BedrockError(status_code=status, message=body, headers=httpx.Headers(headers))
-    from litellm.llms.openai.common_utils import OpenAIError
+    def status_error(self, status: int, body: str, headers: dict[str, str]) -> Exception:
+        raise NotImplementedError
 
-    # The openai SDK's `_make_status_error_from_response` + LiteLLM's OpenAI handler: the message
-    # quotes the parsed body, `body` is its "error" object (what exception mapping reads).
-    text = body.strip()
-    try:
-        parsed: Any = json.loads(text)
-    except ValueError:
-        parsed = text
-        message = text or f"Error code: {status}"
-    else:
-        message = f"Error code: {status} - {parsed}"
-    data = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
-    return OpenAIError(
-        status_code=status, message=message, headers=httpx.Headers(headers), body=data
+    def transport_error(self, message: str) -> Exception:
+        """What LiteLLM's HTTP handler raises for a transport failure (no HTTP status)."""
+        error = self.status_error(500, message, {})
+        error.status_code_is_synthesized = True  # type: ignore[attr-defined]
+        return error
+
+    def timeout(self, route: Route, elapsed: float) -> Exception:
+        return _mapped(
+            self.status_error(408, str(_httpx_timeout(route.timeout, elapsed)), {}), route
+        )
+
+    def invalid_response(self, message: str, kind: str, route: Route) -> Exception:
+        """A 2xx answer LiteLLM cannot use: it fails while reading it, which its exception
+        mapping reports as an APIConnectionError (500)."""
+        return litellm.APIConnectionError(
+            message=f"{self.prefix} - {message}", llm_provider=route.provider, model=route.model
+        )
+
+
+def _httpx_timeout(passed: Any, elapsed: float) -> Exception:
+    return litellm.Timeout(
+        message=f"Connection timed out. Timeout passed={passed}, "
+        f"time taken={round(elapsed, 3)} seconds",
+        model="default-model-name",
+        llm_provider="litellm-httpx-handler",
     )
 
 
-def _synthesized(provider: str, message: str) -> Exception:
-    """What LiteLLM's HTTP handler raises for a transport failure (no HTTP status)."""
-    if provider == "openai":
-        from litellm.llms.openai.common_utils import OpenAIError
+class _OpenAIErrors(_ProviderErrors):
+    prefix = "OpenAIException"
 
-        return OpenAIError(status_code=500, message="Connection error.")
-    if provider == "bedrock":
-        # The converse handler lets transport errors through unwrapped.
-        return httpx.ConnectError(message, request=httpx.Request("POST", "http://bedrock.invalid"))
-    error = _provider_error(provider, 500, message, {})
-    error.status_code_is_synthesized = True  # type: ignore[attr-defined]
-    return error
+    def status_error(self, status: int, body: str, headers: dict[str, str]) -> Exception:
+        # The openai SDK's `_make_status_error_from_response` + LiteLLM's OpenAI handler: the
+        # message quotes the parsed body, `body` is its "error" object (what mapping reads).
+        text = body.strip()
+        try:
+            parsed: Any = json.loads(text)
+        except ValueError:
+            parsed = text
+            message = text or f"Error code: {status}"
+        else:
+            message = f"Error code: {status} - {parsed}"
+        data = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
+        return compat.OpenAIError(
+            status_code=status, message=message, headers=httpx.Headers(headers), body=data
+        )
 
+    def transport_error(self, message: str) -> Exception:
+        return compat.OpenAIError(status_code=500, message="Connection error.")
 
-def _timeout(route: Route, elapsed: float) -> Exception:
-    if route.provider == "openai":
-        from litellm.llms.openai.common_utils import OpenAIError
-
+    def timeout(self, route: Route, elapsed: float) -> Exception:
         return _mapped(
-            OpenAIError(
+            compat.OpenAIError(
                 status_code=500,
                 message=f"Request timed out. - timeout value={route.timeout}, "
                 f"time taken={round(elapsed, 2)} seconds",
             ),
             route,
         )
-    passed: Any = route.timeout if route.provider == "anthropic" else httpx.Timeout(route.timeout)
-    timeout = litellm.Timeout(
-        message=f"Connection timed out. Timeout passed={passed}, "
-        f"time taken={round(elapsed, 3)} seconds",
-        model="default-model-name",
-        llm_provider="litellm-httpx-handler",
-    )
-    if route.provider == "bedrock":
-        return timeout
-    return _mapped(_provider_error(route.provider, 408, str(timeout), {}), route)
+
+    def invalid_response(self, message: str, kind: str, route: Route) -> Exception:
+        # LiteLLM's OpenAI handler: "Invalid response object" as a 500 from the provider.
+        return _mapped(self.status_error(500, message, {}), route)
+
+
+class _AnthropicErrors(_ProviderErrors):
+    prefix = "AnthropicException"
+
+    def status_error(self, status: int, body: str, headers: dict[str, str]) -> Exception:
+        return compat.AnthropicError(
+            status_code=status, message=body, headers=httpx.Headers(headers)
+        )
+
+
+class _BedrockErrors(_ProviderErrors):
+    prefix = "BedrockException"
+
+    def status_error(self, status: int, body: str, headers: dict[str, str]) -> Exception:
+        return compat.BedrockError(status_code=status, message=body, headers=httpx.Headers(headers))
+
+    def transport_error(self, message: str) -> Exception:
+        # The converse handler lets transport errors through unwrapped.
+        return httpx.ConnectError(message, request=httpx.Request("POST", "http://bedrock.invalid"))
+
+    def timeout(self, route: Route, elapsed: float) -> Exception:
+        # Raised by LiteLLM's HTTP handler itself, not mapped.
+        return _httpx_timeout(httpx.Timeout(route.timeout), elapsed)
+
+    def invalid_response(self, message: str, kind: str, route: Route) -> Exception:
+        if kind == "unparsable":
+            # LiteLLM's Converse handler: a BedrockError 422 "Error converting to valid response".
+            block = f"Error converting to valid response block={message}"
+            return _mapped(self.status_error(422, block, {}), route)
+        return super().invalid_response(message, kind, route)
+
+
+# One entry per provider the fast path serves (the Rust side has one folder each).
+_ERRORS: dict[str, _ProviderErrors] = {
+    "openai": _OpenAIErrors(),
+    "anthropic": _AnthropicErrors(),
+    "bedrock": _BedrockErrors(),
+}
 
 
 def _mapped(original: Exception, route: Route) -> Exception:
     try:
-        mapped: Any = exception_type(
+        mapped: Any = compat.exception_type(
             model=route.model,
             original_exception=original,
             custom_llm_provider=route.provider,
@@ -114,6 +160,7 @@ def invalid_param(name: str, why: str, route: Route) -> Exception:
 
 
 def to_litellm(err: _native.FastpathError, route: Route, elapsed: float = 0.0) -> Exception:
+    errors = _ERRORS[route.provider]
     if isinstance(err, _native.UpstreamStatusError):
         _message, status, body, headers = err.args
         if 300 <= status < 400:
@@ -122,43 +169,14 @@ def to_litellm(err: _native.FastpathError, route: Route, elapsed: float = 0.0) -
                 f"the provider answered with a redirect (HTTP {status}); litellm_fastpath does "
                 "not follow redirects, so credentials never reach another URL"
             )
-        return _mapped(_provider_error(route.provider, status, body, headers), route)
+        return _mapped(errors.status_error(status, body, headers), route)
     if isinstance(err, _native.UpstreamTimeoutError):
-        return _timeout(route, elapsed)
+        return errors.timeout(route, elapsed)
     if isinstance(err, _native.UpstreamConnectionError):
-        return _mapped(_synthesized(route.provider, str(err)), route)
+        return _mapped(errors.transport_error(str(err)), route)
     if isinstance(err, _native.InvalidRequestError):
         return bad_request(err, route)
     if isinstance(err, _native.InvalidResponseError):
-        return _invalid_response(err, route)
-    return _mapped(_provider_error(route.provider, 500, str(err), {}), route)
-
-
-def _invalid_response(err: _native.InvalidResponseError, route: Route) -> Exception:
-    """A 2xx answer LiteLLM cannot use either: the exception its response handling raises."""
-    message, kind = err.args
-    if route.provider == "openai":
-        # LiteLLM's OpenAI handler: "Invalid response object" as a 500 from the provider.
-        return _mapped(_provider_error("openai", 500, message, {}), route)
-    if route.provider == "bedrock" and kind == "unparsable":
-        # LiteLLM's Converse handler: a BedrockError 422 "Error converting to valid response".
-        return _mapped(
-            _provider_error(
-                "bedrock", 422, f"Error converting to valid response block={message}", {}
-            ),
-            route,
-        )
-    # Anthropic's unparsable bodies and every missing field: LiteLLM fails while reading the
-    # answer, which its exception mapping reports as an APIConnectionError (500).
-    return litellm.APIConnectionError(
-        message=f"{_PROVIDER_PREFIX[route.provider]} - {message}",
-        llm_provider=route.provider,
-        model=route.model,
-    )
-
-
-_PROVIDER_PREFIX = {
-    "anthropic": "AnthropicException",
-    "bedrock": "BedrockException",
-    "openai": "OpenAIException",
-}
+        message, kind = err.args
+        return errors.invalid_response(message, kind, route)
+    return _mapped(errors.status_error(500, str(err), {}), route)

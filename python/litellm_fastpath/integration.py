@@ -9,7 +9,6 @@ error comes from the one provider request Rust made; nothing is retried through 
 from __future__ import annotations
 
 import datetime
-import functools
 import traceback
 import uuid
 from collections.abc import Callable, Mapping
@@ -17,13 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import litellm
-from litellm.litellm_core_utils.core_helpers import process_response_headers
-from litellm.litellm_core_utils.llm_response_utils.response_metadata import (
-    update_response_metadata,
-)
-from litellm.litellm_core_utils.logging_utils import _set_duration_in_model_call_details
 
-from litellm_fastpath import _native, errors, routing
+from litellm_fastpath import _native, compat, errors, routing
 from litellm_fastpath.bridge import await_call
 
 FASTPATH_HEADERS = {"x-litellm-rust": "true", "x-litellm-fastpath": _native.__version__}
@@ -39,8 +33,9 @@ def install() -> None:
     """Routes `rust=True` calls of `litellm.acompletion`/`completion`/`atranscription`/
     `transcription` through Rust.
 
-    Idempotent. Calls without `rust=True` are passed to LiteLLM untouched."""
-    if _originals:
+    Idempotent. Calls without `rust=True` are passed to LiteLLM untouched. On a LiteLLM release
+    the fast path is not tested with, warns once and patches nothing (see `compat`)."""
+    if _originals or not compat.usable():
         return
     for name, wrapper in _WRAPPERS.items():
         _originals[name] = getattr(litellm, name)
@@ -121,7 +116,7 @@ def _chat_response(
 ) -> Any:
     response = litellm.ModelResponse(**body)
     response._hidden_params["additional_headers"] = {
-        **process_response_headers(dict(provider_headers)),
+        **compat.process_response_headers(dict(provider_headers)),
         **FASTPATH_HEADERS,
     }
     return response
@@ -238,17 +233,7 @@ def _record_api_window(logging_obj: Any, start_time: datetime.datetime) -> None:
     Admission and the Rust transform take microseconds, so the call's window starts at
     `start_time`."""
     if logging_obj is not None:
-        _set_duration_in_model_call_details(logging_obj, start_time, datetime.datetime.now())
-
-
-def _callbacks_configured() -> bool:
-    return bool(
-        litellm.callbacks
-        or litellm.success_callback
-        or litellm._async_success_callback
-        or litellm.failure_callback
-        or litellm._async_failure_callback
-    )
+        compat.set_duration_in_model_call_details(logging_obj, start_time, datetime.datetime.now())
 
 
 def _logging_obj(
@@ -263,13 +248,11 @@ def _logging_obj(
     Without callbacks nobody reads it, so the SDK fast path skips building one."""
     logging_obj = kwargs.get("litellm_logging_obj")
     if logging_obj is None:
-        if not _callbacks_configured():
+        if not compat.callbacks_configured():
             return None
-        from litellm.utils import Rules, function_setup
-
         # What LiteLLM's own wrapper does before building its logging object.
         kwargs.setdefault("litellm_call_id", str(uuid.uuid4()))
-        logging_obj, _ = function_setup(call_type, Rules(), start_time, **kwargs)
+        logging_obj, _ = compat.function_setup(call_type, compat.Rules(), start_time, **kwargs)
         kwargs["litellm_logging_obj"] = logging_obj
     logging_obj.update_environment_variables(
         model=route.model,
@@ -313,7 +296,7 @@ def _succeeded(
     if logging_obj is None:
         response._hidden_params["model_id"] = (kwargs.get("model_info") or {}).get("id")
         return response
-    update_response_metadata(
+    compat.update_response_metadata(
         result=response,
         logging_obj=logging_obj,
         model=kwargs.get("model"),
@@ -325,13 +308,6 @@ def _succeeded(
     return response
 
 
-@functools.cache
-def _success_dispatcher() -> Callable[..., None]:
-    from litellm.utils import _dispatch_success_logging
-
-    return _dispatch_success_logging
-
-
 def _dispatch_success_logging(
     logging_obj: Any,
     response: Any,
@@ -339,7 +315,7 @@ def _dispatch_success_logging(
     end_time: datetime.datetime,
     kwargs: Mapping[str, Any],
 ) -> None:
-    _success_dispatcher()(
+    compat.dispatch_success_logging(
         logging_obj=logging_obj,
         result=response,
         start_time=start_time,

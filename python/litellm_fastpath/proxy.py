@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from litellm.integrations.custom_logger import CustomLogger
-
+from litellm_fastpath import compat
 from litellm_fastpath.integration import install
 
 
-class FastpathAccelerator(CustomLogger):
+class FastpathAccelerator(compat.CustomLogger):
     """Proxy callback that keeps the fast path switch in the operator's hands."""
 
     async def async_pre_call_hook(

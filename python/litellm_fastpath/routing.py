@@ -15,11 +15,11 @@ import os
 import re
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from litellm_fastpath import _native
+from litellm_fastpath import _native, compat
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -191,7 +191,7 @@ def _split_provider(model: str, custom_llm_provider: str | None) -> tuple[str, s
         if prefix == custom_llm_provider and rest:
             return custom_llm_provider, rest
         return custom_llm_provider, model
-    if rest and prefix in ("openai", "anthropic", "bedrock"):
+    if rest and prefix in _PROVIDER_SETTINGS:
         return prefix, rest
     return None
 
@@ -247,19 +247,83 @@ _BEDROCK_DEFAULT_REGION = "us-west-2"
 @functools.cache
 def _anthropic_default_max_tokens(model: str) -> int | None:
     """LiteLLM sends the model map's output limit when the caller sets no max_tokens."""
-    from litellm.llms.anthropic.chat.transformation import AnthropicConfig
-
-    value = AnthropicConfig.get_max_tokens_for_model(model)
+    value = compat.AnthropicConfig.get_max_tokens_for_model(model)
     return int(value) if isinstance(value, (int, float)) else None
 
 
 @functools.cache
 def _is_bedrock_converse(model: str) -> bool:
     """Whether LiteLLM sends `bedrock/<model>` to Converse (rather than Invoke)."""
-    from litellm.llms.bedrock.common_utils import BedrockModelInfo
+    return compat.BedrockModelInfo.get_bedrock_route(model) == "converse"
 
-    return BedrockModelInfo.get_bedrock_route(model) == "converse"
 
+# A provider's settings: (upstream model id, `_native.Deployment` keyword arguments), resolved
+# with LiteLLM's precedence, or why the fast path cannot serve the deployment.
+Settings = tuple[str, dict[str, Any]]
+
+
+def _openai_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
+    api_key = kwargs.get("api_key") or _env("OPENAI_API_KEY")
+    if not api_key:
+        return Decline("credentials", "no OpenAI API key")
+    if model.startswith(_OPENAI_REWRITTEN_MODELS):
+        # LiteLLM rewrites params and system messages for these families.
+        return Decline("model_specific", f"OpenAI model family of {model!r}")
+    api_base = (
+        kwargs.get("api_base")
+        or kwargs.get("base_url")
+        or _env("OPENAI_BASE_URL", "OPENAI_API_BASE")
+    )
+    return model, {"api_key": api_key, "api_base": api_base}
+
+
+def _anthropic_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
+    api_key = kwargs.get("api_key") or _env("ANTHROPIC_API_KEY")
+    if not api_key:
+        return Decline("credentials", "no Anthropic API key")
+    return model, {
+        "api_key": api_key,
+        "api_base": kwargs.get("api_base") or _env("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"),
+        "default_max_tokens": _anthropic_default_max_tokens(model),
+    }
+
+
+def _bedrock_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
+    if model.startswith("converse/"):
+        model = model.removeprefix("converse/")
+    elif not _is_bedrock_converse(model):
+        return Decline("bedrock_route", "not a Converse model")
+    if "/" in model:
+        # Region segments, ARNs and inference profiles: LiteLLM re-derives region and id.
+        return Decline("bedrock_route", "model id with a path segment")
+    # A Bedrock API key wins over AWS credentials (LiteLLM's `bedrock_bearer_token`).
+    api_key = kwargs.get("api_key")
+    bearer_token = (api_key if api_key is not None else _env("AWS_BEARER_TOKEN_BEDROCK")) or None
+    access_key = kwargs.get("aws_access_key_id") or _env("AWS_ACCESS_KEY_ID")
+    secret_key = kwargs.get("aws_secret_access_key") or _env("AWS_SECRET_ACCESS_KEY")
+    if bearer_token is None and not (access_key and secret_key):
+        # Instance profiles, SSO, web identity: botocore's chain stays in Python.
+        return Decline("credentials", "no static AWS credentials")
+    return model, {
+        "api_key": bearer_token,
+        "aws_access_key_id": access_key,
+        "aws_secret_access_key": secret_key,
+        "aws_session_token": kwargs.get("aws_session_token") or _env("AWS_SESSION_TOKEN"),
+        "aws_region": kwargs.get("aws_region_name")
+        or _env("AWS_REGION_NAME", "AWS_REGION")
+        or _BEDROCK_DEFAULT_REGION,
+        "aws_endpoint": kwargs.get("aws_bedrock_runtime_endpoint")
+        or _env("AWS_BEDROCK_RUNTIME_ENDPOINT")
+        or kwargs.get("api_base"),
+    }
+
+
+# One entry per provider the fast path serves (the Rust side has one folder each).
+_PROVIDER_SETTINGS: dict[str, Callable[[str, Mapping[str, Any]], Settings | Decline]] = {
+    "openai": _openai_settings,
+    "anthropic": _anthropic_settings,
+    "bedrock": _bedrock_settings,
+}
 
 _deployments: dict[tuple[Any, ...], _native.Deployment] = {}
 _MAX_CACHED_DEPLOYMENTS = 1024
@@ -269,66 +333,17 @@ def _deployment(
     provider: str, model: str, kwargs: Mapping[str, Any]
 ) -> _native.Deployment | Decline:
     """Resolves credentials and endpoints the way LiteLLM does, for the providers we serve."""
+    provider_settings = _PROVIDER_SETTINGS.get(provider)
+    if provider_settings is None:
+        return Decline("provider", f"provider {provider!r}")
     extra_headers = _extra_headers(kwargs)
     if isinstance(extra_headers, Decline):
         return extra_headers
-    settings: dict[str, Any] = {"extra_headers": extra_headers}
-    if provider == "openai":
-        settings["api_key"] = kwargs.get("api_key") or _env("OPENAI_API_KEY")
-        settings["api_base"] = (
-            kwargs.get("api_base")
-            or kwargs.get("base_url")
-            or _env("OPENAI_BASE_URL", "OPENAI_API_BASE")
-        )
-        if not settings["api_key"]:
-            return Decline("credentials", "no OpenAI API key")
-        if model.startswith(_OPENAI_REWRITTEN_MODELS):
-            # LiteLLM rewrites params and system messages for these families.
-            return Decline("model_specific", f"OpenAI model family of {model!r}")
-    elif provider == "anthropic":
-        settings["api_key"] = kwargs.get("api_key") or _env("ANTHROPIC_API_KEY")
-        settings["api_base"] = kwargs.get("api_base") or _env(
-            "ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"
-        )
-        if not settings["api_key"]:
-            return Decline("credentials", "no Anthropic API key")
-        settings["default_max_tokens"] = _anthropic_default_max_tokens(model)
-    elif provider == "bedrock":
-        if model.startswith("converse/"):
-            model = model.removeprefix("converse/")
-        elif not _is_bedrock_converse(model):
-            return Decline("bedrock_route", "not a Converse model")
-        if "/" in model:
-            # Region segments, ARNs and inference profiles: LiteLLM re-derives region and id.
-            return Decline("bedrock_route", "model id with a path segment")
-        # A Bedrock API key wins over AWS credentials (LiteLLM's `bedrock_bearer_token`).
-        api_key = kwargs.get("api_key")
-        bearer_token = (
-            api_key if api_key is not None else _env("AWS_BEARER_TOKEN_BEDROCK")
-        ) or None
-        access_key = kwargs.get("aws_access_key_id") or _env("AWS_ACCESS_KEY_ID")
-        secret_key = kwargs.get("aws_secret_access_key") or _env("AWS_SECRET_ACCESS_KEY")
-        if bearer_token is None and not (access_key and secret_key):
-            # Instance profiles, SSO, web identity: botocore's chain stays in Python.
-            return Decline("credentials", "no static AWS credentials")
-        region = (
-            kwargs.get("aws_region_name")
-            or _env("AWS_REGION_NAME", "AWS_REGION")
-            or _BEDROCK_DEFAULT_REGION
-        )
-        settings.update(
-            api_key=bearer_token,
-            aws_access_key_id=access_key,
-            aws_secret_access_key=secret_key,
-            aws_session_token=kwargs.get("aws_session_token") or _env("AWS_SESSION_TOKEN"),
-            aws_region=region,
-            aws_endpoint=kwargs.get("aws_bedrock_runtime_endpoint")
-            or _env("AWS_BEDROCK_RUNTIME_ENDPOINT")
-            or kwargs.get("api_base"),
-        )
-    else:
-        return Decline("provider", f"provider {provider!r}")
-
+    resolved = provider_settings(model, kwargs)
+    if isinstance(resolved, Decline):
+        return resolved
+    model, settings = resolved
+    settings["extra_headers"] = extra_headers
     key = (provider, model, *sorted((k, repr(v)) for k, v in settings.items()))
     cached = _deployments.get(key)
     if cached is None:
@@ -485,11 +500,9 @@ def audio_source(file: Any) -> AudioSource | Decline:
 
 def _audio_format(filename: str) -> str:
     """LiteLLM's rule: MIME type from the extension, mapped; else the bare extension."""
-    from litellm.types.files import get_file_mime_type_from_extension
-
     extension = filename.split(".")[-1].lower() if "." in filename else "wav"
     try:
-        content_type = get_file_mime_type_from_extension(extension)
+        content_type = compat.get_file_mime_type_from_extension(extension)
     except ValueError:
         content_type = "audio/wav"
     return _AUDIO_CONTENT_TYPES.get(content_type) or (

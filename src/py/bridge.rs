@@ -1,23 +1,20 @@
-//! Running prepared calls: on the tokio runtime for asyncio callers (the result is handed back
-//! with `loop.call_soon_threadsafe`), or blocking with the GIL released for sync callers.
+//! Running prepared calls: on the tokio runtime for asyncio callers (the GIL thread hands the
+//! result back with `loop.call_soon_threadsafe`), or blocking with the GIL released for sync
+//! callers.
 
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::errors::{InternalError, call_error_to_py, panic_to_py, transport_error_to_py};
+use super::gil;
 use crate::call::{self, CallError, Completion, ResponseShape};
-use crate::providers::UpstreamRequest;
+use crate::http::UpstreamRequest;
+use crate::http::client::Transport;
 use crate::runtime;
-use crate::transport::Transport;
 
 struct Work {
     request: UpstreamRequest,
@@ -83,14 +80,12 @@ impl PreparedCall {
         let work = self.take()?;
         let engine = runtime::engine().map_err(transport_error_to_py)?;
         let task_engine = Arc::clone(&engine);
-        let task = engine.runtime.spawn(ReleaseOnCancel::new(async move {
+        let task = engine.runtime.spawn(async move {
             let outcome = AssertUnwindSafe(run(&task_engine.transport, work))
                 .catch_unwind()
                 .await;
-            let Some(_handoff) = Handoff::begin() else {
-                return; // the interpreter is exiting: nobody is left to tell
-            };
-            Python::attach(|py| {
+            // Converting the answer and waking asyncio happen on the GIL thread.
+            gil::submit(move |py| {
                 let (ok, value) = match outcome {
                     Ok(Ok(completion)) => match completion_to_py(py, completion) {
                         Ok(value) => (true, value),
@@ -106,7 +101,7 @@ impl PreparedCall {
                     (settle, future, ok, value),
                 );
             });
-        }));
+        });
         Ok(CallHandle {
             abort: task.abort_handle(),
         })
@@ -144,85 +139,4 @@ impl CallHandle {
     fn done(&self) -> bool {
         self.abort.is_finished()
     }
-}
-
-/// A call's task that, when aborted, releases the Python objects it holds (the caller's media)
-/// at once. PyO3 defers a release made without the GIL to its next entry from Python, which may
-/// be long after a cancel; a finished call needs none of this (its handoff took the GIL after the
-/// request was dropped).
-struct ReleaseOnCancel<F> {
-    inner: Option<Pin<Box<F>>>,
-    finished: bool,
-}
-
-impl<F> ReleaseOnCancel<F> {
-    fn new(inner: F) -> Self {
-        ReleaseOnCancel {
-            inner: Some(Box::pin(inner)),
-            finished: false,
-        }
-    }
-}
-
-impl<F: Future<Output = ()>> Future for ReleaseOnCancel<F> {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let Some(inner) = self.inner.as_mut() else {
-            return Poll::Ready(());
-        };
-        let poll = inner.as_mut().poll(cx);
-        if poll.is_ready() {
-            self.finished = true;
-        }
-        poll
-    }
-}
-
-impl<F> Drop for ReleaseOnCancel<F> {
-    fn drop(&mut self) {
-        drop(self.inner.take());
-        if self.finished {
-            return;
-        }
-        if let Some(_handoff) = Handoff::begin() {
-            // Taking the GIL applies PyO3's pending releases.
-            Python::attach(|_| {});
-        }
-    }
-}
-
-/// Result handoffs to Python in progress on runtime threads. A runtime thread that asks for the
-/// GIL while the interpreter finalizes is killed inside Rust frames (an abort), so at exit we
-/// stop new handoffs and wait for the running ones (see `drain_handoffs`).
-static HANDOFFS: AtomicUsize = AtomicUsize::new(0);
-static EXITING: AtomicBool = AtomicBool::new(false);
-
-struct Handoff;
-
-impl Handoff {
-    fn begin() -> Option<Handoff> {
-        HANDOFFS.fetch_add(1, Ordering::SeqCst);
-        let handoff = Handoff;
-        (!EXITING.load(Ordering::SeqCst)).then_some(handoff)
-    }
-}
-
-impl Drop for Handoff {
-    fn drop(&mut self) {
-        HANDOFFS.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Registered with `atexit`: runs before finalization, while other threads can still take the
-/// GIL. Waits (without the GIL) for handoffs in progress, at most two seconds.
-#[pyfunction]
-pub fn drain_handoffs(py: Python<'_>) {
-    EXITING.store(true, Ordering::SeqCst);
-    py.detach(|| {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while HANDOFFS.load(Ordering::SeqCst) != 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    });
 }

@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::call::CallError;
+use crate::http::client::{TransportError, UpstreamResponse};
 use crate::providers::TransformError;
-use crate::transport::{TransportError, UpstreamResponse};
 
 create_exception!(
     _native,
@@ -118,7 +118,7 @@ pub fn transform_error_to_py(err: TransformError) -> PyErr {
         }
         TransformError::InvalidRequest(_)
         | TransformError::Body(_)
-        | TransformError::Signing(_)
+        | TransformError::Media(_)
         | TransformError::InvalidHeader(_) => InvalidRequestError::new_err(err.to_string()),
     }
 }

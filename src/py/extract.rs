@@ -8,13 +8,14 @@ use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
 use serde_json::{Map, Value};
 
-use crate::chat::{Content, ContentPart, Decline, ImageUrl, Message, Role};
-use crate::providers::bedrock::Audio;
+use super::gil::ReleasedWithGil;
+use crate::model::{Content, ContentPart, Decline, DeclineCode, ImageUrl, Message, Role};
+use crate::providers::bedrock::transcription::Audio;
 
 /// Structurally odd requests decline rather than fail: LiteLLM forwards, coerces or rejects
 /// them in its own way, so its Python path decides.
 fn malformed(detail: String) -> Decline {
-    Decline::new("malformed_message", detail)
+    Decline::new(DeclineCode::MalformedMessage, detail)
 }
 
 /// A `str` as UTF-8 `Bytes` owned by the Python object (no copy for ASCII strings).
@@ -24,17 +25,21 @@ pub fn str_bytes(value: &Bound<'_, PyAny>, what: &dyn Fn() -> String) -> Result<
         .map_err(|_| malformed(format!("{} must be a string", what())))?;
     let backed = PyBackedStr::try_from(text.clone())
         .map_err(|_| malformed(format!("{} is not valid Unicode", what())))?;
-    Ok(Bytes::from_owner(backed))
+    Ok(Bytes::from_owner(ReleasedWithGil::new(backed)))
 }
 
-/// Raw bytes without a copy: `bytes` directly, any other contiguous buffer (memoryview,
-/// array, mmap) through the buffer protocol with its export held until the call ends. A
-/// `bytearray` is copied once: it could be resized under us while exported.
+/// Raw bytes: `bytes` and read-only buffers (a `memoryview` of `bytes`, read-only `mmap`) are
+/// held without a copy, their export pinned until the call ends. Writable buffers (`bytearray`,
+/// `memoryview(bytearray)`, `array`, writable `mmap`) are copied once: Python code could change
+/// them while they are hashed and sent, and the bytes signed must be the bytes sent.
 pub fn buffer_bytes(value: &Bound<'_, PyAny>) -> Result<Bytes, String> {
     if let Ok(bytes) = value.cast::<PyBytes>() {
-        return Ok(Bytes::from_owner(PyBackedBytes::from(bytes.clone())));
+        return Ok(Bytes::from_owner(ReleasedWithGil::new(
+            PyBackedBytes::from(bytes.clone()),
+        )));
     }
     if let Ok(array) = value.cast::<PyByteArray>() {
+        // PyO3 copies a bytearray into Rust memory here.
         return Ok(Bytes::from_owner(PyBackedBytes::from(array.clone())));
     }
     let buffer = PyBuffer::<u8>::get(value)
@@ -42,7 +47,11 @@ pub fn buffer_bytes(value: &Bound<'_, PyAny>) -> Result<Bytes, String> {
     if !buffer.is_c_contiguous() {
         return Err("the buffer must be contiguous".to_string());
     }
-    Ok(Bytes::from_owner(PinnedBuffer(buffer)))
+    let pinned = PinnedBuffer(buffer);
+    if !pinned.0.readonly() {
+        return Ok(Bytes::copy_from_slice(pinned.as_ref()));
+    }
+    Ok(Bytes::from_owner(ReleasedWithGil::new(pinned)))
 }
 
 /// A buffer export kept alive (and so the exporter's memory pinned) for as long as Rust uses it.
@@ -61,7 +70,9 @@ pub fn audio(value: &Bound<'_, PyAny>) -> Result<Audio, String> {
     if let Ok(text) = value.cast::<PyString>() {
         let backed = PyBackedStr::try_from(text.clone())
             .map_err(|_| "audio text is not valid Unicode".to_string())?;
-        return Ok(Audio::Base64(Bytes::from_owner(backed)));
+        return Ok(Audio::Base64(Bytes::from_owner(ReleasedWithGil::new(
+            backed,
+        ))));
     }
     buffer_bytes(value)
         .map(Audio::Raw)
@@ -104,15 +115,19 @@ fn message(item: &Bound<'_, PyAny>, index: usize) -> Result<Message, Decline> {
                 let name: PyBackedStr = value
                     .extract()
                     .map_err(|_| malformed(format!("messages[{index}].role must be a string")))?;
-                role =
-                    Some(Role::parse(&name).ok_or_else(|| {
-                        Decline::new("message_role", format!("role {:?}", &*name))
-                    })?);
+                role = Some(Role::parse(&name).ok_or_else(|| {
+                    Decline::new(DeclineCode::MessageRole, format!("role {:?}", &*name))
+                })?);
             }
             "content" => content = Some(value),
             // Explicit nulls are what OpenAI SDKs send for unset optional fields.
             _ if value.is_none() => {}
-            other => return Err(Decline::new("message_field", format!("field {other:?}"))),
+            other => {
+                return Err(Decline::new(
+                    DeclineCode::MessageField,
+                    format!("field {other:?}"),
+                ));
+            }
         }
     }
     let role = role.ok_or_else(|| malformed(format!("messages[{index}] is missing 'role'")))?;
@@ -120,7 +135,7 @@ fn message(item: &Bound<'_, PyAny>, index: usize) -> Result<Message, Decline> {
         Some(value) if !value.is_none() => message_content(&value, index)?,
         _ => {
             return Err(Decline::new(
-                "message_without_content",
+                DeclineCode::MessageWithoutContent,
                 format!("messages[{index}]"),
             ));
         }
@@ -140,7 +155,10 @@ fn message_content(value: &Bound<'_, PyAny>, index: usize) -> Result<Content, De
         ))
     })?;
     if list.is_empty() {
-        return Err(Decline::new("empty_content", format!("messages[{index}]")));
+        return Err(Decline::new(
+            DeclineCode::EmptyContent,
+            format!("messages[{index}]"),
+        ));
     }
     list.iter()
         .enumerate()
@@ -168,7 +186,12 @@ fn content_part(
     let allowed: &[&str] = match &*kind {
         "text" => &["type", "text"],
         "image_url" => &["type", "image_url"],
-        other => return Err(Decline::new("content_part", format!("part type {other:?}"))),
+        other => {
+            return Err(Decline::new(
+                DeclineCode::ContentPart,
+                format!("part type {other:?}"),
+            ));
+        }
     };
     for key in dict.keys() {
         let key: PyBackedStr = key
@@ -176,7 +199,7 @@ fn content_part(
             .map_err(|_| malformed(format!("{} has a non-string key", at())))?;
         if !allowed.contains(&&*key) {
             return Err(Decline::new(
-                "content_part_field",
+                DeclineCode::ContentPartField,
                 format!("field {:?}", &*key),
             ));
         }
@@ -227,7 +250,7 @@ fn image_url(value: &Bound<'_, PyAny>, at: &dyn Fn() -> String) -> Result<ImageU
             "detail" | "format" => {}
             other => {
                 return Err(Decline::new(
-                    "content_part_field",
+                    DeclineCode::ContentPartField,
                     format!("image_url field {other:?}"),
                 ));
             }
@@ -245,12 +268,16 @@ pub fn params(value: &Bound<'_, PyAny>) -> Result<Map<String, Value>, Decline> {
     if value.is_none() {
         return Ok(Map::new());
     }
-    let parsed: Value = pythonize::depythonize(value)
-        .map_err(|_| Decline::new("param_type", "request parameters are not JSON-compatible"))?;
+    let parsed: Value = pythonize::depythonize(value).map_err(|_| {
+        Decline::new(
+            DeclineCode::ParamType,
+            "request parameters are not JSON-compatible",
+        )
+    })?;
     match parsed {
         Value::Object(map) => Ok(map),
         _ => Err(Decline::new(
-            "param_type",
+            DeclineCode::ParamType,
             "request parameters are not an object",
         )),
     }

@@ -4,6 +4,7 @@
 mod bridge;
 mod errors;
 mod extract;
+mod gil;
 
 use pyo3::prelude::*;
 
@@ -18,10 +19,12 @@ mod _native {
     use super::errors::{self, InvalidRequestError};
     use super::extract;
     use crate::call::ResponseShape;
-    use crate::chat::ChatRequest;
-    use crate::providers::bedrock::{self, TranscriptionRequest};
-    use crate::providers::{self, AwsAuth, AwsSettings, Deployment as CoreDeployment, Provider};
-    use crate::signing::AwsCredentials;
+    use crate::http::sigv4::AwsCredentials;
+    use crate::model::{ChatRequest, DeclineCode};
+    use crate::providers::bedrock::transcription::{self, TranscriptionRequest};
+    use crate::providers::{
+        self, AwsAuth, AwsSettings, Deployment as CoreDeployment, Provider, Refusal,
+    };
 
     #[pymodule_export]
     use super::bridge::{CallHandle, PreparedCall};
@@ -55,7 +58,7 @@ mod _native {
             py.get_type::<errors::InvalidResponseError>(),
         )?;
         m.add("InternalError", py.get_type::<errors::InternalError>())?;
-        let drain = wrap_pyfunction!(super::bridge::drain_handoffs, m)?;
+        let drain = wrap_pyfunction!(super::gil::drain, m)?;
         py.import("atexit")?.call_method1("register", (drain,))?;
         Ok(())
     }
@@ -107,8 +110,9 @@ mod _native {
                     Ok((header_name, value))
                 })
                 .collect::<PyResult<Vec<_>>>()?;
-            let aws = match provider {
-                Provider::Bedrock => {
+            // AWS settings are given for AWS-hosted providers only (the Python layer decides).
+            let aws = match aws_region {
+                Some(region) => {
                     // A Bedrock API key (`api_key`) replaces the AWS credentials, as in LiteLLM.
                     let auth = match api_key.take() {
                         Some(token) => AwsAuth::Bearer(token),
@@ -128,13 +132,11 @@ mod _native {
                     };
                     Some(AwsSettings {
                         auth,
-                        region: aws_region.ok_or_else(|| {
-                            InvalidRequestError::new_err("bedrock deployment has no AWS region")
-                        })?,
+                        region,
                         endpoint: aws_endpoint,
                     })
                 }
-                _ => None,
+                None => None,
             };
             Ok(Deployment {
                 inner: Arc::new(CoreDeployment {
@@ -224,11 +226,8 @@ mod _native {
         };
         let timeout = timeout.map(timeout_from_secs).transpose()?;
         let core = Arc::clone(&deployment.inner);
-        // Large text is validated and scanned for escapes here: do it without the GIL.
-        let prepared = py
-            .detach(|| providers::prepare(&core, &request))
-            .map_err(errors::transform_error_to_py)?;
-        match prepared {
+        // Structure only (cheap): text and media are checked in the call, off this thread.
+        match providers::prepare(&core, &request) {
             Ok(mut upstream) => {
                 if let Some(timeout) = timeout {
                     upstream.timeout = timeout;
@@ -236,17 +235,17 @@ mod _native {
                 let shape = ResponseShape::ChatCompletion(core);
                 Ok(Py::new(py, PreparedCall::new(upstream, shape))?.into_any())
             }
-            Err(decline) => declined(py, decline),
+            Err(Refusal::Declined(decline)) => declined(py, decline),
+            Err(Refusal::Invalid(err)) => Err(errors::transform_error_to_py(err)),
         }
     }
 
     /// A Bedrock Converse transcription: `audio` is raw audio (`bytes`, `bytearray`, any
-    /// contiguous buffer) or existing base64 text (`str`); it is not copied.
+    /// contiguous buffer) or existing base64 text (`str`); read-only buffers are not copied.
     #[pyfunction]
     #[pyo3(signature = (deployment, audio, audio_format, *, language=None, prompt=None, temperature=None, timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn prepare_transcription(
-        py: Python<'_>,
         deployment: &Deployment,
         audio: &Bound<'_, PyAny>,
         audio_format: String,
@@ -275,18 +274,20 @@ mod _native {
             prompt,
             temperature,
         };
-        let core = Arc::clone(&deployment.inner);
-        let mut upstream = py
-            .detach(|| bedrock::build_transcription(&core, &request))
+        let mut upstream = transcription::build_transcription(&deployment.inner, &request)
             .map_err(errors::transform_error_to_py)?;
         if let Some(timeout) = timeout.map(timeout_from_secs).transpose()? {
             upstream.timeout = timeout;
         }
-        Ok(PreparedCall::new(upstream, ResponseShape::Transcription))
+        Ok(PreparedCall::new(
+            upstream,
+            ResponseShape::Parsed(transcription::parse_transcription),
+        ))
     }
 
     /// A Converse call with a JSON body the caller built (`bytes`, not copied); answers as a
-    /// transcription. For tools and benchmarks that compare body builders.
+    /// transcription. For benchmarks that compare body builders (cargo feature `bench`).
+    #[cfg(feature = "bench")]
     #[pyfunction]
     #[pyo3(signature = (deployment, body, timeout=None))]
     fn prepare_converse_body(
@@ -296,22 +297,31 @@ mod _native {
     ) -> PyResult<PreparedCall> {
         let body = extract::buffer_bytes(body)
             .map_err(|why| InvalidRequestError::new_err(format!("body: {why}")))?;
-        let mut upstream = bedrock::prebuilt_request(&deployment.inner, body)
+        let mut upstream = transcription::prebuilt_request(&deployment.inner, body)
             .map_err(errors::transform_error_to_py)?;
         if let Some(timeout) = timeout.map(timeout_from_secs).transpose()? {
             upstream.timeout = timeout;
         }
-        Ok(PreparedCall::new(upstream, ResponseShape::Transcription))
+        Ok(PreparedCall::new(
+            upstream,
+            ResponseShape::Parsed(transcription::parse_transcription),
+        ))
     }
 
-    fn declined(py: Python<'_>, decline: crate::chat::Decline) -> PyResult<Py<PyAny>> {
+    fn declined(py: Python<'_>, decline: crate::model::Decline) -> PyResult<Py<PyAny>> {
         Ok(Py::new(
             py,
             Declined {
-                code: decline.code,
+                code: decline.code.as_str(),
                 detail: decline.detail,
             },
         )?
         .into_any())
+    }
+
+    /// Every decline reason's name: what `decline_counts()` counts and the README lists.
+    #[pyfunction]
+    fn decline_codes() -> Vec<&'static str> {
+        DeclineCode::ALL.iter().map(|code| code.as_str()).collect()
     }
 }

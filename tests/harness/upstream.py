@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import json as jsonlib
-import re
 import socket
 import sys
 import threading
@@ -20,11 +19,13 @@ from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
+# The canned provider answers are the package's mock provider's, so tests, benches and the demo
+# see the same ones.
+from litellm_fastpath.mock_provider import REPLY_TEXT as REPLY_TEXT
+from litellm_fastpath.mock_provider import canned_response as default_body
+
 Action = Literal["disconnect", "disconnect_mid_body", "stall", "trickle"]
 
-REPLY_TEXT = "Hello from upstream"
-CREATED = 1_700_000_000  # fixed so responses are byte-for-byte reproducible
-_BEDROCK_CONVERSE = re.compile(r"/model/(?P<model>[^/]+)/converse$")
 _STOP_JOIN_BUDGET_S = 1.0
 
 
@@ -62,60 +63,6 @@ class Reply:
     action: Action | None = None
     # "trickle": the body goes out in this many pieces, `delay_s` apart (after the headers).
     pieces: int = 5
-
-
-def default_body(method: str, path: str, request_body: bytes) -> tuple[int, dict[str, Any]]:
-    """The canned provider response for `path`, echoing the request's model like real APIs do."""
-    if path.endswith("/chat/completions"):
-        return 200, {
-            "id": "chatcmpl-upstream",
-            "object": "chat.completion",
-            "created": CREATED,
-            "model": _request_model(request_body),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": REPLY_TEXT},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
-            "system_fingerprint": "fp_test",
-        }
-    if path.endswith("/v1/messages"):
-        return 200, {
-            "id": "msg_upstream",
-            "type": "message",
-            "role": "assistant",
-            "model": _request_model(request_body),
-            "content": [{"type": "text", "text": REPLY_TEXT}],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": {
-                "input_tokens": 11,
-                "output_tokens": 7,
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
-            },
-        }
-    if _BEDROCK_CONVERSE.search(path):
-        return 200, {
-            "output": {"message": {"role": "assistant", "content": [{"text": REPLY_TEXT}]}},
-            "stopReason": "end_turn",
-            "usage": {"inputTokens": 11, "outputTokens": 7, "totalTokens": 18},
-            "metrics": {"latencyMs": 12},
-        }
-    return 404, {
-        "error": {"type": "not_found", "message": f"no upstream route for {method} {path}"}
-    }
-
-
-def _request_model(body: bytes) -> str:
-    try:
-        model = jsonlib.loads(body).get("model")
-    except (ValueError, AttributeError):
-        return "unknown"
-    return model if isinstance(model, str) else "unknown"
 
 
 class _Server(ThreadingHTTPServer):

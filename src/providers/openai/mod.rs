@@ -4,13 +4,31 @@
 use http::HeaderMap;
 use serde_json::{Value, json};
 
-use super::{Deployment, Refusal, TransformError, UpstreamRequest, header};
-use crate::body::{JsonBody, Node};
-use crate::chat::{ChatRequest, Content, ContentPart, ImageUrl, Role};
+use super::{Deployment, Refusal, TransformError, header};
+use crate::http::{RequestBody, UpstreamRequest};
+use crate::model::{ChatRequest, Content, ContentPart, ImageUrl, Role};
+use crate::wire::body::Node;
 
 const DEFAULT_API_BASE: &str = "https://api.openai.com/v1";
 
-pub fn build_request(
+/// Forwarded as given, like LiteLLM's OpenAI handler does for non-o-series models.
+pub const PARAMS: &[&str] = &[
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "user",
+];
+
+pub struct OpenAi;
+
+super::chat_provider!(OpenAi, "openai");
+
+fn build_request(
     deployment: &Deployment,
     request: &ChatRequest,
 ) -> Result<UpstreamRequest, Refusal> {
@@ -56,7 +74,7 @@ pub fn build_request(
     Ok(UpstreamRequest {
         url,
         headers,
-        body: JsonBody::from_node(&Node::Object(fields)),
+        body: RequestBody::Document(Node::Object(fields)),
         timeout: deployment.timeout,
         sigv4: None,
     })
@@ -64,13 +82,13 @@ pub fn build_request(
 
 fn content_node(content: &Content) -> Result<Node, TransformError> {
     match content {
-        Content::Text(text) => Ok(Node::str_utf8(text.clone())?),
+        Content::Text(text) => Ok(Node::Str(text.clone())),
         Content::Parts(parts) => parts
             .iter()
             .map(|part| match part {
                 ContentPart::Text(text) => Ok(Node::object([
                     ("type", Node::from("text")),
-                    ("text", Node::str_utf8(text.clone())?),
+                    ("text", Node::Str(text.clone())),
                 ])),
                 ContentPart::Image(image) => Ok(Node::object([
                     ("type", Node::from("image_url")),
@@ -84,7 +102,7 @@ fn content_node(content: &Content) -> Result<Node, TransformError> {
 
 /// LiteLLM always sends the object form, even when the caller sent a bare URL string.
 fn image_url_node(image: &ImageUrl) -> Result<Node, TransformError> {
-    let url = Node::str_utf8(image.url.clone())?;
+    let url = Node::Str(image.url.clone());
     let mut fields = vec![("url".to_string(), url)];
     if let Some(detail) = &image.detail {
         fields.push(("detail".to_string(), Node::from(detail.as_str())));
@@ -97,7 +115,7 @@ fn image_url_node(image: &ImageUrl) -> Result<Node, TransformError> {
 
 /// OpenAI already answers in the chat.completion shape; LiteLLM keeps every field and adds its
 /// `provider_specific_fields` (the message's `refusal` moves there).
-pub fn parse_response(_deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
+fn parse_response(_deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
     let invalid = || TransformError::InvalidResponse("missing 'choices' in chat completion".into());
     let Value::Object(mut body) = body else {
         return Err(invalid());

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::HeaderMap;
 
-use crate::providers::UpstreamRequest;
+use crate::wire::body::JsonBody;
 
 /// LiteLLM's httpx default connect timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -80,17 +80,22 @@ impl Transport {
         Ok(client)
     }
 
-    /// Sends one request and reads the whole response. Exactly one attempt; `request.timeout`
-    /// bounds the connect and each read.
-    pub async fn send(&self, request: UpstreamRequest) -> Result<UpstreamResponse, TransportError> {
-        let timeout = request.timeout;
-        let url = reqwest::Url::parse(&request.url)
-            .map_err(|err| TransportError::InvalidUrl(err.to_string()))?;
+    /// Sends one request and reads the whole response. Exactly one attempt; `timeout` bounds
+    /// the connect and each read.
+    pub async fn send(
+        &self,
+        url: &str,
+        headers: HeaderMap,
+        body: JsonBody,
+        timeout: Duration,
+    ) -> Result<UpstreamResponse, TransportError> {
+        let url =
+            reqwest::Url::parse(url).map_err(|err| TransportError::InvalidUrl(err.to_string()))?;
         let response = self
             .client(timeout)?
             .post(url)
-            .headers(request.headers)
-            .body(reqwest::Body::wrap(request.body.into_http_body()))
+            .headers(headers)
+            .body(reqwest::Body::wrap(body.into_http_body()))
             .send()
             .await
             .map_err(|err| classify(err, timeout))?;

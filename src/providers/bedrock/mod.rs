@@ -1,19 +1,19 @@
 //! Bedrock Converse: chat.completions -> `POST {endpoint}/model/{id}/converse`, SigV4-signed.
 
-use bytes::Bytes;
 use http::HeaderMap;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Map, Value, json};
 
-use super::{
-    AwsAuth, AwsSettings, Deployment, Refusal, SigV4, TransformError, UpstreamRequest, header,
-    parse_data_url,
+pub mod transcription;
+
+use super::rules::{
+    blank_text_decline, conversation_decline, integer_param, number_param, stop_param,
 };
-use crate::body::{JsonBody, Node};
-use crate::chat::{
-    ChatRequest, Content, ContentPart, Decline, Role, blank_text_decline, conversation_decline,
-    integer_param, number_param, stop_param,
-};
+use super::{AwsAuth, AwsSettings, Deployment, Refusal, TransformError, header};
+use crate::http::{RequestBody, SigV4, UpstreamRequest};
+use crate::model::{ChatRequest, Content, ContentPart, Decline, DeclineCode, Role};
+use crate::wire::body::Node;
+use crate::wire::media::parse_data_url;
 
 /// Characters kept as-is in the model id path segment (Python's `quote(model_id, safe="")`).
 const MODEL_ID_KEEP: &AsciiSet = &NON_ALPHANUMERIC
@@ -40,7 +40,7 @@ pub fn converse_url(aws: &AwsSettings, model_id: &str) -> String {
 /// Headers and signing plan shared by every Converse call (chat and transcription).
 pub fn converse_request(
     deployment: &Deployment,
-    body: JsonBody,
+    body: RequestBody,
 ) -> Result<UpstreamRequest, TransformError> {
     let aws = deployment.aws.as_ref().ok_or_else(|| {
         TransformError::InvalidRequest("bedrock deployment without AWS settings".into())
@@ -71,7 +71,20 @@ pub fn converse_request(
     })
 }
 
-pub fn build_request(
+/// Mapped into `inferenceConfig` like LiteLLM's `AmazonConverseConfig`.
+pub const PARAMS: &[&str] = &[
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+];
+
+pub struct Bedrock;
+
+super::chat_provider!(Bedrock, "bedrock");
+
+fn build_request(
     deployment: &Deployment,
     request: &ChatRequest,
 ) -> Result<UpstreamRequest, Refusal> {
@@ -90,9 +103,9 @@ pub fn build_request(
         if has_image && message.role != Role::User {
             // LiteLLM declines system images and fails on assistant ones: leave both to it.
             let code = if message.role.is_instruction() {
-                "system_image"
+                DeclineCode::SystemImage
             } else {
-                "assistant_image"
+                DeclineCode::AssistantImage
             };
             return Err(Decline::new(
                 code,
@@ -149,7 +162,7 @@ pub fn build_request(
     fields.push(("inferenceConfig".into(), Node::Object(inference)));
     Ok(converse_request(
         deployment,
-        JsonBody::from_node(&Node::Object(fields)),
+        RequestBody::Document(Node::Object(fields)),
     )?)
 }
 
@@ -167,7 +180,7 @@ impl Block {
 }
 
 fn text_block(text: &bytes::Bytes) -> Result<Node, TransformError> {
-    Ok(Node::object([("text", Node::str_utf8(text.clone())?)]))
+    Ok(Node::object([("text", Node::Str(text.clone()))]))
 }
 
 fn content_blocks(content: &Content) -> Result<Vec<Block>, Refusal> {
@@ -182,7 +195,9 @@ fn content_blocks(content: &Content) -> Result<Vec<Block>, Refusal> {
             ContentPart::Image(image) => {
                 // LiteLLM downloads http(s) images for Bedrock; that I/O stays in Python.
                 if !image.url.starts_with(b"data:") {
-                    return Err(Decline::new("image_url_remote", "non-data image URL").into());
+                    return Err(
+                        Decline::new(DeclineCode::ImageUrlRemote, "non-data image URL").into(),
+                    );
                 }
                 let data_url = parse_data_url(&image.url)?;
                 let format = image_format(&data_url.media_type)?;
@@ -192,7 +207,7 @@ fn content_blocks(content: &Content) -> Result<Vec<Block>, Refusal> {
                         ("format", Node::from(format)),
                         (
                             "source",
-                            Node::object([("bytes", Node::str_utf8(data_url.data)?)]),
+                            Node::object([("bytes", Node::Base64Text(data_url.data))]),
                         ),
                     ]),
                 )])))
@@ -211,108 +226,10 @@ fn image_format(media_type: &str) -> Result<&'static str, Decline> {
         "image/gif" => Ok("gif"),
         "image/webp" => Ok("webp"),
         _ => Err(Decline::new(
-            "image_type",
+            DeclineCode::ImageType,
             "media type other than image/png, jpeg, gif or webp",
         )),
     }
-}
-
-/// Audio for a transcription: raw bytes (encoded while sending) or existing base64 text.
-#[derive(Clone, Debug)]
-pub enum Audio {
-    Raw(Bytes),
-    Base64(Bytes),
-}
-
-/// The formats Bedrock's Converse audio block accepts.
-pub const AUDIO_FORMATS: [&str; 4] = ["wav", "mp3", "flac", "ogg"];
-
-/// What a transcription asks the model for.
-#[derive(Clone, Debug)]
-pub struct TranscriptionRequest {
-    pub audio: Audio,
-    pub format: String,
-    pub language: Option<String>,
-    pub prompt: Option<String>,
-    /// A number, or the string a proxy form field carries (LiteLLM forwards it as given).
-    pub temperature: Option<Value>,
-}
-
-/// LiteLLM's instruction text, plus the language when given.
-pub fn transcription_instruction(language: Option<&str>, prompt: Option<&str>) -> String {
-    let mut text = String::from("Transcribe the audio.");
-    if let Some(language) = language.filter(|l| !l.is_empty()) {
-        text.push_str(&format!(" The spoken language is {language}."));
-    }
-    text.push_str(" Respond with only the transcript.");
-    if let Some(prompt) = prompt.filter(|p| !p.is_empty()) {
-        text.push_str(&format!(" Additional context: {prompt}"));
-    }
-    text
-}
-
-/// Converse with an audio block and a text instruction. No `system` block: Voxtral rejects a
-/// system message next to audio.
-pub fn build_transcription(
-    deployment: &Deployment,
-    request: &TranscriptionRequest,
-) -> Result<UpstreamRequest, TransformError> {
-    if !AUDIO_FORMATS.contains(&request.format.as_str()) {
-        return Err(TransformError::InvalidRequest(format!(
-            "unsupported Bedrock audio format {:?} (wav, mp3, flac, ogg)",
-            request.format
-        )));
-    }
-    let audio_bytes = match &request.audio {
-        Audio::Raw(raw) => Node::Base64(raw.clone()),
-        Audio::Base64(encoded) => {
-            super::check_base64(encoded)?;
-            Node::str_utf8(encoded.clone())?
-        }
-    };
-    let instruction =
-        transcription_instruction(request.language.as_deref(), request.prompt.as_deref());
-    let mut inference = vec![("maxTokens".to_string(), Node::Value(json!(4096)))];
-    if let Some(temperature) = &request.temperature {
-        inference.push(("temperature".to_string(), Node::Value(temperature.clone())));
-    }
-    let body = Node::object([
-        (
-            "messages",
-            Node::Array(vec![Node::object([
-                ("role", Node::from("user")),
-                (
-                    "content",
-                    Node::Array(vec![
-                        Node::object([(
-                            "audio",
-                            Node::object([
-                                ("format", Node::from(request.format.as_str())),
-                                ("source", Node::object([("bytes", audio_bytes)])),
-                            ]),
-                        )]),
-                        Node::object([("text", Node::from(instruction))]),
-                    ]),
-                ),
-            ])]),
-        ),
-        ("inferenceConfig", Node::Object(inference)),
-    ]);
-    converse_request(deployment, JsonBody::from_node(&body))
-}
-
-/// A Converse call whose JSON body the caller already built (tools and benchmarks).
-pub fn prebuilt_request(
-    deployment: &Deployment,
-    body: Bytes,
-) -> Result<UpstreamRequest, TransformError> {
-    converse_request(deployment, JsonBody::from_raw_json(body))
-}
-
-/// Converse answer -> `{"text": ...}`: the concatenated text blocks.
-pub fn parse_transcription(body: &Bytes) -> Result<Value, TransformError> {
-    let parsed = super::json_object(body)?;
-    Ok(json!({ "text": output_text(&parsed)? }))
 }
 
 pub fn finish_reason(stop_reason: Option<&str>) -> &'static str {
@@ -345,7 +262,7 @@ pub fn output_text(body: &Value) -> Result<String, TransformError> {
     Ok(text)
 }
 
-pub fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
+fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
     let invalid = |why: &str| TransformError::InvalidResponse(why.to_string());
     let text = output_text(&body)?;
     // LiteLLM reads both unconditionally: without them the call fails (no zero-cost answers).
@@ -403,7 +320,7 @@ pub fn convert_usage(usage: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signing::AwsCredentials;
+    use crate::http::sigv4::AwsCredentials;
 
     #[test]
     fn model_id_is_encoded_like_python_quote() {

@@ -16,6 +16,8 @@ use bytes::Bytes;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::media::{MediaError, check_base64};
+
 /// Largest chunk yielded by [`Chunks`] and [`StreamingBody`].
 pub const MAX_CHUNK: usize = 64 * 1024;
 
@@ -27,11 +29,13 @@ const B64_PIECE: usize = MAX_CHUNK / 4 * 3;
 /// fragment: a separate chunk would cost more (a syscall or frame) than the copy.
 const INLINE_MAX: usize = 1024;
 
-/// Errors building a body.
+/// Errors laying out a body: the caller's text or media is not what it claims to be.
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {
     #[error("text is not valid UTF-8")]
     InvalidUtf8,
+    #[error(transparent)]
+    Media(#[from] MediaError),
 }
 
 /// A JSON document under construction; media stays as shared `Bytes`.
@@ -43,10 +47,13 @@ pub enum Node {
     Object(Vec<(String, Node)>),
     Array(Vec<Node>),
     /// A JSON string whose UTF-8 contents are these bytes, escaped on output exactly like
-    /// serde_json. Build it with [`Node::str_utf8`]; the bytes must be valid UTF-8.
+    /// serde_json. Checked for UTF-8 when the body is laid out.
     Str(Bytes),
     /// A JSON string holding the standard base64 (padded) of these raw bytes, encoded lazily.
     Base64(Bytes),
+    /// A JSON string of base64 text the caller sent (a data URL payload), checked for the
+    /// base64 alphabet and padding when the body is laid out, then sent as is.
+    Base64Text(Bytes),
 }
 
 impl Node {
@@ -59,22 +66,14 @@ impl Node {
         Node::Object(pairs.into_iter().map(|(k, v)| (k.into(), v)).collect())
     }
 
-    /// An array of nodes.
-    pub fn array(items: impl IntoIterator<Item = Node>) -> Node {
-        Node::Array(items.into_iter().collect())
-    }
-
-    /// A string node over `bytes`, after checking they are UTF-8.
-    pub fn str_utf8(bytes: Bytes) -> Result<Node, BodyError> {
-        match std::str::from_utf8(&bytes) {
-            Ok(_) => Ok(Node::Str(bytes)),
-            Err(_) => Err(BodyError::InvalidUtf8),
+    /// Total length of the shared text and media buffers inside (no scan).
+    pub fn shared_len(&self) -> u64 {
+        match self {
+            Node::Value(_) => 0,
+            Node::Object(pairs) => pairs.iter().map(|(_, node)| node.shared_len()).sum(),
+            Node::Array(items) => items.iter().map(Node::shared_len).sum(),
+            Node::Str(bytes) | Node::Base64(bytes) | Node::Base64Text(bytes) => bytes.len() as u64,
         }
-    }
-
-    /// A base64 string node over raw `bytes`.
-    pub fn base64(bytes: Bytes) -> Node {
-        Node::Base64(bytes)
     }
 
     /// Materialize as a `serde_json::Value` (tests and small bodies).
@@ -90,6 +89,7 @@ impl Node {
             Node::Array(items) => Value::Array(items.iter().map(Node::to_value).collect()),
             Node::Str(b) => Value::String(String::from_utf8_lossy(b).into_owned()),
             Node::Base64(b) => Value::String(STANDARD.encode(b)),
+            Node::Base64Text(b) => Value::String(String::from_utf8_lossy(b).into_owned()),
         }
     }
 }
@@ -137,15 +137,17 @@ pub struct JsonBody {
 }
 
 impl JsonBody {
-    /// Lay out `node` as parts; scans strings once for escaping, encodes no large media.
-    pub fn from_node(node: &Node) -> JsonBody {
+    /// Lay out `node` as parts: checks and scans every string once (UTF-8, escaping, base64
+    /// text), encodes no large media. O(size of the text and media): for multi-MiB documents,
+    /// call it off the event loop's thread.
+    pub fn from_node(node: &Node) -> Result<JsonBody, BodyError> {
         let mut b = Builder::default();
-        b.node(node);
+        b.node(node)?;
         b.flush();
-        JsonBody {
+        Ok(JsonBody {
             parts: b.parts.into(),
             len: b.len,
-        }
+        })
     }
 
     /// Convenience for a plain `serde_json::Value`.
@@ -256,7 +258,7 @@ impl Builder {
         }
     }
 
-    fn node(&mut self, node: &Node) {
+    fn node(&mut self, node: &Node) -> Result<(), BodyError> {
         match node {
             Node::Value(v) => write_value(&mut self.buf, v),
             Node::Object(pairs) => {
@@ -267,7 +269,7 @@ impl Builder {
                     }
                     write_str(&mut self.buf, k.as_bytes());
                     self.buf.push(b':');
-                    self.node(v);
+                    self.node(v)?;
                 }
                 self.buf.push(b'}');
             }
@@ -277,11 +279,12 @@ impl Builder {
                     if i > 0 {
                         self.buf.push(b',');
                     }
-                    self.node(v);
+                    self.node(v)?;
                 }
                 self.buf.push(b']');
             }
             Node::Str(bytes) => {
+                std::str::from_utf8(bytes).map_err(|_| BodyError::InvalidUtf8)?;
                 self.buf.push(b'"');
                 let out_len = escaped_len(bytes);
                 if out_len <= INLINE_MAX {
@@ -308,7 +311,25 @@ impl Builder {
                 }
                 self.buf.push(b'"');
             }
+            Node::Base64Text(text) => {
+                check_base64(text)?;
+                // The base64 alphabet needs no escaping: a plain string.
+                self.buf.push(b'"');
+                if text.len() <= INLINE_MAX {
+                    self.buf.extend_from_slice(text);
+                } else {
+                    self.push(
+                        Part::Str {
+                            bytes: text.clone(),
+                            escape: false,
+                        },
+                        text.len(),
+                    );
+                }
+                self.buf.push(b'"');
+            }
         }
+        Ok(())
     }
 }
 
@@ -472,13 +493,6 @@ pub struct Chunks {
     remaining: u64,
 }
 
-impl Chunks {
-    /// Bytes not yet yielded.
-    pub fn remaining_len(&self) -> u64 {
-        self.remaining
-    }
-}
-
 impl Iterator for Chunks {
     type Item = Bytes;
 
@@ -562,7 +576,7 @@ mod tests {
     use serde_json::json;
 
     fn check(node: &Node) -> JsonBody {
-        let body = JsonBody::from_node(node);
+        let body = JsonBody::from_node(node).unwrap();
         let expected = serde_json::to_vec(&node.to_value()).unwrap();
         let chunks: Vec<Bytes> = body.chunks().collect();
         assert!(chunks.iter().all(|c| !c.is_empty() && c.len() <= MAX_CHUNK));
@@ -599,21 +613,35 @@ mod tests {
 
     #[test]
     fn invalid_utf8_rejected() {
+        let invalid = Node::Str(Bytes::from_static(b"\xff\xfe"));
         assert!(matches!(
-            Node::str_utf8(Bytes::from_static(b"\xff\xfe")),
+            JsonBody::from_node(&invalid),
             Err(BodyError::InvalidUtf8)
         ));
-        assert!(Node::str_utf8(Bytes::from_static("ok é".as_bytes())).is_ok());
+        assert!(JsonBody::from_node(&Node::Str(Bytes::from_static("ok é".as_bytes()))).is_ok());
+    }
+
+    #[test]
+    fn base64_text_is_checked_at_layout_and_sent_as_is() {
+        let valid = Bytes::from("QUJD".repeat(MAX_CHUNK));
+        let body = JsonBody::from_node(&Node::object([("data", Node::Base64Text(valid.clone()))]))
+            .unwrap();
+        let expected = [b"{\"data\":\"".as_slice(), &valid, b"\"}"].concat();
+        assert_eq!(body.to_vec(), expected);
+        for invalid in ["QUJ", "QU\"D", ""] {
+            let node = Node::Base64Text(Bytes::from(invalid));
+            assert!(
+                matches!(JsonBody::from_node(&node), Err(BodyError::Media(_))),
+                "{invalid}"
+            );
+        }
     }
 
     #[test]
     fn large_plain_string_is_zero_copy() {
         let data = Bytes::from("a".repeat(3 * MAX_CHUNK + 7));
         let range = data.as_ptr() as usize..data.as_ptr() as usize + data.len();
-        let body = check(&Node::object([(
-            "text",
-            Node::str_utf8(data.clone()).unwrap(),
-        )]));
+        let body = check(&Node::object([("text", Node::Str(data.clone()))]));
         let inside: Vec<Bytes> = body
             .chunks()
             .filter(|c| range.contains(&(c.as_ptr() as usize)))
@@ -665,7 +693,7 @@ mod tests {
             ("a", Node::Base64(Bytes::from(vec![9u8; 200_000]))),
             ("b", Node::from("q\"".repeat(50_000))),
         ]);
-        let body = JsonBody::from_node(&node);
+        let body = JsonBody::from_node(&node).unwrap();
         let expected = body.to_vec();
         let mut http = body.into_http_body();
         assert_eq!(http.size_hint().exact(), Some(expected.len() as u64));
@@ -698,8 +726,8 @@ mod tests {
     fn sha256_throughput() {
         let text = Bytes::from("a".repeat(64 << 20));
         let start = std::time::Instant::now();
-        let node = Node::str_utf8(text).unwrap();
-        let body = JsonBody::from_node(&node);
+        let node = Node::Str(text);
+        let body = JsonBody::from_node(&node).unwrap();
         let secs = start.elapsed().as_secs_f64();
         println!(
             "UTF-8 check + escape scan of 64 MiB: {:.0} MiB/s",
@@ -713,7 +741,7 @@ mod tests {
         }
         let secs = start.elapsed().as_secs_f64() / f64::from(rounds);
         println!("sha256 64 MiB: {:.0} MiB/s", 64.0 / secs);
-        let raw = JsonBody::from_node(&Node::Base64(Bytes::from(vec![7u8; 48 << 20])));
+        let raw = JsonBody::from_node(&Node::Base64(Bytes::from(vec![7u8; 48 << 20]))).unwrap();
         let start = std::time::Instant::now();
         std::hint::black_box(raw.sha256());
         let secs = start.elapsed().as_secs_f64();

@@ -3,12 +3,14 @@
 use http::HeaderMap;
 use serde_json::{Map, Value, json};
 
-use super::{Deployment, Refusal, TransformError, UpstreamRequest, header, parse_data_url};
-use crate::body::{JsonBody, Node};
-use crate::chat::{
-    ChatRequest, Content, ContentPart, Decline, Role, blank_text_decline, conversation_decline,
-    integer_param, number_param, stop_param,
+use super::rules::{
+    blank_text_decline, conversation_decline, integer_param, number_param, stop_param,
 };
+use super::{Deployment, Refusal, TransformError, header};
+use crate::http::{RequestBody, UpstreamRequest};
+use crate::model::{ChatRequest, Content, ContentPart, Decline, DeclineCode, Role};
+use crate::wire::body::Node;
+use crate::wire::media::parse_data_url;
 
 const DEFAULT_API_BASE: &str = "https://api.anthropic.com";
 const MESSAGES_PATH: &str = "/v1/messages";
@@ -16,7 +18,20 @@ const API_VERSION: &str = "2023-06-01";
 /// LiteLLM's fallback when the model map has no output limit (Anthropic requires `max_tokens`).
 pub const DEFAULT_MAX_TOKENS: i64 = 4096;
 
-pub fn build_request(
+/// Mapped like LiteLLM's `AnthropicConfig` (`stop` -> `stop_sequences`).
+pub const PARAMS: &[&str] = &[
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+];
+
+pub struct Anthropic;
+
+super::chat_provider!(Anthropic, "anthropic");
+
+fn build_request(
     deployment: &Deployment,
     request: &ChatRequest,
 ) -> Result<UpstreamRequest, Refusal> {
@@ -102,7 +117,7 @@ pub fn build_request(
     Ok(UpstreamRequest {
         url,
         headers,
-        body: JsonBody::from_node(&Node::Object(fields)),
+        body: RequestBody::Document(Node::Object(fields)),
         timeout: deployment.timeout,
         sigv4: None,
     })
@@ -111,7 +126,7 @@ pub fn build_request(
 fn text_block(text: &bytes::Bytes) -> Result<Node, TransformError> {
     Ok(Node::object([
         ("type", Node::from("text")),
-        ("text", Node::str_utf8(text.clone())?),
+        ("text", Node::Str(text.clone())),
     ]))
 }
 
@@ -124,7 +139,7 @@ fn text_blocks(content: &Content) -> Result<Vec<Node>, Refusal> {
             .map(|part| match part {
                 ContentPart::Text(text) => Ok(text_block(text)?),
                 ContentPart::Image(_) => {
-                    Err(Decline::new("system_image", "image in a system message").into())
+                    Err(Decline::new(DeclineCode::SystemImage, "image in a system message").into())
                 }
             })
             .collect(),
@@ -142,14 +157,18 @@ fn content_blocks(role: Role, content: &Content) -> Result<Vec<Node>, Refusal> {
             ContentPart::Text(text) => blocks.push(text_block(text)?),
             ContentPart::Image(_) if role == Role::Assistant => {
                 // LiteLLM strips images from assistant turns.
-                return Err(
-                    Decline::new("assistant_image", "image in an assistant message").into(),
-                );
+                return Err(Decline::new(
+                    DeclineCode::AssistantImage,
+                    "image in an assistant message",
+                )
+                .into());
             }
             ContentPart::Image(image) => {
                 // LiteLLM downloads http(s) images for Anthropic; that I/O stays in Python.
                 if !image.url.starts_with(b"data:") {
-                    return Err(Decline::new("image_url_remote", "non-data image URL").into());
+                    return Err(
+                        Decline::new(DeclineCode::ImageUrlRemote, "non-data image URL").into(),
+                    );
                 }
                 let data_url = parse_data_url(&image.url)?;
                 blocks.push(Node::object([
@@ -159,7 +178,7 @@ fn content_blocks(role: Role, content: &Content) -> Result<Vec<Node>, Refusal> {
                         Node::object([
                             ("type", Node::from("base64")),
                             ("media_type", Node::from(data_url.media_type)),
-                            ("data", Node::str_utf8(data_url.data)?),
+                            ("data", Node::Base64Text(data_url.data)),
                         ]),
                     ),
                 ]));
@@ -178,7 +197,7 @@ pub fn finish_reason(stop_reason: Option<&str>) -> &'static str {
     }
 }
 
-pub fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
+fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
     let invalid = |why: &str| TransformError::InvalidResponse(why.to_string());
     let Value::Object(body) = body else {
         return Err(invalid("expected a JSON object"));

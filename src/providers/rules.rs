@@ -1,161 +1,40 @@
-//! The provider-neutral chat request, owned by Rust, and the admission rules for it.
-//!
-//! The binding layer extracts messages into these types without copying text or media; anything
-//! it cannot represent here is declined before any I/O (see [`Decline`]).
+//! Admission rules shared by the chat transforms: param allowlists and types, and the message
+//! shapes LiteLLM rewrites for providers whose body the fast path builds itself.
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
-/// Why a request stays on LiteLLM's Python path. `code` is a bounded set (counted per code);
-/// `detail` names the offending field for the debug log and never carries request content.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Decline {
-    pub code: &'static str,
-    pub detail: String,
-}
+use crate::model::{Content, ContentPart, Decline, DeclineCode, Message, Role};
 
-impl Decline {
-    pub fn new(code: &'static str, detail: impl Into<String>) -> Self {
-        Decline {
-            code,
-            detail: detail.into(),
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    System,
-    Developer,
-    User,
-    Assistant,
-}
-
-impl Role {
-    pub fn parse(role: &str) -> Option<Role> {
-        match role {
-            "system" => Some(Role::System),
-            "developer" => Some(Role::Developer),
-            "user" => Some(Role::User),
-            "assistant" => Some(Role::Assistant),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::System => "system",
-            Role::Developer => "developer",
-            Role::User => "user",
-            Role::Assistant => "assistant",
-        }
-    }
-
-    /// System and developer messages are both instructions to the model.
-    pub fn is_instruction(self) -> bool {
-        matches!(self, Role::System | Role::Developer)
-    }
-}
-
-/// An image reference exactly as the caller sent it (`url` is often a multi-MiB data URL).
-#[derive(Clone, Debug)]
-pub struct ImageUrl {
-    pub url: Bytes,
-    pub detail: Option<String>,
-    pub format: Option<String>,
-}
-
-#[derive(Clone, Debug)]
-pub enum ContentPart {
-    Text(Bytes),
-    Image(ImageUrl),
-}
-
-#[derive(Clone, Debug)]
-pub enum Content {
-    Text(Bytes),
-    Parts(Vec<ContentPart>),
-}
-
-#[derive(Clone, Debug)]
-pub struct Message {
-    pub role: Role,
-    pub content: Content,
-}
-
-/// A chat request after extraction: messages plus the optional OpenAI params the caller set
-/// (None-valued params are already dropped, as LiteLLM does).
-#[derive(Clone, Debug, Default)]
-pub struct ChatRequest {
-    pub messages: Vec<Message>,
-    pub params: Map<String, Value>,
-}
-
-/// Params whose presence means "LiteLLM behaviour we do not reproduce"; each gets its own
-/// decline code so an operator can see what keeps traffic off the fast path.
-const NOTABLE_DECLINES: &[&str] = &[
-    "stream",
-    "response_format",
-    "n",
-    "top_k",
-    "tools",
-    "tool_choice",
-    "functions",
-    "function_call",
-    "parallel_tool_calls",
-    "logprobs",
-    "top_logprobs",
-    "reasoning_effort",
-    "thinking",
-    "audio",
-    "modalities",
-    "web_search_options",
-    "mock_response",
-    "fallbacks",
-    "num_retries",
-    "caching",
-    "cache",
-    "extra_body",
+/// Params whose presence means "LiteLLM behaviour we do not reproduce"; each declines under its
+/// own code (the param's name) so an operator can see what keeps traffic off the fast path.
+const NOTABLE_DECLINES: &[DeclineCode] = &[
+    DeclineCode::Stream,
+    DeclineCode::ResponseFormat,
+    DeclineCode::N,
+    DeclineCode::TopK,
+    DeclineCode::Tools,
+    DeclineCode::ToolChoice,
+    DeclineCode::Functions,
+    DeclineCode::FunctionCall,
+    DeclineCode::ParallelToolCalls,
+    DeclineCode::Logprobs,
+    DeclineCode::TopLogprobs,
+    DeclineCode::ReasoningEffort,
+    DeclineCode::Thinking,
+    DeclineCode::Audio,
+    DeclineCode::Modalities,
+    DeclineCode::WebSearchOptions,
+    DeclineCode::MockResponse,
+    DeclineCode::Fallbacks,
+    DeclineCode::NumRetries,
+    DeclineCode::Caching,
+    DeclineCode::Cache,
+    DeclineCode::ExtraBody,
 ];
 
-/// The OpenAI params each provider's transform translates exactly like LiteLLM.
-fn allowed_params(provider: crate::providers::Provider) -> &'static [&'static str] {
-    use crate::providers::Provider;
-    match provider {
-        Provider::OpenAi => &[
-            "temperature",
-            "top_p",
-            "max_tokens",
-            "max_completion_tokens",
-            "stop",
-            "presence_penalty",
-            "frequency_penalty",
-            "seed",
-            "user",
-        ],
-        Provider::Anthropic => &[
-            "temperature",
-            "top_p",
-            "max_tokens",
-            "max_completion_tokens",
-            "stop",
-        ],
-        Provider::Bedrock => &[
-            "temperature",
-            "top_p",
-            "max_tokens",
-            "max_completion_tokens",
-            "stop",
-        ],
-    }
-}
-
-/// Checks every param against the provider's allowlist. `Ok` means the Rust path can serve it.
-pub fn admit_params(
-    provider: crate::providers::Provider,
-    params: &Map<String, Value>,
-) -> Result<(), Decline> {
-    let allowed = allowed_params(provider);
+/// Checks every param against a provider's allowlist. `Ok` means the Rust path can serve it.
+pub fn admit_params(allowed: &[&str], params: &Map<String, Value>) -> Result<(), Decline> {
     for (name, value) in params {
         if name == "stream" && value == &Value::Bool(false) {
             continue;
@@ -163,11 +42,9 @@ pub fn admit_params(
         if allowed.contains(&name.as_str()) {
             continue;
         }
-        let code = NOTABLE_DECLINES
-            .iter()
-            .find(|notable| **notable == name)
-            .copied()
-            .unwrap_or("unsupported_param");
+        let code = DeclineCode::parse(name)
+            .filter(|code| NOTABLE_DECLINES.contains(code))
+            .unwrap_or(DeclineCode::UnsupportedParam);
         return Err(Decline::new(code, format!("param {name:?}")));
     }
     Ok(())
@@ -213,7 +90,7 @@ pub fn stop_param(params: &Map<String, Value>) -> Result<Option<Vec<String>>, De
 
 fn param_type_decline(name: &str, value: &Value) -> Decline {
     Decline::new(
-        "param_type",
+        DeclineCode::ParamType,
         format!("param {name:?} is {}", type_name(value)),
     )
 }
@@ -240,7 +117,7 @@ pub fn blank_text_decline(messages: &[Message]) -> Option<Decline> {
     for (index, message) in messages.iter().enumerate() {
         if texts(&message.content).iter().any(|text| is_blank(text)) {
             return Some(Decline::new(
-                "blank_text",
+                DeclineCode::BlankText,
                 format!("messages[{index}] has empty or whitespace-only text"),
             ));
         }
@@ -255,8 +132,12 @@ pub fn blank_text_decline(messages: &[Message]) -> Option<Decline> {
                     .and_then(|text| text.chars().next_back())
             })
             .is_some_and(is_python_whitespace);
-    trailing_space
-        .then(|| Decline::new("blank_text", "final assistant message ends with whitespace"))
+    trailing_space.then(|| {
+        Decline::new(
+            DeclineCode::BlankText,
+            "final assistant message ends with whitespace",
+        )
+    })
 }
 
 /// Python's `str.isspace()` (what LiteLLM's `strip()` calls whitespace): Unicode White_Space
@@ -270,7 +151,7 @@ pub fn conversation_decline(messages: &[Message]) -> Option<Decline> {
     messages
         .iter()
         .all(|message| message.role.is_instruction())
-        .then(|| Decline::new("system_only", "no user or assistant message"))
+        .then(|| Decline::new(DeclineCode::SystemOnly, "no user or assistant message"))
 }
 
 pub fn type_name(value: &Value) -> &'static str {
@@ -287,8 +168,10 @@ pub fn type_name(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::Provider;
     use serde_json::json;
+
+    const ANTHROPIC: &[&str] = crate::providers::anthropic::PARAMS;
+    const OPENAI: &[&str] = crate::providers::openai::PARAMS;
 
     fn params(value: Value) -> Map<String, Value> {
         match value {
@@ -301,31 +184,31 @@ mod tests {
     fn allowlisted_params_are_admitted() {
         let p =
             params(json!({"temperature": 0.2, "max_tokens": 10, "stop": ["x"], "stream": false}));
-        assert_eq!(admit_params(Provider::Anthropic, &p), Ok(()));
+        assert_eq!(admit_params(ANTHROPIC, &p), Ok(()));
     }
 
     #[test]
     fn notable_params_decline_with_their_own_code() {
-        for &name in NOTABLE_DECLINES {
-            let p = params(json!({ name: true }));
-            let decline = admit_params(Provider::OpenAi, &p).unwrap_err();
-            assert_eq!(decline.code, name);
+        for &code in NOTABLE_DECLINES {
+            let p = params(json!({ code.as_str(): true }));
+            let decline = admit_params(OPENAI, &p).unwrap_err();
+            assert_eq!(decline.code, code);
         }
     }
 
     #[test]
     fn unknown_params_decline_with_a_bounded_code() {
         let p = params(json!({"frobnicate": 1}));
-        let decline = admit_params(Provider::Bedrock, &p).unwrap_err();
-        assert_eq!(decline.code, "unsupported_param");
+        let decline = admit_params(crate::providers::bedrock::PARAMS, &p).unwrap_err();
+        assert_eq!(decline.code, DeclineCode::UnsupportedParam);
         assert!(decline.detail.contains("frobnicate"));
     }
 
     #[test]
     fn provider_specific_params_are_not_shared() {
         let p = params(json!({"seed": 1}));
-        assert!(admit_params(Provider::OpenAi, &p).is_ok());
-        assert!(admit_params(Provider::Anthropic, &p).is_err());
+        assert!(admit_params(OPENAI, &p).is_ok());
+        assert!(admit_params(ANTHROPIC, &p).is_err());
     }
 
     #[test]
@@ -333,13 +216,13 @@ mod tests {
         let p = params(json!({"temperature": "hot", "max_tokens": 1.5, "stop": [1]}));
         assert_eq!(
             number_param(&p, "temperature").unwrap_err().code,
-            "param_type"
+            DeclineCode::ParamType
         );
         assert_eq!(
             integer_param(&p, "max_tokens").unwrap_err().code,
-            "param_type"
+            DeclineCode::ParamType
         );
-        assert_eq!(stop_param(&p).unwrap_err().code, "param_type");
+        assert_eq!(stop_param(&p).unwrap_err().code, DeclineCode::ParamType);
         for odd in [json!(8.0), json!(true), json!(u64::MAX)] {
             let p = params(json!({ "max_tokens": odd }));
             assert!(integer_param(&p, "max_tokens").is_err(), "{odd}");
@@ -369,7 +252,10 @@ mod tests {
             vec![message(Role::System, " \n"), message(Role::User, "a")],
             vec![message(Role::User, "a"), message(Role::Assistant, "b ")],
         ] {
-            assert_eq!(blank_text_decline(&messages).unwrap().code, "blank_text");
+            assert_eq!(
+                blank_text_decline(&messages).unwrap().code,
+                DeclineCode::BlankText
+            );
         }
     }
 

@@ -1,0 +1,155 @@
+"""Every private LiteLLM name the fast path uses, in one place, behind one version guard.
+
+A Rust-served call must look exactly like a Python-served one, so the fast path reuses LiteLLM's
+internals: its exception mapping, logging object, response metadata and provider rules. Those
+change between LiteLLM releases, so they are listed here and used elsewhere only as
+`compat.<name>`. `usable()` lets `install()` patch LiteLLM only when the installed release is one
+we test and every name resolves; otherwise `install()` warns once and patches nothing, so every
+call stays on LiteLLM's Python path (fail safe, never half patched).
+
+Names are imported on first use: importing LiteLLM's submodules takes seconds (see __init__.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import logging
+import re
+import warnings
+from typing import Any
+
+logger = logging.getLogger("litellm_fastpath")
+
+# The LiteLLM releases CI tests; keep in step with `dependencies` in pyproject.toml.
+TESTED_LITELLM = ">=1.106.12,<1.107"
+_TESTED_FROM = (1, 106, 12)
+_TESTED_BELOW = (1, 107, 0)
+# Final releases, optionally post-releases or local builds of one; pre-releases never count.
+_RELEASE = re.compile(r"(\d+)\.(\d+)\.(\d+)(?:\.post\d+)?(?:\+[0-9A-Za-z.]+)?")
+
+# Our name -> (LiteLLM module, its name there). The modules are LiteLLM's internals.
+_PRIVATE: dict[str, tuple[str, str]] = {
+    # Response headers, metadata and logging, as LiteLLM's own `client` wrapper does them.
+    "process_response_headers": (
+        "litellm.litellm_core_utils.core_helpers",
+        "process_response_headers",
+    ),
+    "update_response_metadata": (
+        "litellm.litellm_core_utils.llm_response_utils.response_metadata",
+        "update_response_metadata",
+    ),
+    "set_duration_in_model_call_details": (
+        "litellm.litellm_core_utils.logging_utils",
+        "_set_duration_in_model_call_details",
+    ),
+    "function_setup": ("litellm.utils", "function_setup"),
+    "Rules": ("litellm.utils", "Rules"),
+    "dispatch_success_logging": ("litellm.utils", "_dispatch_success_logging"),
+    # Errors: each provider's exception, mapped to LiteLLM's classes by `exception_type`.
+    "exception_type": (
+        "litellm.litellm_core_utils.exception_mapping_utils",
+        "exception_type",
+    ),
+    "AnthropicError": ("litellm.llms.anthropic.common_utils", "AnthropicError"),
+    "BedrockError": ("litellm.llms.bedrock.common_utils", "BedrockError"),
+    "OpenAIError": ("litellm.llms.openai.common_utils", "OpenAIError"),
+    # Routing: LiteLLM's per-provider rules the Rust path must follow.
+    "AnthropicConfig": ("litellm.llms.anthropic.chat.transformation", "AnthropicConfig"),
+    "BedrockModelInfo": ("litellm.llms.bedrock.common_utils", "BedrockModelInfo"),
+    "get_file_mime_type_from_extension": (
+        "litellm.types.files",
+        "get_file_mime_type_from_extension",
+    ),
+    # The proxy hook's base class.
+    "CustomLogger": ("litellm.integrations.custom_logger", "CustomLogger"),
+}
+
+# Private attributes of the `litellm` module, read at call time (LiteLLM may rebind them).
+_PRIVATE_ATTRIBUTES = ("_async_success_callback", "_async_failure_callback")
+
+_loaded: dict[str, Any] = {}
+_warned = False
+
+
+class UntestedLiteLLMWarning(RuntimeWarning):
+    """The installed LiteLLM is not a release the fast path is tested with: it stays off."""
+
+
+def _private(name: str) -> Any:
+    try:
+        return _loaded[name]
+    except KeyError:
+        module, attribute = _PRIVATE[name]
+        value = _loaded[name] = getattr(importlib.import_module(module), attribute)
+        return value
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PRIVATE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = _private(name)
+    # Later lookups find the plain module attribute and skip this function.
+    globals()[name] = value
+    return value
+
+
+def callbacks_configured() -> bool:
+    """Whether any LiteLLM callback is set (else nobody reads a logging object)."""
+    import litellm
+
+    return bool(
+        litellm.callbacks
+        or litellm.success_callback
+        or litellm._async_success_callback
+        or litellm.failure_callback
+        or litellm._async_failure_callback
+    )
+
+
+def litellm_version() -> str | None:
+    try:
+        return importlib.metadata.version("litellm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def is_tested_version(version: str) -> bool:
+    match = _RELEASE.fullmatch(version)
+    if match is None:
+        return False
+    release = tuple(int(part) for part in match.groups())
+    return _TESTED_FROM <= release < _TESTED_BELOW
+
+
+def unusable_reason() -> str | None:
+    """Why `install()` must leave LiteLLM alone, or None when it may patch it."""
+    version = litellm_version()
+    if version is None or not is_tested_version(version):
+        return f"LiteLLM {version or '(not found)'} is not a tested release ({TESTED_LITELLM})"
+    try:
+        import litellm
+
+        for name in _PRIVATE:
+            _private(name)
+        for attribute in _PRIVATE_ATTRIBUTES:
+            getattr(litellm, attribute)
+    except (ImportError, AttributeError) as err:
+        return f"LiteLLM {version} lacks a name the fast path uses ({err})"
+    return None
+
+
+def usable() -> bool:
+    """Whether `install()` may patch LiteLLM. When not, says why once per process: an
+    `UntestedLiteLLMWarning` and a warning on the `litellm_fastpath` logger."""
+    reason = unusable_reason()
+    if reason is None:
+        return True
+    global _warned
+    if not _warned:
+        _warned = True
+        message = f"litellm_fastpath is off: {reason}; every call runs on LiteLLM's Python path"
+        logger.warning(message)
+        # stacklevel 3: the caller of install().
+        warnings.warn(message, UntestedLiteLLMWarning, stacklevel=3)
+    return False

@@ -1,0 +1,321 @@
+"""A local mock of the OpenAI, Anthropic and Bedrock Converse chat endpoints, for the demo,
+the benchmarks and the tests.
+
+`python -m litellm_fastpath.mock_provider --port 0` listens on loopback and prints
+`READY <port>`. It speaks HTTP/1.1 with keep-alive on a bare `asyncio.Protocol` (uvloop when
+installed), so it answers tens of thousands of requests per second:
+
+- `POST .../chat/completions`      OpenAI chat completion (echoes the request's `model`)
+- `POST .../v1/messages`           Anthropic message (echoes the request's `model`)
+- `POST .../model/<id>/converse`   Bedrock Converse
+- `GET /health`                    `{"ok": true}`; anything else is a 404 JSON error.
+
+`canned_response` is the one source of these answers (the test harness's recording upstream
+serves the same ones); `deployment_kwargs` gives LiteLLM params pointing at a server like this.
+Request bodies need a Content-Length, as every provider SDK sends: chunked ones get a 411.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from types import TracebackType
+from typing import Any, ClassVar, Self
+
+PROVIDERS = ("openai", "anthropic", "bedrock")
+HOST = "127.0.0.1"
+REPLY_TEXT = "Hello from upstream"
+CREATED = 1_700_000_000  # fixed so answers are byte-for-byte reproducible
+BEDROCK_MODEL_ID = "anthropic.claude-3-5-sonnet-20240620-v1:0"
+_CONVERSE = re.compile(r"/model/[^/]+/converse$")
+_MAX_HEAD = 64 * 1024
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required"}
+
+
+def canned_response(
+    method: str, path: str, request_body: bytes | bytearray
+) -> tuple[int, dict[str, Any]]:
+    """(status, JSON body) a provider answers to `path`; a fresh dict on every call."""
+    if path.endswith("/chat/completions"):
+        return 200, {
+            "id": "chatcmpl-upstream",
+            "object": "chat.completion",
+            "created": CREATED,
+            "model": request_model(request_body),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": REPLY_TEXT},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+            "system_fingerprint": "fp_test",
+        }
+    if path.endswith("/v1/messages"):
+        return 200, {
+            "id": "msg_upstream",
+            "type": "message",
+            "role": "assistant",
+            "model": request_model(request_body),
+            "content": [{"type": "text", "text": REPLY_TEXT}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": 11,
+                "output_tokens": 7,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+        }
+    if _CONVERSE.search(path):
+        return 200, {
+            "output": {"message": {"role": "assistant", "content": [{"text": REPLY_TEXT}]}},
+            "stopReason": "end_turn",
+            "usage": {"inputTokens": 11, "outputTokens": 7, "totalTokens": 18},
+            "metrics": {"latencyMs": 12},
+        }
+    return 404, {
+        "error": {"type": "not_found", "message": f"no upstream route for {method} {path}"}
+    }
+
+
+def request_model(body: bytes | bytearray) -> str:
+    try:
+        model = json.loads(body).get("model")
+    except (ValueError, AttributeError):
+        return "unknown"
+    return model if isinstance(model, str) else "unknown"
+
+
+def deployment_kwargs(provider: str, url: str) -> dict[str, Any]:
+    """LiteLLM `litellm_params` of one deployment of `provider` whose upstream is `url`."""
+    if provider == "openai":
+        return {"model": "openai/gpt-4o-mini", "api_key": "sk-upstream", "api_base": url}
+    if provider == "anthropic":
+        return {"model": "anthropic/claude-sonnet-4-5", "api_key": "sk-ant", "api_base": url}
+    if provider == "bedrock":
+        return {
+            "model": f"bedrock/converse/{BEDROCK_MODEL_ID}",
+            "aws_access_key_id": "AKIDTEST",
+            "aws_secret_access_key": "secret-test-key",
+            "aws_region_name": "us-east-1",
+            "aws_bedrock_runtime_endpoint": url,
+        }
+    raise ValueError(provider)
+
+
+def http_response(
+    status: int, body: bytes, keep_alive: bool, content_type: str = "application/json"
+) -> bytes:
+    head = (
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\ncontent-type: {content_type}\r\n"
+        f"content-length: {len(body)}\r\n"
+        f"connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class HttpServerProtocol(asyncio.Protocol):
+    """HTTP/1.1 request framing for loopback mocks: the head is parsed, the body is streamed to
+    `body_received` (no copy kept here), then `request_done` answers with `respond`."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.head = bytearray()
+        self.remaining = -1  # body bytes still expected; -1 while reading a head
+        self.method = self.path = ""
+        self.headers: dict[str, str] = {}
+        self.keep_alive = True
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view and self.transport is not None:
+            if self.remaining < 0:
+                view = self._read_head(view)
+                continue
+            take = min(self.remaining, len(view))
+            self.body_received(view[:take])
+            self.remaining -= take
+            view = view[take:]
+            if self.remaining == 0:
+                self.remaining = -1
+                self.request_done()
+
+    def _read_head(self, view: memoryview) -> memoryview:
+        self.head += view
+        end = self.head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.head) > _MAX_HEAD:
+                self.fail(400)
+            return memoryview(b"")
+        rest = memoryview(bytes(self.head[end + 4 :]))
+        lines = self.head[:end].decode("latin-1").split("\r\n")
+        self.head = bytearray()
+        try:
+            self.method, target, version = lines[0].split(" ", 2)
+            self.headers = {}
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                self.headers[name.strip().lower()] = value.strip()
+            self.remaining = int(self.headers.get("content-length") or 0)
+        except ValueError:
+            self.fail(400)
+            return memoryview(b"")
+        self.path = target.partition("?")[0]
+        connection = self.headers.get("connection", "").lower()
+        self.keep_alive = connection != "close" and (version == "HTTP/1.1" or "keep" in connection)
+        self.request_started()
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            self.fail(411)
+            return memoryview(b"")
+        if self.remaining == 0:
+            self.remaining = -1
+            self.request_done()
+        return rest
+
+    def respond(self, response: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(response)
+        if not self.keep_alive:
+            self.transport.close()
+            self.transport = None
+
+    def fail(self, status: int) -> None:
+        self.keep_alive = False
+        self.remaining = -1
+        self.respond(http_response(status, b"{}", False))
+
+    def request_started(self) -> None:
+        """The head of a request was parsed (`method`, `path`, `headers`, `keep_alive`)."""
+
+    def body_received(self, chunk: memoryview) -> None:
+        raise NotImplementedError
+
+    def request_done(self) -> None:
+        raise NotImplementedError
+
+
+class MockProvider(HttpServerProtocol):
+    """The provider endpoints listed at the top of this module."""
+
+    _cache: ClassVar[dict[tuple[str, str, bool], bytes]] = {}
+
+    def request_started(self) -> None:
+        self.body = bytearray()
+
+    def body_received(self, chunk: memoryview) -> None:
+        self.body += chunk
+
+    def request_done(self) -> None:
+        # Rendered once per route, model and keep-alive: the mock must never be the bottleneck.
+        key = (f"{self.method} {self.path}", request_model(self.body), self.keep_alive)
+        response = self._cache.get(key)
+        if response is None:
+            if self.path == "/health":
+                status, payload = 200, {"ok": True}
+            else:
+                status, payload = canned_response(self.method, self.path, self.body)
+            response = http_response(status, json.dumps(payload).encode(), self.keep_alive)
+            if len(self._cache) < 4096:
+                self._cache[key] = response
+        self.respond(response)
+
+
+def serve(protocol: type[asyncio.Protocol], port: int = 0) -> None:
+    """Runs `protocol` on HOST:port until SIGTERM/SIGINT; prints `READY <port>` once listening."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(protocol, HOST, port, backlog=4096, reuse_address=True)
+        print(f"READY {server.sockets[0].getsockname()[1]}", flush=True)
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        async with server:
+            await stop.wait()
+
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
+
+
+class ServerProcess:
+    """`python -m <module> --port 0 ...` in its own session (killed as a group), for a server
+    such as this module that prints `READY <port>` once it listens."""
+
+    def __init__(self, module: str = __name__, args: tuple[str, ...] = (), timeout: float = 15.0):
+        self.cmd = [sys.executable, "-m", module, "--port", "0", *args]
+        self.timeout = timeout
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def __enter__(self) -> Self:
+        self.proc = subprocess.Popen(
+            self.cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        assert self.proc.stdout is not None
+        deadline, line = time.monotonic() + self.timeout, b""
+        while not line and time.monotonic() < deadline and self.proc.poll() is None:
+            if select.select([self.proc.stdout], [], [], 0.2)[0]:
+                line = self.proc.stdout.readline()
+        if not line.startswith(b"READY "):
+            self.__exit__(None, None, None)
+            raise RuntimeError(f"{' '.join(self.cmd[1:3])} did not start (got {line!r})")
+        self.port = int(line.split()[1])
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(wait_s)
+                break
+            except ProcessLookupError:
+                proc.wait()
+                break
+            except subprocess.TimeoutExpired:
+                pass
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    serve(MockProvider, parser.parse_args().port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,4 @@
+//! Bytes on the wire: the streamed JSON request body and the media inside it.
+
+pub mod body;
+pub mod media;

@@ -1,0 +1,163 @@
+"""The LiteLLM version guard: `install()` patches only a tested LiteLLM release, and LiteLLM's
+private names are used only through `litellm_fastpath.compat`."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import logging
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import litellm
+import pytest
+
+import litellm_fastpath
+from litellm_fastpath import compat, integration
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "python" / "litellm_fastpath"
+PATCHED = ("acompletion", "completion", "atranscription", "transcription")
+
+
+def litellm_functions() -> dict[str, object]:
+    return {name: getattr(litellm, name) for name in PATCHED}
+
+
+@pytest.fixture
+def uninstalled() -> Iterator[dict[str, object]]:
+    """The fast path off for one test (yielding LiteLLM's own functions), on again afterwards
+    as conftest has it for the session."""
+    litellm_fastpath.uninstall()
+    try:
+        yield litellm_functions()
+    finally:
+        litellm_fastpath.uninstall()
+        litellm_fastpath.install()
+    assert litellm_fastpath.is_installed()
+
+
+def test_tested_release_installs(uninstalled: dict[str, object]) -> None:
+    assert compat.is_tested_version(importlib.metadata.version("litellm"))
+    assert compat.unusable_reason() is None
+    litellm_fastpath.install()
+    assert litellm_fastpath.is_installed()
+    assert litellm.acompletion is integration.acompletion
+    assert litellm.transcription is integration.transcription
+
+
+def test_untested_release_warns_once_and_patches_nothing(
+    uninstalled: dict[str, object], caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(compat, "litellm_version", lambda: "1.107.0")
+        mp.setattr(compat, "_warned", False)
+        with (
+            caplog.at_level(logging.WARNING, logger="litellm_fastpath"),
+            pytest.warns(litellm_fastpath.UntestedLiteLLMWarning) as warned,
+        ):
+            litellm_fastpath.install()
+            litellm_fastpath.install()
+        assert not litellm_fastpath.is_installed()
+    untested = [w for w in warned if w.category is compat.UntestedLiteLLMWarning]
+    assert len(untested) == 1
+    message = str(untested[0].message)
+    assert "LiteLLM 1.107.0 is not a tested release (>=1.106.12,<1.107)" in message
+    assert "every call runs on LiteLLM's Python path" in message
+    # Points at the caller of install(), not at our own code.
+    assert untested[0].filename == __file__
+    assert [r.getMessage() for r in caplog.records if r.name == "litellm_fastpath"] == [message]
+    assert litellm_functions() == uninstalled
+
+
+def test_missing_litellm_name_patches_nothing(uninstalled: dict[str, object]) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(compat._PRIVATE, "renamed_helper", ("litellm.utils", "renamed_helper"))
+        mp.setattr(compat, "_warned", False)
+        with pytest.warns(compat.UntestedLiteLLMWarning, match="lacks a name"):
+            litellm_fastpath.install()
+        assert not litellm_fastpath.is_installed()
+    assert litellm_functions() == uninstalled
+
+
+@pytest.mark.parametrize(
+    ("version", "tested"),
+    [
+        ("1.106.12", True),
+        ("1.106.13", True),
+        ("1.106.12.post1", True),
+        ("1.106.99+local.1", True),
+        ("1.106.11", False),
+        ("1.107.0", False),
+        ("2.0.0", False),
+        ("1.106.13rc1", False),
+        ("1.106.13.dev2", False),
+        ("1.106", False),
+        ("", False),
+    ],
+)
+def test_tested_versions(version: str, tested: bool) -> None:
+    assert compat.is_tested_version(version) is tested
+
+
+def test_pyproject_pins_the_tested_range() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert f"litellm{compat.TESTED_LITELLM}" in project["dependencies"]
+
+
+def _modules_outside_compat() -> list[Path]:
+    modules = sorted(p for p in PACKAGE.glob("*.py") if p.name != "compat.py")
+    assert modules, PACKAGE
+    return modules
+
+
+def test_only_compat_touches_litellm_internals() -> None:
+    found = []
+    for path in _modules_outside_compat():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            private = (
+                (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("litellm."))
+                or (
+                    isinstance(node, ast.ImportFrom)
+                    and node.module == "litellm"
+                    and any(alias.name.startswith("_") for alias in node.names)
+                )
+                or (
+                    isinstance(node, ast.Import)
+                    and any(alias.name.startswith("litellm.") for alias in node.names)
+                )
+                or (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "litellm"
+                    and node.attr.startswith("_")
+                )
+            )
+            if private:
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node).splitlines()[0]}")
+    assert not found, "LiteLLM internals outside compat.py:\n" + "\n".join(found)
+
+
+def test_compat_names_used_elsewhere_exist() -> None:
+    used = set()
+    for path in _modules_outside_compat():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "compat"
+            ):
+                used.add(node.attr)
+    assert used
+    assert sorted(name for name in used if not hasattr(compat, name)) == []
+
+
+def test_importing_compat_does_not_import_litellm() -> None:
+    code = (
+        "import sys, litellm_fastpath.compat, litellm_fastpath.routing\n"
+        "assert 'litellm' not in sys.modules, sorted(m for m in sys.modules if 'litellm.' in m)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
