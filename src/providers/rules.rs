@@ -98,7 +98,7 @@ fn param_type_decline(name: &str, value: &Value) -> Decline {
 /// Text LiteLLM rewrites before sending to Anthropic or Bedrock: empty or whitespace-only text
 /// (sanitised, dropped or merged away) and trailing whitespace in a final assistant turn
 /// (trimmed). Such requests decline so LiteLLM's own rules apply.
-pub fn blank_text_decline(messages: &[Message]) -> Option<Decline> {
+fn blank_text_decline(messages: &[Message]) -> Option<Decline> {
     let is_blank = |text: &[u8]| {
         std::str::from_utf8(text).is_ok_and(|text| text.chars().all(is_python_whitespace))
     };
@@ -146,8 +146,37 @@ fn is_python_whitespace(c: char) -> bool {
     c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
 }
 
+/// What LiteLLM rewrites or refuses itself for providers whose body the fast path builds
+/// (Anthropic, Bedrock): system-only requests, blank text, images outside user turns.
+pub fn native_body_decline(messages: &[Message]) -> Option<Decline> {
+    conversation_decline(messages)
+        .or_else(|| blank_text_decline(messages))
+        .or_else(|| image_role_decline(messages))
+}
+
+/// LiteLLM strips images from assistant turns (Anthropic; its async Bedrock path fails on them)
+/// and turns system images into odd blocks or drops them.
+fn image_role_decline(messages: &[Message]) -> Option<Decline> {
+    messages.iter().find_map(|message| {
+        let has_image = matches!(&message.content, Content::Parts(parts)
+            if parts.iter().any(|part| matches!(part, ContentPart::Image(_))));
+        match message.role {
+            _ if !has_image => None,
+            Role::User => None,
+            Role::Assistant => Some(Decline::new(
+                DeclineCode::AssistantImage,
+                "image in an assistant message",
+            )),
+            Role::System | Role::Developer => Some(Decline::new(
+                DeclineCode::SystemImage,
+                "image in a system message",
+            )),
+        }
+    })
+}
+
 /// Anthropic and Bedrock need a conversation: LiteLLM refuses system-only requests itself.
-pub fn conversation_decline(messages: &[Message]) -> Option<Decline> {
+fn conversation_decline(messages: &[Message]) -> Option<Decline> {
     messages
         .iter()
         .all(|message| message.role.is_instruction())
@@ -256,6 +285,28 @@ mod tests {
                 blank_text_decline(&messages).unwrap().code,
                 DeclineCode::BlankText
             );
+        }
+    }
+
+    #[test]
+    fn images_outside_user_turns_decline() {
+        let image = |role| Message {
+            role,
+            content: Content::Parts(vec![ContentPart::Image(crate::model::ImageUrl {
+                url: Bytes::from_static(b"data:image/png;base64,AAAA"),
+                detail: None,
+                format: None,
+            })]),
+        };
+        let user = [message(Role::User, "a"), image(Role::User)];
+        assert_eq!(native_body_decline(&user), None);
+        for (role, code) in [
+            (Role::Assistant, DeclineCode::AssistantImage),
+            (Role::System, DeclineCode::SystemImage),
+            (Role::Developer, DeclineCode::SystemImage),
+        ] {
+            let messages = [message(Role::User, "a"), image(role)];
+            assert_eq!(native_body_decline(&messages).unwrap().code, code);
         }
     }
 

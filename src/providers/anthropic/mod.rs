@@ -3,9 +3,7 @@
 use http::HeaderMap;
 use serde_json::{Map, Value, json};
 
-use super::rules::{
-    blank_text_decline, conversation_decline, integer_param, number_param, stop_param,
-};
+use super::rules::{integer_param, native_body_decline, number_param, stop_param};
 use super::{Deployment, Refusal, TransformError, header};
 use crate::http::{RequestBody, UpstreamRequest};
 use crate::model::{ChatRequest, Content, ContentPart, Decline, DeclineCode, Role};
@@ -36,9 +34,7 @@ fn build_request(
     request: &ChatRequest,
 ) -> Result<UpstreamRequest, Refusal> {
     let params = &request.params;
-    if let Some(decline) =
-        conversation_decline(&request.messages).or_else(|| blank_text_decline(&request.messages))
-    {
+    if let Some(decline) = native_body_decline(&request.messages) {
         return Err(decline.into());
     }
 
@@ -46,10 +42,10 @@ fn build_request(
     let mut turns: Vec<(Role, Vec<Node>)> = Vec::new();
     for message in &request.messages {
         if message.role.is_instruction() {
-            system.extend(text_blocks(&message.content)?);
+            system.extend(content_blocks(&message.content)?);
             continue;
         }
-        let blocks = content_blocks(message.role, &message.content)?;
+        let blocks = content_blocks(&message.content)?;
         // Anthropic needs alternating roles; LiteLLM merges consecutive same-role turns.
         match turns.last_mut() {
             Some((role, existing)) if *role == message.role => existing.extend(blocks),
@@ -130,23 +126,9 @@ fn text_block(text: &bytes::Bytes) -> Result<Node, TransformError> {
     ]))
 }
 
-/// System content: text only. LiteLLM turns an image there into a malformed block; decline.
-fn text_blocks(content: &Content) -> Result<Vec<Node>, Refusal> {
-    match content {
-        Content::Text(text) => Ok(vec![text_block(text)?]),
-        Content::Parts(parts) => parts
-            .iter()
-            .map(|part| match part {
-                ContentPart::Text(text) => Ok(text_block(text)?),
-                ContentPart::Image(_) => {
-                    Err(Decline::new(DeclineCode::SystemImage, "image in a system message").into())
-                }
-            })
-            .collect(),
-    }
-}
-
-fn content_blocks(role: Role, content: &Content) -> Result<Vec<Node>, Refusal> {
+/// A message's content blocks (images only reach here from user turns: see
+/// `native_body_decline`).
+fn content_blocks(content: &Content) -> Result<Vec<Node>, Refusal> {
     let parts = match content {
         Content::Text(text) => return Ok(vec![text_block(text)?]),
         Content::Parts(parts) => parts,
@@ -155,14 +137,6 @@ fn content_blocks(role: Role, content: &Content) -> Result<Vec<Node>, Refusal> {
     for part in parts {
         match part {
             ContentPart::Text(text) => blocks.push(text_block(text)?),
-            ContentPart::Image(_) if role == Role::Assistant => {
-                // LiteLLM strips images from assistant turns.
-                return Err(Decline::new(
-                    DeclineCode::AssistantImage,
-                    "image in an assistant message",
-                )
-                .into());
-            }
             ContentPart::Image(image) => {
                 // LiteLLM downloads http(s) images for Anthropic; that I/O stays in Python.
                 if !image.url.starts_with(b"data:") {

@@ -6,9 +6,7 @@ use serde_json::{Map, Value, json};
 
 pub mod transcription;
 
-use super::rules::{
-    blank_text_decline, conversation_decline, integer_param, number_param, stop_param,
-};
+use super::rules::{integer_param, native_body_decline, number_param, stop_param};
 use super::{AwsAuth, AwsSettings, Deployment, Refusal, TransformError, header};
 use crate::http::{RequestBody, SigV4, UpstreamRequest};
 use crate::model::{ChatRequest, Content, ContentPart, Decline, DeclineCode, Role};
@@ -89,31 +87,15 @@ fn build_request(
     request: &ChatRequest,
 ) -> Result<UpstreamRequest, Refusal> {
     let params = &request.params;
-    if let Some(decline) =
-        conversation_decline(&request.messages).or_else(|| blank_text_decline(&request.messages))
-    {
+    if let Some(decline) = native_body_decline(&request.messages) {
         return Err(decline.into());
     }
 
     let mut system = Vec::new();
     let mut turns: Vec<(Role, Vec<Node>)> = Vec::new();
     for message in &request.messages {
+        // Images only reach here from user turns (see `native_body_decline`).
         let blocks = content_blocks(&message.content)?;
-        let has_image = blocks.iter().any(|block| matches!(block, Block::Image(_)));
-        if has_image && message.role != Role::User {
-            // LiteLLM declines system images and fails on assistant ones: leave both to it.
-            let code = if message.role.is_instruction() {
-                DeclineCode::SystemImage
-            } else {
-                DeclineCode::AssistantImage
-            };
-            return Err(Decline::new(
-                code,
-                format!("image in a {} message", message.role.as_str()),
-            )
-            .into());
-        }
-        let blocks = blocks.into_iter().map(Block::into_node).collect::<Vec<_>>();
         if message.role.is_instruction() {
             system.extend(blocks);
             continue;
@@ -166,32 +148,19 @@ fn build_request(
     )?)
 }
 
-enum Block {
-    Text(Node),
-    Image(Node),
-}
-
-impl Block {
-    fn into_node(self) -> Node {
-        match self {
-            Block::Text(node) | Block::Image(node) => node,
-        }
-    }
-}
-
 fn text_block(text: &bytes::Bytes) -> Result<Node, TransformError> {
     Ok(Node::object([("text", Node::Str(text.clone()))]))
 }
 
-fn content_blocks(content: &Content) -> Result<Vec<Block>, Refusal> {
+fn content_blocks(content: &Content) -> Result<Vec<Node>, Refusal> {
     let parts = match content {
-        Content::Text(text) => return Ok(vec![Block::Text(text_block(text)?)]),
+        Content::Text(text) => return Ok(vec![text_block(text)?]),
         Content::Parts(parts) => parts,
     };
     parts
         .iter()
         .map(|part| match part {
-            ContentPart::Text(text) => Ok(Block::Text(text_block(text)?)),
+            ContentPart::Text(text) => Ok(text_block(text)?),
             ContentPart::Image(image) => {
                 // LiteLLM downloads http(s) images for Bedrock; that I/O stays in Python.
                 if !image.url.starts_with(b"data:") {
@@ -201,7 +170,7 @@ fn content_blocks(content: &Content) -> Result<Vec<Block>, Refusal> {
                 }
                 let data_url = parse_data_url(&image.url)?;
                 let format = image_format(&data_url.media_type)?;
-                Ok(Block::Image(Node::object([(
+                Ok(Node::object([(
                     "image",
                     Node::object([
                         ("format", Node::from(format)),
@@ -210,7 +179,7 @@ fn content_blocks(content: &Content) -> Result<Vec<Block>, Refusal> {
                             Node::object([("bytes", Node::Base64Text(data_url.data))]),
                         ),
                     ]),
-                )])))
+                )]))
             }
         })
         .collect()
