@@ -267,6 +267,28 @@ def test_proxy_serves_rust_transcriptions(
 
 
 @pytest.mark.proxy
+def test_proxy_form_temperature_is_served_like_litellms_route(
+    transcription_proxy: tuple[ProxyProcess, RecordingUpstream],
+) -> None:
+    """Form fields arrive as strings: `temperature` is served, forwarded as LiteLLM forwards it."""
+    proxy, upstream = transcription_proxy
+    bodies = {}
+    for model in ("rust-voxtral", "plain-voxtral"):
+        upstream.clear()
+        response = proxy.post(
+            "/v1/audio/transcriptions",
+            files={"file": ("speech.wav", AUDIO, "audio/wav")},
+            data={"model": model, "temperature": "0.2"},
+        )
+        assert response.status_code == 200, response.text
+        if model == "rust-voxtral":
+            assert response.headers["x-litellm-fastpath"] == litellm_fastpath.__version__
+        bodies[model] = upstream.wait_for(1)[-1].json()
+    assert bodies["rust-voxtral"]["inferenceConfig"] == bodies["plain-voxtral"]["inferenceConfig"]
+    assert bodies["rust-voxtral"] == without_deliberate_differences(bodies["plain-voxtral"])
+
+
+@pytest.mark.proxy
 def test_proxy_text_response_format(
     transcription_proxy: tuple[ProxyProcess, RecordingUpstream],
 ) -> None:
