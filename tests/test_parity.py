@@ -199,6 +199,10 @@ REQUESTS: dict[str, dict[str, Any]] = {
         ]
     },
     "header_injection_in_extra_headers": {"messages": HI, "extra_headers": {"x-a": "a\nb"}},
+    "non_ascii_extra_header_value": {"messages": HI, "extra_headers": {"x-a": "caf\u00e9"}},
+    "timeout_infinite": {"messages": HI, "timeout": math.inf},
+    "timeout_huge": {"messages": HI, "timeout": 1e300},
+    "api_key_with_newline": {"messages": HI, "api_key": "sk-a\nb"},
     "content_null": {"messages": [{"role": "user", "content": None}]},
     "messages_empty": {"messages": []},
     "messages_string": {"messages": "hello"},
@@ -261,8 +265,15 @@ _declined(
 _declined(_NATIVE, ("image_in_assistant_turn",), "assistant_image")
 _declined(_NATIVE, ("image_in_system",), "system_image")
 _declined(("bedrock",), ("image_svg",), "image_type")
-_declined(PROVIDERS, ("header_injection_in_extra_headers",), "extra_headers")
+_declined(
+    PROVIDERS,
+    ("header_injection_in_extra_headers", "non_ascii_extra_header_value"),
+    "extra_headers",
+)
+
 _declined(PROVIDERS, ("content_null",), "message_without_content")
+_declined(PROVIDERS, ("timeout_infinite", "timeout_huge"), "timeout")
+_declined(PROVIDERS, ("api_key_with_newline",), "credentials")
 _declined(PROVIDERS, ("role_unknown",), "message_role")
 _declined(
     PROVIDERS,

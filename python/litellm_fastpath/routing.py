@@ -144,6 +144,8 @@ DEPLOYMENT_KWARGS = frozenset(
 _OWN_DECLINE_CODES = frozenset({"caching", "fallbacks", "num_retries", "mock_response"})
 
 DEFAULT_TIMEOUT_S = 600.0
+# About 31 years: longer timeouts are "no timeout" in practice and overflow a Rust `Duration`.
+_MAX_TIMEOUT_S = 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,11 +218,16 @@ def _timeout(kwargs: Mapping[str, Any]) -> float | Decline:
         seconds = float(value)
     except ValueError:
         return Decline("timeout", "timeout is not a number")
-    return seconds if seconds > 0 else Decline("timeout", "timeout is not positive")
+    if not (0 < seconds <= _MAX_TIMEOUT_S):
+        # NaN, infinities, zero, negative, or too large for a Rust Duration: LiteLLM's rules.
+        return Decline("timeout", "timeout is not a positive number of seconds Rust can hold")
+    return seconds
 
 
 # RFC 9110 token characters: what a header name may contain.
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# Visible ASCII, space and tab: header values both clients send the same way.
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
 
 
 def _extra_headers(kwargs: Mapping[str, Any]) -> list[tuple[str, str]] | Decline:
@@ -232,8 +239,8 @@ def _extra_headers(kwargs: Mapping[str, Any]) -> list[tuple[str, str]] | Decline
     ):
         return Decline("extra_headers", "extra_headers must map strings to strings")
     for name, value in headers.items():
-        # LiteLLM has its own answers for these (header-injection errors, odd requests).
-        if not _HEADER_NAME.fullmatch(name) or any(c in value for c in "\r\n\0"):
+        # LiteLLM has its own answers for these (header-injection errors, encoding errors).
+        if not (_HEADER_NAME.fullmatch(name) and _HEADER_VALUE.fullmatch(value)):
             return Decline("extra_headers", "extra_headers with an invalid name or value")
     return list(headers.items())
 
@@ -343,6 +350,9 @@ def _deployment(
     if isinstance(resolved, Decline):
         return resolved
     model, settings = resolved
+    api_key = settings.get("api_key")
+    if api_key is not None and not _HEADER_VALUE.fullmatch(api_key):
+        return Decline("credentials", "an API key a header cannot carry")
     settings["extra_headers"] = extra_headers
     key = (provider, model, *sorted((k, repr(v)) for k, v in settings.items()))
     cached = _deployments.get(key)
