@@ -238,6 +238,18 @@ fn append_extra_headers(headers: &mut HeaderMap, extra: &[(HeaderName, HeaderVal
     }
 }
 
+/// Inserts a credential header, marked sensitive so it never shows in `Debug` output or logs.
+pub(crate) fn insert_secret(
+    headers: &mut HeaderMap,
+    name: &'static str,
+    value: &str,
+) -> Result<(), TransformError> {
+    let (name, mut value) = header(name, value)?;
+    value.set_sensitive(true);
+    headers.insert(name, value);
+    Ok(())
+}
+
 pub(crate) fn header(
     name: &'static str,
     value: &str,

@@ -4,7 +4,7 @@ use http::HeaderMap;
 use serde_json::{Map, Value, json};
 
 use super::rules::{integer_param, native_body_decline, number_param, stop_param};
-use super::{Deployment, Refusal, TransformError, header};
+use super::{Deployment, Refusal, TransformError, header, insert_secret};
 use crate::http::{RequestBody, UpstreamRequest};
 use crate::model::{ChatRequest, Content, ContentPart, Decline, DeclineCode, Role};
 use crate::wire::body::Node;
@@ -106,9 +106,7 @@ fn build_request(
         headers.insert(name, value);
     }
     if let Some(key) = &deployment.api_key {
-        let (name, mut value) = header("x-api-key", key)?;
-        value.set_sensitive(true);
-        headers.insert(name, value);
+        insert_secret(&mut headers, "x-api-key", key)?;
     }
     Ok(UpstreamRequest {
         url,

@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 pub mod transcription;
 
 use super::rules::{integer_param, native_body_decline, number_param, stop_param};
-use super::{AwsAuth, AwsSettings, Deployment, Refusal, TransformError, header};
+use super::{AwsAuth, AwsSettings, Deployment, Refusal, TransformError, header, insert_secret};
 use crate::http::{RequestBody, SigV4, UpstreamRequest};
 use crate::model::{ChatRequest, Content, ContentPart, Decline, DeclineCode, Role};
 use crate::wire::body::Node;
@@ -54,9 +54,7 @@ pub fn converse_request(
         }),
         // A Bedrock API key replaces SigV4, as in LiteLLM.
         AwsAuth::Bearer(token) => {
-            let (name, mut value) = header("authorization", &format!("Bearer {token}"))?;
-            value.set_sensitive(true);
-            headers.insert(name, value);
+            insert_secret(&mut headers, "authorization", &format!("Bearer {token}"))?;
             None
         }
     };

@@ -4,7 +4,7 @@
 use http::HeaderMap;
 use serde_json::{Value, json};
 
-use super::{Deployment, Refusal, TransformError, header};
+use super::{Deployment, Refusal, TransformError, header, insert_secret};
 use crate::http::{RequestBody, UpstreamRequest};
 use crate::model::{ChatRequest, Content, ContentPart, ImageUrl, Role};
 use crate::wire::body::Node;
@@ -67,9 +67,7 @@ fn build_request(
     let (name, value) = header("content-type", "application/json")?;
     headers.insert(name, value);
     if let Some(key) = &deployment.api_key {
-        let (name, mut value) = header("authorization", &format!("Bearer {key}"))?;
-        value.set_sensitive(true);
-        headers.insert(name, value);
+        insert_secret(&mut headers, "authorization", &format!("Bearer {key}"))?;
     }
     Ok(UpstreamRequest {
         url,
