@@ -14,7 +14,8 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,91 @@ ARMS = ("python", "rust")
 MESSAGES = [{"role": "user", "content": "Say hello."}]
 AUTH = "Authorization: Bearer sk-test-master"  # tests.harness.MASTER_KEY
 RUST_HEADER = "x-litellm-rust: true"
+
+# Vector length the mock answers embeddings with in the benches (OpenAI's text-embedding-3-small).
+EMBEDDING_DIMS = 1536
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One kind of request the gateway benches send: the proxy route and body (each arm adds its
+    model), the deployment, and the same request sent straight to the mock (the baseline)."""
+
+    name: str
+    route: str
+    body: dict[str, Any]
+    params: Callable[[str], dict[str, Any]]
+    upstream_path: str
+    upstream_body: dict[str, Any]
+
+
+def workloads() -> dict[str, Workload]:
+    """Chat per provider (named after it) and embeddings (`embed-*`, one input, 1,536 dims)."""
+    from litellm_fastpath import mock_provider as mock
+
+    def chat(provider: str) -> Callable[[str], dict[str, Any]]:
+        return lambda url: mock.deployment_kwargs(provider, url)
+
+    def embedding(kind: str) -> Callable[[str], dict[str, Any]]:
+        return lambda url: mock.embedding_deployment_kwargs(kind, url)
+
+    text = "Say hello."
+    chat_body = {"messages": MESSAGES}
+    embed_body = {"input": [text]}
+    return {
+        "openai": Workload(
+            "openai",
+            "/chat/completions",
+            chat_body,
+            chat("openai"),
+            "/chat/completions",
+            {"model": "gpt-4o-mini", "messages": MESSAGES},
+        ),
+        "anthropic": Workload(
+            "anthropic",
+            "/chat/completions",
+            chat_body,
+            chat("anthropic"),
+            "/v1/messages",
+            {"model": "claude-sonnet-4-5", "messages": MESSAGES, "max_tokens": 64000},
+        ),
+        "bedrock": Workload(
+            "bedrock",
+            "/chat/completions",
+            chat_body,
+            chat("bedrock"),
+            f"/model/{mock.BEDROCK_MODEL_ID}/converse",
+            {"messages": [{"role": "user", "content": [{"text": text}]}]},
+        ),
+        "embed-openai": Workload(
+            "embed-openai",
+            "/embeddings",
+            embed_body,
+            embedding("openai"),
+            "/v1/embeddings",
+            {"model": "text-embedding-3-small", "input": [text]},
+        ),
+        "embed-cohere": Workload(
+            "embed-cohere",
+            "/embeddings",
+            embed_body,
+            embedding("cohere"),
+            "/model/cohere.embed-english-v3/invoke",
+            {"input_type": "search_document", "texts": [text]},
+        ),
+        "embed-titan": Workload(
+            "embed-titan",
+            "/embeddings",
+            embed_body,
+            embedding("titan-v1"),
+            "/model/amazon.titan-embed-text-v1/invoke",
+            {"inputText": text},
+        ),
+    }
+
+
+WORKLOAD_NAMES = ("openai", "anthropic", "bedrock", "embed-openai", "embed-cohere", "embed-titan")
+
 
 # Every litellm import must see this, or it fetches the cost map from the network.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -226,12 +312,11 @@ class BenchProxy:
         self.workers = 0
 
     def start(self, workers: int) -> dict[str, Any]:
-        from litellm_fastpath.mock_provider import deployment_kwargs
         from tests.harness import ProxyProcess
 
-        url = self.mock.url
+        url, all_workloads = self.mock.url, workloads()
         model_list = [
-            {"model_name": f"{p}-{arm}", "litellm_params": {**deployment_kwargs(p, url), **rust}}
+            {"model_name": f"{p}-{arm}", "litellm_params": {**all_workloads[p].params(url), **rust}}
             for p in self.args.providers
             for arm, rust in (("python", {}), ("rust", {"rust": True}))
         ]
@@ -254,9 +339,10 @@ class BenchProxy:
 
     def verify(self) -> dict[str, Any]:
         """One request per model: status and whether the Rust headers came back."""
-        out = {}
-        for model in (f"{p}-{arm}" for p in self.args.providers for arm in ARMS):
-            r = self.proxy.post("/chat/completions", json={"model": model, "messages": MESSAGES})
+        out, all_workloads = {}, workloads()
+        for p, arm in ((p, arm) for p in self.args.providers for arm in ARMS):
+            model, work = f"{p}-{arm}", all_workloads[p]
+            r = self.proxy.post(work.route, json={"model": model, **work.body})
             out[model] = {"status": r.status_code}
             out[model] |= {h: r.headers.get(h) for h in ("x-litellm-rust", "x-litellm-fastpath")}
             if r.status_code != 200 or (r.headers.get("x-litellm-rust") == "true") != (
@@ -281,7 +367,8 @@ class BenchProxy:
     ) -> dict[str, Any]:
         """Open-loop load on one arm's model: latency, errors, proxy CPU and peak RSS, and the
         cores used by everything else; the raw latencies are under `latencies_ms`."""
-        body = json.dumps({"model": f"{provider}-{arm}", "messages": MESSAGES})
+        work = workloads()[provider]
+        body = json.dumps({"model": f"{provider}-{arm}", **work.body})
         pids = self.pids()
         m0, c0 = cpu_seconds([self.mock.pid]), cpu_seconds(pids)
         b0, w0 = system_busy_seconds(), time.monotonic()
@@ -292,7 +379,7 @@ class BenchProxy:
         )
         flags = ("-H", AUTH, *check, "--timeout", str(self.args.timeout))
         # Without warm-up no request goes unrecorded (soak.py counts every one).
-        url = f"{self.proxy.url}/chat/completions"
+        url = f"{self.proxy.url}{work.route}"
         res = run_loadgen(url, body, rate, duration, *flags, warm=warm, watch=pids)
         wall = time.monotonic() - w0
         proxy_cpu = cpu_seconds(self.pids()) - c0

@@ -21,10 +21,11 @@ from typing import Any
 from benches._common import (
     ARMS,
     AUTH,
-    MESSAGES,
+    EMBEDDING_DIMS,
     MIB,
     RESULTS,
     ROOT,
+    WORKLOAD_NAMES,
     BenchProxy,
     arg_parser,
     cpu_seconds,
@@ -40,27 +41,19 @@ from benches._common import (
     run_loadgen,
     system_busy_seconds,
     wait_quiet,
+    workloads,
     write_results,
 )
-from litellm_fastpath.mock_provider import BEDROCK_MODEL_ID, PROVIDERS, ServerProcess
+from litellm_fastpath.mock_provider import ServerProcess
 
 P99_LIMIT_MS = 50.0
 # Finer steps where a 1-worker proxy saturates (~80-120 req/s on these 2-core boxes).
 DEFAULT_RATES = (25, 50, 70, 85, 100, 115, 130, 150, 175, 200, 250, 300, 400, 500, 700, 1000)
-UPSTREAM_PATH = {
-    "openai": "/chat/completions",
-    "anthropic": "/v1/messages",
-    "bedrock": f"/model/{BEDROCK_MODEL_ID}/converse",
-}
 QS = ("p50", "p99", "p999")
 
 
 def upstream_body(provider: str) -> str:
-    if provider == "openai":
-        return json.dumps({"model": "gpt-4o-mini", "messages": MESSAGES})
-    if provider == "anthropic":
-        return json.dumps({"model": "claude-sonnet-4-5", "messages": MESSAGES, "max_tokens": 64000})
-    return json.dumps({"messages": [{"role": "user", "content": [{"text": "Say hello."}]}]})
+    return json.dumps(workloads()[provider].upstream_body)
 
 
 def checked(args: Any, measure: Callable[[], dict[str, Any]], what: str) -> dict[str, Any]:
@@ -97,7 +90,7 @@ def direct_step(gw: BenchProxy, provider: str, rate: float) -> dict[str, Any]:
     def measure() -> dict[str, Any]:
         watched = [gw.mock.pid, *gw.pids()]  # the idle proxy's timers count as ours
         c0, b0, w0 = cpu_seconds(watched), system_busy_seconds(), time.monotonic()
-        url = gw.mock.url + UPSTREAM_PATH[provider]
+        url = gw.mock.url + workloads()[provider].upstream_path
         body, secs = upstream_body(provider), gw.args.direct_duration
         res = run_loadgen(url, body, rate, secs, "--timeout", str(gw.args.timeout))
         wall = time.monotonic() - w0
@@ -217,8 +210,9 @@ def run_profiles(
     provider, secs = args.providers[0], args.profile_seconds
     for arm in args.profile_arms:
         rate = max(25.0, 0.8 * held_max[(provider, arm)])
-        body = json.dumps({"model": f"{provider}-{arm}", "messages": MESSAGES})
-        url = f"{gw.proxy.url}/chat/completions"
+        work = workloads()[provider]
+        body = json.dumps({"model": f"{provider}-{arm}", **work.body})
+        url = f"{gw.proxy.url}{work.route}"
         cmd = loadgen_cmd(url, body, rate, 2 * secs + 6, "-H", AUTH, "--no-latencies")
         load = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, cwd=ROOT)
         try:
@@ -490,7 +484,14 @@ def plot(data: dict[str, Any], plt: Any) -> Any:
 def parse_args(argv: list[str] | None) -> Any:
     p = arg_parser(__doc__, "3 s steps, 1 worker, no profile (also BENCH_QUICK=1)")
     p.add_argument("--workers", type=int, nargs="+", help="worker counts (default 1 / 1 2)")
-    p.add_argument("--providers", nargs="+", choices=PROVIDERS, default=list(PROVIDERS))
+    p.add_argument(
+        "--providers",
+        nargs="+",
+        choices=WORKLOAD_NAMES,
+        default=["openai", "anthropic", "bedrock"],
+        help="workloads: chat per provider, or embed-openai / embed-cohere / embed-titan",
+    )
+    p.add_argument("--out", default="gateway", help="results name (default gateway)")
     p.add_argument("--rates", type=float, nargs="+", default=list(DEFAULT_RATES))
     p.add_argument("--duration", type=float, help="seconds per step (default 3 / 6)")
     p.add_argument("--direct-duration", type=float, help="seconds per direct baseline step")
@@ -528,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(args.wait_quiet)
     started = time.monotonic()
     runs = []
-    with ServerProcess() as mock:
+    with ServerProcess(args=("--embedding-dims", str(EMBEDDING_DIMS))) as mock:
         log(f"mock on {mock.url}; measuring generator/mock capacity")
         url, body, secs = mock.url + "/chat/completions", upstream_body("openai"), 1.5
         if not args.quick:
@@ -580,7 +581,7 @@ def report(
         markdown = "> Partial results: the run is still going.\n\n" + markdown
     if not args.no_write:
         alt = "added p99 vs offered rate"
-        write_results("gateway", markdown, data, plot=lambda plt: plot(data, plt), alt=alt)
+        write_results(args.out, markdown, data, plot=lambda plt: plot(data, plt), alt=alt)
     if final:
         log(f"done in {meta['elapsed_s']:.0f}s")
 

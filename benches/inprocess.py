@@ -1,8 +1,12 @@
-"""In-process bench: `await litellm.acompletion(..., rust=True)` vs LiteLLM's Python path, per
-provider, against the mock provider (method: benches/README.md).
+"""In-process bench: `await litellm.acompletion(..., rust=True)` (and `litellm.aembedding`) vs
+LiteLLM's Python path, per case, against the mock provider (method: benches/README.md).
 
-    python -m benches.inprocess            # full: 1000 calls per arm and provider
-    python -m benches.inprocess --quick    # 200 calls per arm and provider (BENCH_QUICK=1)
+    python -m benches.inprocess            # full: 1000 calls per arm and case
+    python -m benches.inprocess --quick    # 200 calls per arm and case (BENCH_QUICK=1)
+    python -m benches.inprocess --cases openai embed-openai-64
+
+Chat cases are named after the provider; embedding cases `embed-<kind>-<inputs>` send 1 or 64
+inputs and get 1,536-dimensional vectors back.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import gc
 import json
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from benches._common import (
@@ -29,9 +34,45 @@ from benches._common import (
     system_busy_seconds,
     write_results,
 )
-from litellm_fastpath.mock_provider import PROVIDERS, ServerProcess, deployment_kwargs
+from litellm_fastpath.mock_provider import (
+    PROVIDERS,
+    ServerProcess,
+    deployment_kwargs,
+    embedding_deployment_kwargs,
+)
 
 BAR = 0.25
+EMBEDDING_DIMS = 1536
+EMBEDDING_KINDS = ("openai", "cohere", "titan-v1")
+EMBEDDING_INPUTS = (1, 64)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmarked call: LiteLLM's entry point and its kwargs (minus `rust`)."""
+
+    name: str
+    entry: str
+    kwargs: dict[str, Any]
+
+
+def cases(url: str) -> dict[str, Case]:
+    out = {
+        provider: Case(
+            provider, "acompletion", {**deployment_kwargs(provider, url), "messages": MESSAGES}
+        )
+        for provider in PROVIDERS
+    }
+    for kind in EMBEDDING_KINDS:
+        for n in EMBEDDING_INPUTS:
+            inputs = [f"benchmark input number {i}" for i in range(n)]
+            name = f"embed-{kind}-{n}"
+            kwargs = {**embedding_deployment_kwargs(kind, url), "input": inputs}
+            out[name] = Case(name, "aembedding", kwargs)
+    return out
+
+
+CASE_NAMES = tuple(cases("http://x"))
 
 
 def served_by_rust(response: Any) -> bool:
@@ -39,12 +80,12 @@ def served_by_rust(response: Any) -> bool:
     return headers.get("x-litellm-rust") == "true"
 
 
-async def bench_provider(litellm: Any, provider: str, url: str, args: Any) -> dict[str, Any]:
-    kwargs = deployment_kwargs(provider, url)
+async def bench_case(litellm: Any, case: Case, args: Any) -> dict[str, Any]:
+    call, kwargs = getattr(litellm, case.entry), case.kwargs
     rust_kw: dict[str, dict[str, Any]] = {"python": {}, "rust": {"rust": True}}
     for _ in range(args.warmup):
         for arm in ARMS:
-            await litellm.acompletion(messages=MESSAGES, **rust_kw[arm], **kwargs)
+            await call(**rust_kw[arm], **kwargs)
     data = {
         arm: {"lat": [], "cpu": [], "blocks": [], "not_rust": 0, "rust_on_py": 0} for arm in ARMS
     }
@@ -54,7 +95,7 @@ async def bench_provider(litellm: Any, provider: str, url: str, args: Any) -> di
             d, block = data[arm], []
             for _ in range(args.block_size):
                 c0, t0 = cpu(), perf()
-                response = await litellm.acompletion(messages=MESSAGES, **rust_kw[arm], **kwargs)
+                response = await call(**rust_kw[arm], **kwargs)
                 t1, c1 = perf(), cpu()
                 if served_by_rust(response) != (arm == "rust"):
                     d["not_rust" if arm == "rust" else "rust_on_py"] += 1
@@ -64,7 +105,7 @@ async def bench_provider(litellm: Any, provider: str, url: str, args: Any) -> di
                 d["cpu"].append((c1 - c0) * 1000)
             d["lat"] += block
             d["blocks"].append(round(median(block), 4))
-    result: dict[str, Any] = {"provider": provider, "arms": {}}
+    result: dict[str, Any] = {"provider": case.name, "entry": case.entry, "arms": {}}
     for arm, d in data.items():
         lat = sorted(d["lat"])
         result["arms"][arm] = {
@@ -99,7 +140,8 @@ def mock_capacity(url: str, quick: bool) -> dict[str, Any]:
 
 def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
-        "# In-process: `litellm.acompletion(..., rust=True)` vs LiteLLM's Python path",
+        "# In-process: `litellm.acompletion` / `litellm.aembedding` with `rust=True` vs "
+        "LiteLLM's Python path",
         "",
         machine_line(meta["machine"]),
         "",
@@ -108,7 +150,7 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"{meta['warmup']} warm-up calls per arm first; event loop: {meta['loop']}. "
         "Mock provider in a separate process on loopback.",
         "",
-        "| provider | arm | calls | median ms | p99 ms | CPU ms/call | "
+        "| case | arm | calls | median ms | p99 ms | CPU ms/call | "
         "median rust/py | p99 rust/py | CPU rust/py | bar ≤ 0.25 |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|:---:|",
     ]
@@ -177,13 +219,14 @@ async def run(args: Any) -> int:
     litellm.suppress_debug_info = True
     info = machine(args.wait_quiet)
     results: list[dict[str, Any]] = []
-    with ServerProcess() as mock:
+    with ServerProcess(args=("--embedding-dims", str(EMBEDDING_DIMS))) as mock:
         cap = mock_capacity(mock.url, args.quick) if args.capacity else None
-        for provider in args.providers:
+        all_cases = cases(mock.url)
+        for name in args.cases:
             gc.collect()
             w0, b0, o0 = time.monotonic(), system_busy_seconds(), time.process_time()
             m0 = cpu_seconds([mock.pid])
-            r = await bench_provider(litellm, provider, mock.url, args)
+            r = await bench_case(litellm, all_cases[name], args)
             ours = time.process_time() - o0 + cpu_seconds([mock.pid]) - m0
             # CPU the rest of the machine used meanwhile (other builds/tests skew results).
             r["foreign_cores"] = max(
@@ -192,7 +235,7 @@ async def run(args: Any) -> int:
             r["loadavg_after"] = loadavg()
             results.append(r)
             print(
-                f"{provider}: python {r['arms']['python']['median_ms']:.3f} ms, "
+                f"{name}: python {r['arms']['python']['median_ms']:.3f} ms, "
                 f"rust {r['arms']['rust']['median_ms']:.3f} ms, ratio {r['ratio_median']:.3f}",
                 file=sys.stderr,
                 flush=True,
@@ -215,7 +258,7 @@ async def run(args: Any) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = arg_parser(__doc__, "200 calls per arm (4 blocks x 50); also BENCH_QUICK=1")
-    p.add_argument("--providers", nargs="+", choices=PROVIDERS, default=list(PROVIDERS))
+    p.add_argument("--cases", nargs="+", choices=CASE_NAMES, default=list(CASE_NAMES))
     p.add_argument("--blocks", type=int, help="blocks per arm (default 4 / 10)")
     p.add_argument("--block-size", type=int, help="calls per block (default 50 / 100)")
     p.add_argument("--warmup", type=int, help="warm-up calls per arm")

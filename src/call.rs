@@ -10,11 +10,13 @@ use serde_json::Value;
 use crate::http::client::{Transport, TransportError, UpstreamResponse};
 use crate::http::sigv4::{self, SigningError};
 use crate::http::{RequestBody, UpstreamRequest};
+use crate::providers::embedding::EmbeddingAnswer;
 use crate::providers::{Deployment, TransformError};
 use crate::wire::body::JsonBody;
 
-/// Bodies with more text and media than this are laid out and hashed on the blocking pool,
-/// not on an I/O thread (and never on the caller's event loop).
+/// Request bodies with more text and media than this are laid out and hashed on the blocking
+/// pool, answers larger than this parsed there: not on an I/O thread (and never on the caller's
+/// event loop).
 const INLINE_BODY_LIMIT: u64 = 256 * 1024;
 
 #[derive(Debug, thiserror::Error)]
@@ -88,13 +90,34 @@ async fn lay_out(
     })?
 }
 
-/// What a 2xx answer is parsed into.
+/// What a call's 2xx answers are parsed into.
 #[derive(Clone, Debug)]
 pub enum ResponseShape {
     /// An OpenAI `chat.completion` for this deployment.
     ChatCompletion(Arc<Deployment>),
     /// Another answer, parsed by the provider's function (e.g. a Bedrock transcription).
     Parsed(fn(&Bytes) -> Result<Value, TransformError>),
+    /// An embedding response, from every answer of the call (Titan sends one request per input).
+    Embedding(EmbeddingAnswer),
+}
+
+impl ResponseShape {
+    fn parse(&self, bodies: &[Bytes]) -> Result<Value, TransformError> {
+        let single = || match bodies {
+            [body] => Ok(body),
+            _ => Err(TransformError::InvalidResponse(format!(
+                "expected one answer, got {}",
+                bodies.len()
+            ))),
+        };
+        match self {
+            ResponseShape::ChatCompletion(deployment) => {
+                crate::providers::parse_response(deployment, single()?)
+            }
+            ResponseShape::Parsed(parse) => parse(single()?),
+            ResponseShape::Embedding(answer) => answer.parse(bodies),
+        }
+    }
 }
 
 /// A parsed provider answer in LiteLLM's shape, plus the provider's response headers.
@@ -104,21 +127,30 @@ pub struct Completion {
     pub headers: HeaderMap,
 }
 
-/// One call end to end: send once, then parse the 2xx answer.
+/// One call end to end: send each request once, in order (the first failure ends the call),
+/// then parse the 2xx answers. Large answers are parsed on the blocking pool.
 pub async fn run(
     transport: &Transport,
-    request: UpstreamRequest,
+    requests: Vec<UpstreamRequest>,
     shape: &ResponseShape,
 ) -> Result<Completion, CallError> {
-    let response = execute(transport, request).await?;
-    let body = match shape {
-        ResponseShape::ChatCompletion(deployment) => {
-            crate::providers::parse_response(deployment, &response.body)?
-        }
-        ResponseShape::Parsed(parse) => parse(&response.body)?,
+    let mut bodies = Vec::with_capacity(requests.len());
+    let mut headers = HeaderMap::new();
+    for request in requests {
+        let response = execute(transport, request).await?;
+        bodies.push(response.body);
+        headers = response.headers;
+    }
+    let size: usize = bodies.iter().map(Bytes::len).sum();
+    let body = if size as u64 <= INLINE_BODY_LIMIT {
+        shape.parse(&bodies)?
+    } else {
+        let shape = shape.clone();
+        tokio::task::spawn_blocking(move || shape.parse(&bodies))
+            .await
+            .map_err(|err| {
+                CallError::Transport(TransportError::Setup(format!("parse task failed: {err}")))
+            })??
     };
-    Ok(Completion {
-        body,
-        headers: response.headers,
-    })
+    Ok(Completion { body, headers })
 }

@@ -12,6 +12,7 @@ import litellm
 import pytest
 from litellm.integrations.custom_logger import CustomLogger
 
+from litellm_fastpath.mock_provider import embedding_deployment_kwargs
 from tests.conftest import PROVIDERS, deployment_kwargs, served_by_rust
 from tests.harness import RecordingUpstream, Reply
 
@@ -227,3 +228,25 @@ async def test_standard_logging_payload_matches_python(
         if fast_payload.get(key) != slow_payload.get(key)
     }
     assert differing == {}, json.dumps(differing, default=str, indent=1)
+
+
+@pytest.mark.parametrize("kind", ["openai", "titan-v2", "cohere"])
+async def test_embedding_logging_payload_matches_python(
+    upstream: RecordingUpstream, recorder: Recorder, kind: str
+) -> None:
+    """Embeddings: the same standard logging payload (cost, usage, `api_base`) on both paths."""
+    kwargs = {**embedding_deployment_kwargs(kind, upstream.url), "input": ["hi", "there"]}
+    fast = await litellm.aembedding(**kwargs, rust=True)
+    fast_payload = _comparable_payload(await _event_for(recorder, fast))
+    slow = await litellm.aembedding(**kwargs)
+    slow_payload = _comparable_payload(await _event_for(recorder, slow))
+    assert served_by_rust(fast) and not served_by_rust(slow)
+    assert fast_payload["call_type"] == "aembedding"
+    assert fast_payload["response_cost"] > 0
+    differing = {
+        key: (fast_payload.get(key), slow_payload.get(key))
+        for key in fast_payload.keys() | slow_payload.keys()
+        if fast_payload.get(key) != slow_payload.get(key)
+    }
+    assert differing == {}, json.dumps(differing, default=str, indent=1)
+    assert fast._hidden_params["response_cost"] == slow._hidden_params["response_cost"]

@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml  # type: ignore[import-untyped,unused-ignore]  # no stubs in the venv
 
 import litellm_fastpath
 from tests.conftest import PROVIDERS, deployment_kwargs
@@ -66,20 +65,6 @@ RATE_LIMITED: dict[str, Reply] = {
 }
 
 
-class RouterSettingsProxy(ProxyProcess):
-    """ProxyProcess plus a `router_settings` section (the harness writes none)."""
-
-    def __init__(self, *args: Any, router_settings: dict[str, Any], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.router_settings = router_settings
-
-    def _write_config(self) -> None:
-        super()._write_config()
-        config = yaml.safe_load(self.config_path.read_text())
-        config["router_settings"] = self.router_settings
-        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-
-
 # -- fixtures ----------------------------------------------------------------------------------
 
 
@@ -113,7 +98,7 @@ def proxy(e2e_upstream: RecordingUpstream, callback_log: Path) -> Iterator[Proxy
         {"model_name": "open-rust-openai", "litellm_params": {**opt_in, "rust": True}}
     )
     pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
-    server = RouterSettingsProxy(
+    server = ProxyProcess(
         model_list,
         litellm_settings={
             "callbacks": ["litellm_fastpath.proxy.accelerator", "tests.proxy_logger.recorder"]

@@ -20,6 +20,7 @@ __all__ = [
     "__version__",
     "decline_codes",
     "prepare_chat",
+    "prepare_embedding",
     "prepare_transcription",
 ]
 
@@ -95,6 +96,12 @@ def prepare_transcription(
 def prepare_chat(
     deployment: Deployment,
     messages: object,
+    params: dict[str, Any] | None,
+    timeout: float | None = None,
+) -> PreparedCall | Declined: ...
+def prepare_embedding(
+    deployment: Deployment,
+    input: object,
     params: dict[str, Any] | None,
     timeout: float | None = None,
 ) -> PreparedCall | Declined: ...

@@ -46,6 +46,13 @@ _PRIVATE: dict[str, tuple[str, str]] = {
     "function_setup": ("litellm.utils", "function_setup"),
     "Rules": ("litellm.utils", "Rules"),
     "dispatch_success_logging": ("litellm.utils", "_dispatch_success_logging"),
+    # Embeddings: the OpenAI answer -> EmbeddingResponse step, and Cohere's token count.
+    "convert_to_model_response_object": (
+        "litellm.litellm_core_utils.llm_response_utils.convert_dict_to_response",
+        "convert_to_model_response_object",
+    ),
+    "get_encoding": ("litellm.main", "_get_encoding"),
+    "Embedding": ("litellm.types.utils", "Embedding"),
     # Errors: each provider's exception, mapped to LiteLLM's classes by `exception_type`.
     "exception_type": (
         "litellm.litellm_core_utils.exception_mapping_utils",

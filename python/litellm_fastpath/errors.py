@@ -8,15 +8,13 @@ router's retries, fallbacks and cooldowns behave the same.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import litellm
 
 from litellm_fastpath import _native, compat
-
-if TYPE_CHECKING:
-    from litellm_fastpath.routing import Route
+from litellm_fastpath.routing import EmbeddingRoute, Route
 
 
 class _ProviderErrors:
@@ -123,11 +121,45 @@ class _BedrockErrors(_ProviderErrors):
         return super().invalid_response(message, kind, route)
 
 
+class _OpenAIEmbeddingErrors(_OpenAIErrors):
+    def status_error(self, status: int, body: str, headers: dict[str, str]) -> Exception:
+        # LiteLLM's embedding handler re-raises the SDK's error by its message alone.
+        text = body.strip()
+        try:
+            parsed: Any = json.loads(text)
+        except ValueError:
+            parsed = text
+        message = f"Error code: {status} - {parsed}" if parsed else f"Error code: {status}"
+        return compat.OpenAIError(
+            status_code=status, message=message, headers=httpx.Headers(headers)
+        )
+
+    def timeout(self, route: Route, elapsed: float) -> Exception:
+        return _mapped(compat.OpenAIError(status_code=500, message="Request timed out."), route)
+
+
+class _BedrockEmbeddingErrors(_BedrockErrors):
+    def timeout(self, route: Route, elapsed: float) -> Exception:
+        # LiteLLM's HTTP handler raises it; Titan's caller passed an `httpx.Timeout`, Cohere's
+        # the number.
+        passed = route.timeout if "cohere" in route.model else httpx.Timeout(route.timeout)
+        return _httpx_timeout(passed, elapsed)
+
+    def invalid_response(self, message: str, kind: str, route: Route) -> Exception:
+        # The embedding handler has no Converse-style 422: reading fails as a connection error.
+        return _ProviderErrors.invalid_response(self, message, kind, route)
+
+
 # One entry per provider the fast path serves (the Rust side has one folder each).
 _ERRORS: dict[str, _ProviderErrors] = {
     "openai": _OpenAIErrors(),
     "anthropic": _AnthropicErrors(),
     "bedrock": _BedrockErrors(),
+}
+# Embedding handlers that report faults in their own way.
+_EMBEDDING_ERRORS: dict[str, _ProviderErrors] = {
+    "openai": _OpenAIEmbeddingErrors(),
+    "bedrock": _BedrockEmbeddingErrors(),
 }
 
 
@@ -160,7 +192,8 @@ def invalid_param(name: str, why: str, route: Route) -> Exception:
 
 
 def to_litellm(err: _native.FastpathError, route: Route, elapsed: float = 0.0) -> Exception:
-    errors = _ERRORS[route.provider]
+    registry = _EMBEDDING_ERRORS if isinstance(route, EmbeddingRoute) else _ERRORS
+    errors = registry[route.provider]
     if isinstance(err, _native.UpstreamStatusError):
         _message, status, body, headers = err.args
         if 300 <= status < 400:

@@ -31,7 +31,7 @@ def is_installed() -> bool:
 
 def install() -> None:
     """Routes `rust=True` calls of `litellm.acompletion`/`completion`/`atranscription`/
-    `transcription` through Rust.
+    `transcription`/`aembedding`/`embedding` through Rust.
 
     Idempotent. Calls without `rust=True` are passed to LiteLLM untouched. On a LiteLLM release
     the fast path is not tested with, warns once and patches nothing (see `compat`)."""
@@ -111,6 +111,25 @@ def _admit_transcription(
 _BEDROCK_AUDIO_FORMATS = frozenset({"wav", "mp3", "flac", "ogg"})
 
 
+def _admit_embedding(
+    kwargs: dict[str, Any],
+) -> tuple[routing.Route, _native.PreparedCall] | None:
+    decision = routing.route_embedding(kwargs)
+    if isinstance(decision, routing.Decline):
+        routing.record_decline(decision)
+        return None
+    try:
+        prepared = _native.prepare_embedding(
+            decision.deployment, decision.input, decision.params, decision.timeout
+        )
+    except _native.InvalidRequestError as err:
+        raise errors.bad_request(err, decision) from None
+    if isinstance(prepared, _native.Declined):
+        routing.record_decline(prepared)
+        return None
+    return decision, prepared
+
+
 def _chat_response(
     body: dict[str, Any], provider_headers: Mapping[str, str], route: routing.Route
 ) -> Any:
@@ -131,6 +150,42 @@ def _transcription_response(
     return response
 
 
+def _embedding_response(
+    body: dict[str, Any], provider_headers: Mapping[str, str], route: routing.Route
+) -> Any:
+    assert isinstance(route, routing.EmbeddingRoute)
+    if route.provider == "openai":
+        # LiteLLM's OpenAI handler: the SDK's dump of the answer, converted by LiteLLM.
+        response = compat.convert_to_model_response_object(
+            response_object=body,
+            model_response_object=litellm.EmbeddingResponse(),
+            response_type="embedding",
+            _response_headers=dict(provider_headers),
+        )
+        headers = compat.process_response_headers(dict(provider_headers))
+    else:
+        data = body["data"]
+        if route.model.startswith("amazon.titan"):
+            # LiteLLM's Titan transforms build `Embedding` objects; Cohere's keeps dicts.
+            data = [compat.Embedding(**item) for item in data]
+        usage = body["usage"]
+        if usage is None:
+            # No billed units in the answer: LiteLLM counts the input's tokens itself.
+            tokens = sum(len(compat.get_encoding().encode(text)) for text in _texts(route.input))
+            usage = {"prompt_tokens": tokens, "completion_tokens": 0, "total_tokens": tokens}
+        response = litellm.EmbeddingResponse(
+            model=body["model"], data=data, usage=litellm.Usage(**usage)
+        )
+        # LiteLLM's Bedrock embedding handler passes no provider headers on.
+        headers = {}
+    response._hidden_params["additional_headers"] = {**headers, **FASTPATH_HEADERS}
+    return response
+
+
+def _texts(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
 @dataclass(frozen=True)
 class _Kind:
     """One LiteLLM entry point pair the fast path serves."""
@@ -143,6 +198,9 @@ class _Kind:
 
 
 _CHAT = _Kind("acompletion", "completion", ("model", "messages"), _admit_chat, _chat_response)
+_EMBEDDING = _Kind(
+    "aembedding", "embedding", ("model", "input"), _admit_embedding, _embedding_response
+)
 _TRANSCRIPTION = _Kind(
     "atranscription",
     "transcription",
@@ -219,11 +277,21 @@ def transcription(*args: Any, **kwargs: Any) -> Any:
     return _call_sync(_TRANSCRIPTION, args, kwargs)
 
 
+async def aembedding(*args: Any, **kwargs: Any) -> Any:
+    return await _call_async(_EMBEDDING, args, kwargs)
+
+
+def embedding(*args: Any, **kwargs: Any) -> Any:
+    return _call_sync(_EMBEDDING, args, kwargs)
+
+
 _WRAPPERS: dict[str, Callable[..., Any]] = {
     "acompletion": acompletion,
     "completion": completion,
     "atranscription": atranscription,
     "transcription": transcription,
+    "aembedding": aembedding,
+    "embedding": embedding,
 }
 
 

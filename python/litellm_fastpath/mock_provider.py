@@ -8,6 +8,8 @@ installed), so it answers tens of thousands of requests per second:
 - `POST .../chat/completions`      OpenAI chat completion (echoes the request's `model`)
 - `POST .../v1/messages`           Anthropic message (echoes the request's `model`)
 - `POST .../model/<id>/converse`   Bedrock Converse
+- `POST .../embeddings`            OpenAI embeddings (float or base64, one vector per input)
+- `POST .../model/<id>/invoke`     Bedrock embeddings (ids with `embed`): Titan text, Cohere
 - `GET /health`                    `{"ok": true}`; anything else is a 404 JSON error.
 
 `canned_response` is the one source of these answers (the test harness's recording upstream
@@ -19,11 +21,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
+import math
 import os
 import re
 import select
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -36,6 +41,12 @@ REPLY_TEXT = "Hello from upstream"
 CREATED = 1_700_000_000  # fixed so answers are byte-for-byte reproducible
 BEDROCK_MODEL_ID = "anthropic.claude-3-5-sonnet-20240620-v1:0"
 _CONVERSE = re.compile(r"/model/[^/]+/converse$")
+_INVOKE = re.compile(r"/model/([^/]+)/invoke$")
+# Vector length when the request names no `dimensions` (benchmarks set 1536).
+EMBEDDING_DIMS = 16
+# Floats at the edges of float64 (subnormal, largest, smallest normal, negative zero): the first
+# vector carries them so that bit-for-bit comparisons see them.
+_EDGE_FLOATS = (5e-324, 1.7976931348623157e308, 2.2250738585072014e-308, -0.0, 0.1, -1e-7)
 _MAX_HEAD = 64 * 1024
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required"}
 
@@ -83,9 +94,97 @@ def canned_response(
             "usage": {"inputTokens": 11, "outputTokens": 7, "totalTokens": 18},
             "metrics": {"latencyMs": 12},
         }
+    if path.endswith("/embeddings"):
+        return _openai_embeddings(request_body)
+    invoke = _INVOKE.search(path)
+    if invoke is not None and "embed" in invoke.group(1):
+        return _bedrock_embeddings(invoke.group(1), request_body)
     return 404, {
         "error": {"type": "not_found", "message": f"no upstream route for {method} {path}"}
     }
+
+
+def embedding_vector(index: int, dims: int) -> list[float]:
+    """A deterministic vector of full-precision floats (`index` picks which)."""
+    vector = [math.sin(index * 1.618033988749895 + d * 0.5772156649015329) / 7 for d in range(dims)]
+    if index == 0:
+        vector[: len(_EDGE_FLOATS)] = _EDGE_FLOATS[:dims]
+    return vector
+
+
+def _json_request(body: bytes | bytearray) -> dict[str, Any]:
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _dims(request: dict[str, Any], key: str) -> int:
+    dims = request.get(key)
+    return dims if isinstance(dims, int) and 0 < dims <= 8192 else EMBEDDING_DIMS
+
+
+def _openai_embeddings(body: bytes | bytearray) -> tuple[int, dict[str, Any]]:
+    request = _json_request(body)
+    inputs = request.get("input")
+    single_tokens = isinstance(inputs, list) and bool(inputs) and isinstance(inputs[0], int)
+    if isinstance(inputs, str) or single_tokens:
+        inputs = [inputs]
+    if not isinstance(inputs, list) or not inputs:
+        return 400, {"error": {"type": "invalid_request_error", "message": "bad input"}}
+    dims = _dims(request, "dimensions")
+    as_base64 = request.get("encoding_format") == "base64"
+    data = []
+    for index in range(len(inputs)):
+        vector: Any = embedding_vector(index, dims)
+        if as_base64:
+            vector = [x if abs(x) < 3e38 else 0.0 for x in vector]  # float32's range
+            vector = base64.b64encode(struct.pack(f"<{dims}f", *vector)).decode()
+        data.append({"object": "embedding", "index": index, "embedding": vector})
+    tokens = 3 * len(inputs)
+    return 200, {
+        "object": "list",
+        "data": data,
+        "model": request_model(body),
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
+def _bedrock_embeddings(model_id: str, body: bytes | bytearray) -> tuple[int, dict[str, Any]]:
+    request = _json_request(body)
+    if "cohere" in model_id:
+        texts = request.get("texts") or []
+        dims = _dims(request, "output_dimension")
+        vectors = [embedding_vector(index, dims) for index in range(len(texts))]
+        types = request.get("embedding_types")
+        if types:
+            return 200, {
+                "id": "cohere-upstream",
+                "embeddings": {kind: vectors for kind in types},
+                "response_type": "embeddings_by_type",
+                "texts": texts,
+            }
+        return 200, {
+            "id": "cohere-upstream",
+            "embeddings": vectors,
+            "response_type": "embeddings_floats",
+            "texts": texts,
+        }
+    text = request.get("inputText")
+    dims = _dims(request, "dimensions")
+    vector = embedding_vector(len(text) if isinstance(text, str) else 0, dims)
+    answer: dict[str, Any] = {
+        "embedding": vector,
+        "inputTextTokenCount": len(text) // 4 + 1 if isinstance(text, str) else 1,
+    }
+    if "v2" in model_id:
+        kinds = request.get("embeddingTypes") or ["float"]
+        answer["embeddingsByType"] = {
+            kind: [1 if x > 0 else 0 for x in vector] if kind == "binary" else vector
+            for kind in kinds
+        }
+    return 200, answer
 
 
 def request_model(body: bytes | bytearray) -> str:
@@ -111,6 +210,25 @@ def deployment_kwargs(provider: str, url: str) -> dict[str, Any]:
             "aws_bedrock_runtime_endpoint": url,
         }
     raise ValueError(provider)
+
+
+# Embedding deployments of each kind the fast path serves (LiteLLM model names).
+EMBEDDING_MODELS = {
+    "openai": "openai/text-embedding-3-small",
+    "openai-compatible": "openai/my-embed",
+    "titan-v1": "bedrock/amazon.titan-embed-text-v1",
+    "titan-v2": "bedrock/amazon.titan-embed-text-v2:0",
+    "cohere": "bedrock/cohere.embed-english-v3",
+    "cohere-v4": "bedrock/us.cohere.embed-v4:0",
+}
+
+
+def embedding_deployment_kwargs(kind: str, url: str) -> dict[str, Any]:
+    """LiteLLM `litellm_params` of one embedding deployment (`EMBEDDING_MODELS`) at `url`."""
+    model = EMBEDDING_MODELS[kind]
+    if model.startswith("openai/"):
+        return {"model": model, "api_key": "sk-upstream", "api_base": f"{url}/v1"}
+    return {**deployment_kwargs("bedrock", url), "model": model}
 
 
 def http_response(
@@ -210,7 +328,7 @@ class HttpServerProtocol(asyncio.Protocol):
 class MockProvider(HttpServerProtocol):
     """The provider endpoints listed at the top of this module."""
 
-    _cache: ClassVar[dict[tuple[str, str, bool], bytes]] = {}
+    _cache: ClassVar[dict[tuple[str, str | bytes, bool], bytes]] = {}
 
     def request_started(self) -> None:
         self.body = bytearray()
@@ -220,7 +338,10 @@ class MockProvider(HttpServerProtocol):
 
     def request_done(self) -> None:
         # Rendered once per route, model and keep-alive: the mock must never be the bottleneck.
-        key = (f"{self.method} {self.path}", request_model(self.body), self.keep_alive)
+        # Embedding answers depend on the whole request.
+        embedding = self.path.endswith(("/embeddings", "/invoke"))
+        shape = bytes(self.body) if embedding else request_model(self.body)
+        key = (f"{self.method} {self.path}", shape, self.keep_alive)
         response = self._cache.get(key)
         if response is None:
             if self.path == "/health":
@@ -312,9 +433,15 @@ class ServerProcess:
 
 
 def main() -> None:
+    global EMBEDDING_DIMS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    serve(MockProvider, parser.parse_args().port)
+    parser.add_argument(
+        "--embedding-dims", type=int, default=EMBEDDING_DIMS, help="vector length by default"
+    )
+    args = parser.parse_args()
+    EMBEDDING_DIMS = args.embedding_dims
+    serve(MockProvider, args.port)
 
 
 if __name__ == "__main__":

@@ -295,14 +295,8 @@ def _anthropic_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Dec
     }
 
 
-def _bedrock_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
-    if model.startswith("converse/"):
-        model = model.removeprefix("converse/")
-    elif not _is_bedrock_converse(model):
-        return Decline("bedrock_route", "not a Converse model")
-    if "/" in model:
-        # Region segments, ARNs and inference profiles: LiteLLM re-derives region and id.
-        return Decline("bedrock_route", "model id with a path segment")
+def _aws_settings(kwargs: Mapping[str, Any]) -> dict[str, Any] | Decline:
+    """Bedrock credentials and region, with LiteLLM's precedence."""
     # A Bedrock API key wins over AWS credentials (LiteLLM's `bedrock_bearer_token`).
     api_key = kwargs.get("api_key")
     bearer_token = (api_key if api_key is not None else _env("AWS_BEARER_TOKEN_BEDROCK")) or None
@@ -311,7 +305,7 @@ def _bedrock_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decli
     if bearer_token is None and not (access_key and secret_key):
         # Instance profiles, SSO, web identity: botocore's chain stays in Python.
         return Decline("credentials", "no static AWS credentials")
-    return model, {
+    return {
         "api_key": bearer_token,
         "aws_access_key_id": access_key,
         "aws_secret_access_key": secret_key,
@@ -319,10 +313,52 @@ def _bedrock_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decli
         "aws_region": kwargs.get("aws_region_name")
         or _env("AWS_REGION_NAME", "AWS_REGION")
         or _BEDROCK_DEFAULT_REGION,
-        "aws_endpoint": kwargs.get("aws_bedrock_runtime_endpoint")
-        or _env("AWS_BEDROCK_RUNTIME_ENDPOINT")
-        or kwargs.get("api_base"),
     }
+
+
+def _bedrock_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
+    if model.startswith("converse/"):
+        model = model.removeprefix("converse/")
+    elif not _is_bedrock_converse(model):
+        return Decline("bedrock_route", "not a Converse model")
+    if "/" in model:
+        # Region segments, ARNs and inference profiles: LiteLLM re-derives region and id.
+        return Decline("bedrock_route", "model id with a path segment")
+    settings = _aws_settings(kwargs)
+    if isinstance(settings, Decline):
+        return settings
+    settings["aws_endpoint"] = (
+        kwargs.get("aws_bedrock_runtime_endpoint")
+        or _env("AWS_BEDROCK_RUNTIME_ENDPOINT")
+        or kwargs.get("api_base")
+    )
+    return model, settings
+
+
+def _bedrock_embedding_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
+    # Which embedding models and ids are served is decided in Rust (providers/bedrock).
+    settings = _aws_settings(kwargs)
+    if isinstance(settings, Decline):
+        return settings
+    # LiteLLM's embedding handler puts `api_base` first, unlike its Converse handler.
+    settings["aws_endpoint"] = (
+        kwargs.get("api_base")
+        or kwargs.get("aws_bedrock_runtime_endpoint")
+        or _env("AWS_BEDROCK_RUNTIME_ENDPOINT")
+    )
+    return model, settings
+
+
+def _openai_embedding_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
+    api_key = kwargs.get("api_key") or _env("OPENAI_API_KEY")
+    if not api_key:
+        return Decline("credentials", "no OpenAI API key")
+    api_base = (
+        kwargs.get("api_base")
+        or kwargs.get("base_url")
+        or _env("OPENAI_BASE_URL", "OPENAI_API_BASE")
+    )
+    return model, {"api_key": api_key, "api_base": api_base}
 
 
 # One entry per provider the fast path serves (the Rust side has one folder each).
@@ -332,15 +368,26 @@ _PROVIDER_SETTINGS: dict[str, Callable[[str, Mapping[str, Any]], Settings | Decl
     "bedrock": _bedrock_settings,
 }
 
+# The embedding deployments the fast path serves, per provider.
+_EMBEDDING_SETTINGS: dict[str, Callable[[str, Mapping[str, Any]], Settings | Decline]] = {
+    "openai": _openai_embedding_settings,
+    "bedrock": _bedrock_embedding_settings,
+}
+
 _deployments: dict[tuple[Any, ...], _native.Deployment] = {}
 _MAX_CACHED_DEPLOYMENTS = 1024
 
 
 def _deployment(
-    provider: str, model: str, kwargs: Mapping[str, Any]
+    provider: str,
+    model: str,
+    kwargs: Mapping[str, Any],
+    settings_by_provider: Mapping[
+        str, Callable[[str, Mapping[str, Any]], Settings | Decline]
+    ] = _PROVIDER_SETTINGS,
 ) -> _native.Deployment | Decline:
     """Resolves credentials and endpoints the way LiteLLM does, for the providers we serve."""
-    provider_settings = _PROVIDER_SETTINGS.get(provider)
+    provider_settings = settings_by_provider.get(provider)
     if provider_settings is None:
         return Decline("provider", f"provider {provider!r}")
     extra_headers = _extra_headers(kwargs)
@@ -564,4 +611,48 @@ def route_transcription(kwargs: Mapping[str, Any]) -> TranscriptionRoute | Decli
         params=params,
         timeout=timeout,
         audio=audio,
+    )
+
+
+# `input` is the payload itself; `aembedding` is LiteLLM's own async marker.
+_EMBEDDING_IGNORED = frozenset({"input", "aembedding"})
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingRoute(Route):
+    """An admitted embeddings call: a route plus the input to embed."""
+
+    input: Any
+
+
+def route_embedding(kwargs: Mapping[str, Any]) -> EmbeddingRoute | Decline:
+    """Decides whether a `litellm.aembedding` call can take the fast path (the input and
+    params are checked in Rust)."""
+    model = kwargs.get("model")
+    if not isinstance(model, str):
+        return Decline("model", "model is not a string")
+    split = _split_provider(model, kwargs.get("custom_llm_provider"))
+    if split is None or split[0] not in _EMBEDDING_SETTINGS:
+        return Decline("provider", "embeddings run in Rust for OpenAI and Bedrock models only")
+    provider, upstream_model = split
+    params = request_params(kwargs, ignored=_EMBEDDING_IGNORED)
+    if isinstance(params, Decline):
+        return params
+    if "encoding_format" not in params and os.environ.get(
+        "LITELLM_DEFAULT_EMBEDDING_ENCODING_FORMAT"
+    ):
+        return Decline("litellm_option", "LITELLM_DEFAULT_EMBEDDING_ENCODING_FORMAT")
+    timeout = _timeout(kwargs)
+    if isinstance(timeout, Decline):
+        return timeout
+    deployment = _deployment(provider, upstream_model, kwargs, _EMBEDDING_SETTINGS)
+    if isinstance(deployment, Decline):
+        return deployment
+    return EmbeddingRoute(
+        deployment=deployment,
+        provider=provider,
+        model=upstream_model,
+        params=params,
+        timeout=timeout,
+        input=kwargs.get("input"),
     )

@@ -90,6 +90,9 @@ decline_codes! {
     Timeout => "timeout",
     // Transcription inputs LiteLLM reads itself.
     AudioSource => "audio_source",
+    /// Embeddings `input` LiteLLM forwards as given (empty lists, mixed or nested shapes, token
+    /// ids for Bedrock, data URLs for Cohere) or its proxy rewrites.
+    EmbeddingInput => "embedding_input",
 }
 
 /// Why a request stays on LiteLLM's Python path. `detail` names the offending field for the

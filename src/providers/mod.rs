@@ -5,6 +5,7 @@
 
 pub mod anthropic;
 pub mod bedrock;
+pub mod embedding;
 pub mod openai;
 pub mod rules;
 
@@ -232,7 +233,7 @@ pub fn json_object(body: &Bytes) -> Result<Value, TransformError> {
     Ok(parsed)
 }
 
-fn append_extra_headers(headers: &mut HeaderMap, extra: &[(HeaderName, HeaderValue)]) {
+pub(crate) fn append_extra_headers(headers: &mut HeaderMap, extra: &[(HeaderName, HeaderValue)]) {
     for (name, value) in extra {
         headers.insert(name.clone(), value.clone());
     }

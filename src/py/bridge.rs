@@ -17,12 +17,12 @@ use crate::http::client::Transport;
 use crate::runtime;
 
 struct Work {
-    request: UpstreamRequest,
+    requests: Vec<UpstreamRequest>,
     shape: ResponseShape,
 }
 
 async fn run(transport: &Transport, work: Work) -> Result<Completion, CallError> {
-    call::run(transport, work.request, &work.shape).await
+    call::run(transport, work.requests, &work.shape).await
 }
 
 /// A request that passed admission; it can be started exactly once.
@@ -34,9 +34,14 @@ pub struct PreparedCall {
 
 impl PreparedCall {
     pub fn new(request: UpstreamRequest, shape: ResponseShape) -> Self {
+        Self::sequence(vec![request], shape)
+    }
+
+    /// Requests sent one after another, each once (Titan embeddings: one per input).
+    pub fn sequence(requests: Vec<UpstreamRequest>, shape: ResponseShape) -> Self {
         PreparedCall {
-            url: request.url.clone(),
-            work: Mutex::new(Some(Work { request, shape })),
+            url: requests.first().map(|r| r.url.clone()).unwrap_or_default(),
+            work: Mutex::new(Some(Work { requests, shape })),
         }
     }
 

@@ -5,11 +5,13 @@ use bytes::Bytes;
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Value};
 
 use super::gil::ReleasedWithGil;
-use crate::model::{Content, ContentPart, Decline, DeclineCode, ImageUrl, Message, Role};
+use crate::model::{
+    Content, ContentPart, Decline, DeclineCode, EmbeddingInput, ImageUrl, Message, Role,
+};
 use crate::providers::bedrock::transcription::Audio;
 
 /// Structurally odd requests decline rather than fail: LiteLLM forwards, coerces or rejects
@@ -281,4 +283,61 @@ pub fn params(value: &Bound<'_, PyAny>) -> Result<Map<String, Value>, Decline> {
             "request parameters are not an object",
         )),
     }
+}
+
+/// Embeddings `input`: a string, or a non-empty list of strings, of token ids, or of non-empty
+/// token-id lists. Other shapes (LiteLLM forwards them as given) decline.
+pub fn embedding_input(value: &Bound<'_, PyAny>) -> Result<EmbeddingInput, Decline> {
+    let odd = |detail: &str| Decline::new(DeclineCode::EmbeddingInput, detail);
+    if let Ok(text) = value.cast::<PyString>() {
+        return text
+            .to_str()
+            .map(|text| EmbeddingInput::Text(text.to_owned()))
+            .map_err(|_| odd("input is not valid Unicode"));
+    }
+    let list = value
+        .cast_exact::<PyList>()
+        .map_err(|_| odd("input is neither a string nor a list"))?;
+    let first = list
+        .iter()
+        .next()
+        .ok_or_else(|| odd("input is an empty list"))?;
+    if first.is_instance_of::<PyString>() {
+        return list
+            .iter()
+            .map(|item| match item.cast::<PyString>() {
+                Ok(text) => text.to_str().map(str::to_owned).ok(),
+                Err(_) => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(EmbeddingInput::Texts)
+            .ok_or_else(|| odd("input mixes strings with other values"));
+    }
+    if first.is_instance_of::<PyList>() {
+        return list
+            .iter()
+            .map(|item| {
+                let inner = item.cast_exact::<PyList>().ok()?;
+                (!inner.is_empty()).then_some(())?;
+                token_ids(inner)
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(EmbeddingInput::TokenLists)
+            .ok_or_else(|| odd("input is not a list of non-empty token-id lists"));
+    }
+    token_ids(list)
+        .map(EmbeddingInput::Tokens)
+        .ok_or_else(|| odd("input is not a list of strings or token ids"))
+}
+
+/// Non-negative integers (not bools) that fit a u64.
+fn token_ids(list: &Bound<'_, PyList>) -> Option<Vec<u64>> {
+    list.iter()
+        .map(|item| {
+            if item.is_instance_of::<PyBool>() || !item.is_instance_of::<PyInt>() {
+                return None;
+            }
+            item.extract::<u64>().ok()
+        })
+        .collect()
 }

@@ -20,10 +20,10 @@ mod _native {
     use super::extract;
     use crate::call::ResponseShape;
     use crate::http::sigv4::AwsCredentials;
-    use crate::model::{ChatRequest, DeclineCode};
+    use crate::model::{ChatRequest, DeclineCode, EmbeddingRequest};
     use crate::providers::bedrock::transcription::{self, TranscriptionRequest};
     use crate::providers::{
-        self, AwsAuth, AwsSettings, Deployment as CoreDeployment, Provider, Refusal,
+        self, AwsAuth, AwsSettings, Deployment as CoreDeployment, Provider, Refusal, embedding,
     };
 
     #[pymodule_export]
@@ -234,6 +234,43 @@ mod _native {
                 }
                 let shape = ResponseShape::ChatCompletion(core);
                 Ok(Py::new(py, PreparedCall::new(upstream, shape))?.into_any())
+            }
+            Err(Refusal::Declined(decline)) => declined(py, decline),
+            Err(Refusal::Invalid(err)) => Err(errors::transform_error_to_py(err)),
+        }
+    }
+
+    /// Admission and transform for an embeddings request, before any I/O: returns a
+    /// `PreparedCall` or a `Declined`; malformed input raises `InvalidRequestError`.
+    #[pyfunction]
+    #[pyo3(signature = (deployment, input, params, timeout=None))]
+    fn prepare_embedding(
+        py: Python<'_>,
+        deployment: &Deployment,
+        input: &Bound<'_, PyAny>,
+        params: &Bound<'_, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        let extracted = extract::embedding_input(input).and_then(|input| {
+            Ok(EmbeddingRequest {
+                input,
+                params: extract::params(params)?,
+            })
+        });
+        let request = match extracted {
+            Ok(request) => request,
+            Err(decline) => return declined(py, decline),
+        };
+        let timeout = timeout.map(timeout_from_secs).transpose()?;
+        match embedding::prepare(&deployment.inner, &request) {
+            Ok(mut call) => {
+                if let Some(timeout) = timeout {
+                    for upstream in &mut call.requests {
+                        upstream.timeout = timeout;
+                    }
+                }
+                let shape = ResponseShape::Embedding(call.answer);
+                Ok(Py::new(py, PreparedCall::sequence(call.requests, shape))?.into_any())
             }
             Err(Refusal::Declined(decline)) => declined(py, decline),
             Err(Refusal::Invalid(err)) => Err(errors::transform_error_to_py(err)),

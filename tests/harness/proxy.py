@@ -67,6 +67,7 @@ class ProxyProcess:
         litellm_settings: dict[str, Any] | None = None,
         general_settings: dict[str, Any] | None = None,
         *,
+        router_settings: dict[str, Any] | None = None,
         workers: int = 1,
         extra_env: Mapping[str, str] | None = None,
         extra_args: Sequence[str] = (),
@@ -78,6 +79,7 @@ class ProxyProcess:
         self.general_settings = (
             {"master_key": MASTER_KEY} if general_settings is None else general_settings
         )
+        self.router_settings = router_settings
         self.workers = workers
         self.extra_env = dict(extra_env or {})
         self.extra_args = list(extra_args)
@@ -210,6 +212,8 @@ class ProxyProcess:
             config["litellm_settings"] = self.litellm_settings
         if self.general_settings:
             config["general_settings"] = self.general_settings
+        if self.router_settings is not None:
+            config["router_settings"] = self.router_settings
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
 
     def _env(self) -> dict[str, str]:

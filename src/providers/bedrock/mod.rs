@@ -4,6 +4,7 @@ use http::HeaderMap;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Map, Value, json};
 
+pub mod embedding;
 pub mod transcription;
 
 use super::rules::{integer_param, native_body_decline, number_param, stop_param};
@@ -35,14 +36,37 @@ pub fn converse_url(aws: &AwsSettings, model_id: &str) -> String {
     )
 }
 
+/// `POST {endpoint}/model/{id}/invoke`: the model's native body (embeddings).
+pub fn invoke_url(deployment: &Deployment) -> Result<String, TransformError> {
+    Ok(format!(
+        "{}/model/{}/invoke",
+        endpoint(aws_settings(deployment)?),
+        utf8_percent_encode(&deployment.model, MODEL_ID_KEEP)
+    ))
+}
+
+fn aws_settings(deployment: &Deployment) -> Result<&AwsSettings, TransformError> {
+    deployment.aws.as_ref().ok_or_else(|| {
+        TransformError::InvalidRequest("bedrock deployment without AWS settings".into())
+    })
+}
+
 /// Headers and signing plan shared by every Converse call (chat and transcription).
 pub fn converse_request(
     deployment: &Deployment,
     body: RequestBody,
 ) -> Result<UpstreamRequest, TransformError> {
-    let aws = deployment.aws.as_ref().ok_or_else(|| {
-        TransformError::InvalidRequest("bedrock deployment without AWS settings".into())
-    })?;
+    let url = converse_url(aws_settings(deployment)?, &deployment.model);
+    aws_request(deployment, url, body)
+}
+
+/// A JSON POST to Bedrock: SigV4-signed with the deployment's credentials, or its API key.
+pub fn aws_request(
+    deployment: &Deployment,
+    url: String,
+    body: RequestBody,
+) -> Result<UpstreamRequest, TransformError> {
+    let aws = aws_settings(deployment)?;
     let mut headers = HeaderMap::new();
     let (name, value) = header("content-type", "application/json")?;
     headers.insert(name, value);
@@ -59,7 +83,7 @@ pub fn converse_request(
         }
     };
     Ok(UpstreamRequest {
-        url: converse_url(aws, &deployment.model),
+        url,
         headers,
         body,
         timeout: deployment.timeout,

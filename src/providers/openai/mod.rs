@@ -1,6 +1,8 @@
 //! OpenAI and OpenAI-compatible deployments: the chat body is forwarded with the upstream model
 //! name; data URLs stay zero-copy string slices.
 
+pub mod embedding;
+
 use http::HeaderMap;
 use serde_json::{Value, json};
 
@@ -9,7 +11,7 @@ use crate::http::{RequestBody, UpstreamRequest};
 use crate::model::{ChatRequest, Content, ContentPart, ImageUrl, Role};
 use crate::wire::body::Node;
 
-const DEFAULT_API_BASE: &str = "https://api.openai.com/v1";
+pub(crate) const DEFAULT_API_BASE: &str = "https://api.openai.com/v1";
 
 /// Forwarded as given, like LiteLLM's OpenAI handler does for non-o-series models.
 pub const PARAMS: &[&str] = &[
