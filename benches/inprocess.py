@@ -251,7 +251,7 @@ async def run(args: Any) -> int:
     markdown = render(results, meta)
     print(markdown)
     if not args.no_write:
-        write_results("inprocess", markdown, {"meta": meta, "results": results})
+        write_results(args.out, markdown, {"meta": meta, "results": results})
     ok = all(r["arms"]["rust"]["not_served_by_rust"] == 0 for r in results)
     return 0 if ok and (not args.check_bar or all(r["bar_met"] for r in results)) else 1
 
@@ -265,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--uvloop", action="store_true", help="run on uvloop (the proxy's loop)")
     p.add_argument("--no-capacity", dest="capacity", action="store_false", help="skip the mock's")
     p.add_argument("--check-bar", action="store_true", help="exit 1 unless every bar is met")
+    p.add_argument("--out", default="inprocess", help="results name (default inprocess)")
     args = p.parse_args(argv)
     args.blocks = args.blocks or (4 if args.quick else 10)
     args.block_size = args.block_size or (50 if args.quick else 100)

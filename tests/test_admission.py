@@ -26,18 +26,24 @@ TOOLS = [
 # (provider, kwargs added to the deployment's, decline code, upstream chat requests expected)
 DECLINES: dict[str, tuple[str, dict[str, Any], str, int]] = {
     "response_format": (
-        "openai",
+        "anthropic",
         {"messages": HELLO, "response_format": {"type": "json_object"}},
         "response_format",
         1,
     ),
     "n_above_one": ("openai", {"messages": HELLO, "n": 2}, "n", 1),
     "top_k": ("anthropic", {"messages": HELLO, "top_k": 5}, "top_k", 1),
-    "tools": ("openai", {"messages": HELLO, "tools": TOOLS}, "tools", 1),
+    "tools": ("bedrock", {"messages": HELLO, "tools": TOOLS}, "tools", 1),
     "tool_choice": (
-        "openai",
+        "anthropic",
         {"messages": HELLO, "tools": TOOLS, "tool_choice": "auto"},
         "tools",
+        1,
+    ),
+    "tool_choice_without_tools": (
+        "openai",
+        {"messages": HELLO, "tool_choice": "auto"},
+        "tool_choice",
         1,
     ),
     "functions": (
@@ -91,7 +97,7 @@ DECLINES: dict[str, tuple[str, dict[str, Any], str, int]] = {
         1,
     ),
     "tool_role": (
-        "openai",
+        "anthropic",
         {
             "messages": [
                 *HELLO,

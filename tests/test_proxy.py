@@ -262,6 +262,96 @@ def test_rust_and_plain_are_indistinguishable(
     assert client_view(rust_resp) == client_view(plain_resp)
 
 
+# -- tools and structured output (OpenAI-compatible) ------------------------------------------
+
+TOOL_CALL_ANSWER = {
+    "id": "chatcmpl-tools",
+    "object": "chat.completion",
+    "created": 1_700_000_000,
+    "model": "gpt-4o-mini",
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                    }
+                ],
+            },
+            "finish_reason": "tool_calls",
+        }
+    ],
+    "usage": {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29},
+}
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def test_tool_calling_through_the_proxy_matches_plain(
+    proxy: ProxyProcess, fresh_upstream: RecordingUpstream
+) -> None:
+    body = {
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": TOOL_CALL_ANSWER["choices"][0]["message"]["tool_calls"],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        ],
+        "tools": [WEATHER_TOOL],
+        "tool_choice": "auto",
+        "response_format": {"type": "json_object"},
+    }
+    views = []
+    for model in ("plain-openai", "rust-openai"):
+        fresh_upstream.enqueue(Reply(json=TOOL_CALL_ANSWER))
+        resp, request = call_once(proxy, fresh_upstream, model, body)
+        views.append((is_rust(resp), request.json(), client_view(resp)))
+    (plain_rust, plain_sent, plain_view), (rust_rust, rust_sent, rust_view) = views
+    assert rust_rust and not plain_rust
+    assert rust_sent == plain_sent
+    assert rust_view == plain_view
+    assert rust_view["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
+def test_openai_sdk_tool_calling_against_a_rust_model(
+    proxy: ProxyProcess, fresh_upstream: RecordingUpstream
+) -> None:
+    import openai
+
+    from tests.harness.proxy import MASTER_KEY
+
+    fresh_upstream.enqueue(Reply(json=TOOL_CALL_ANSWER))
+    client = openai.OpenAI(base_url=proxy.url, api_key=MASTER_KEY, max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="rust-openai",
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[WEATHER_TOOL],  # type: ignore[list-item]
+    )
+    assert raw.headers.get("x-litellm-rust") == "true"
+    completion = raw.parse()
+    (call,) = completion.choices[0].message.tool_calls or []
+    assert call.function.name == "get_weather"  # type: ignore[union-attr]
+    assert json.loads(call.function.arguments) == {"city": "Paris"}  # type: ignore[union-attr]
+    assert completion.choices[0].finish_reason == "tool_calls"
+
+
 # -- logging callbacks -------------------------------------------------------------------------
 
 

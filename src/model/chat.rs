@@ -12,6 +12,8 @@ pub enum Role {
     Developer,
     User,
     Assistant,
+    /// A tool's result (`tool_call_id` says which call it answers).
+    Tool,
 }
 
 impl Role {
@@ -21,6 +23,7 @@ impl Role {
             "developer" => Some(Role::Developer),
             "user" => Some(Role::User),
             "assistant" => Some(Role::Assistant),
+            "tool" => Some(Role::Tool),
             _ => None,
         }
     }
@@ -31,6 +34,7 @@ impl Role {
             Role::Developer => "developer",
             Role::User => "user",
             Role::Assistant => "assistant",
+            Role::Tool => "tool",
         }
     }
 
@@ -58,12 +62,35 @@ pub enum ContentPart {
 pub enum Content {
     Text(Bytes),
     Parts(Vec<ContentPart>),
+    /// No content (`null` or absent): only an assistant turn that calls tools has none.
+    Absent,
 }
 
 #[derive(Clone, Debug)]
 pub struct Message {
     pub role: Role,
     pub content: Content,
+    /// An assistant turn's tool calls, as the caller sent them (`[{"id", "type": "function",
+    /// "function": {"name", "arguments"}}]`, checked at extraction).
+    pub tool_calls: Option<Value>,
+    /// A tool message's answer to this call id.
+    pub tool_call_id: Option<String>,
+}
+
+impl Message {
+    pub fn new(role: Role, content: Content) -> Message {
+        Message {
+            role,
+            content,
+            tool_calls: None,
+            tool_call_id: None,
+        }
+    }
+
+    /// Whether the message takes part in tool calling (a tool result, or a turn calling tools).
+    pub fn is_tool_exchange(&self) -> bool {
+        self.role == Role::Tool || self.tool_calls.is_some()
+    }
 }
 
 /// A chat request after extraction: messages plus the optional OpenAI params the caller set

@@ -104,6 +104,7 @@ fn blank_text_decline(messages: &[Message]) -> Option<Decline> {
     };
     let texts = |content: &Content| -> Vec<Bytes> {
         match content {
+            Content::Absent => vec![],
             Content::Text(text) => vec![text.clone()],
             Content::Parts(parts) => parts
                 .iter()
@@ -149,9 +150,25 @@ fn is_python_whitespace(c: char) -> bool {
 /// What LiteLLM rewrites or refuses itself for providers whose body the fast path builds
 /// (Anthropic, Bedrock): system-only requests, blank text, images outside user turns.
 pub fn native_body_decline(messages: &[Message]) -> Option<Decline> {
-    conversation_decline(messages)
+    tool_exchange_decline(messages)
+        .or_else(|| conversation_decline(messages))
         .or_else(|| blank_text_decline(messages))
         .or_else(|| image_role_decline(messages))
+}
+
+/// Tool results and tool-calling turns: LiteLLM maps them to the provider's own blocks, which
+/// these transforms do not build yet.
+fn tool_exchange_decline(messages: &[Message]) -> Option<Decline> {
+    messages.iter().find_map(|message| {
+        if message.role == Role::Tool {
+            Some(Decline::new(DeclineCode::MessageRole, "role \"tool\""))
+        } else {
+            message
+                .tool_calls
+                .is_some()
+                .then(|| Decline::new(DeclineCode::MessageField, "field \"tool_calls\""))
+        }
+    })
 }
 
 /// LiteLLM strips images from assistant turns (Anthropic; its async Bedrock path fails on them)
@@ -163,6 +180,10 @@ fn image_role_decline(messages: &[Message]) -> Option<Decline> {
         match message.role {
             _ if !has_image => None,
             Role::User => None,
+            Role::Tool => Some(Decline::new(
+                DeclineCode::ContentPart,
+                "image in a tool message",
+            )),
             Role::Assistant => Some(Decline::new(
                 DeclineCode::AssistantImage,
                 "image in an assistant message",
@@ -218,9 +239,10 @@ mod tests {
 
     #[test]
     fn notable_params_decline_with_their_own_code() {
+        // Bedrock's allowlist holds none of them (OpenAI's now holds the tool params).
         for &code in NOTABLE_DECLINES {
             let p = params(json!({ code.as_str(): true }));
-            let decline = admit_params(OPENAI, &p).unwrap_err();
+            let decline = admit_params(crate::providers::bedrock::PARAMS, &p).unwrap_err();
             assert_eq!(decline.code, code);
         }
     }
@@ -266,10 +288,7 @@ mod tests {
     }
 
     fn message(role: Role, text: &'static str) -> Message {
-        Message {
-            role,
-            content: Content::Text(Bytes::from_static(text.as_bytes())),
-        }
+        Message::new(role, Content::Text(Bytes::from_static(text.as_bytes())))
     }
 
     #[test]
@@ -290,13 +309,15 @@ mod tests {
 
     #[test]
     fn images_outside_user_turns_decline() {
-        let image = |role| Message {
-            role,
-            content: Content::Parts(vec![ContentPart::Image(crate::model::ImageUrl {
-                url: Bytes::from_static(b"data:image/png;base64,AAAA"),
-                detail: None,
-                format: None,
-            })]),
+        let image = |role| {
+            Message::new(
+                role,
+                Content::Parts(vec![ContentPart::Image(crate::model::ImageUrl {
+                    url: Bytes::from_static(b"data:image/png;base64,AAAA"),
+                    detail: None,
+                    format: None,
+                })]),
+            )
         };
         let user = [message(Role::User, "a"), image(Role::User)];
         assert_eq!(native_body_decline(&user), None);

@@ -108,6 +108,8 @@ fn message(item: &Bound<'_, PyAny>, index: usize) -> Result<Message, Decline> {
         .map_err(|_| malformed(format!("messages[{index}] must be an object")))?;
     let mut role = None;
     let mut content = None;
+    let mut tool_calls = None;
+    let mut tool_call_id = None;
     for (key, value) in dict.iter() {
         let key: PyBackedStr = key
             .extract()
@@ -124,6 +126,12 @@ fn message(item: &Bound<'_, PyAny>, index: usize) -> Result<Message, Decline> {
             "content" => content = Some(value),
             // Explicit nulls are what OpenAI SDKs send for unset optional fields.
             _ if value.is_none() => {}
+            "tool_calls" => tool_calls = Some(message_tool_calls(&value, index)?),
+            "tool_call_id" => {
+                tool_call_id = Some(value.extract::<String>().map_err(|_| {
+                    malformed(format!("messages[{index}].tool_call_id must be a string"))
+                })?);
+            }
             other => {
                 return Err(Decline::new(
                     DeclineCode::MessageField,
@@ -133,8 +141,27 @@ fn message(item: &Bound<'_, PyAny>, index: usize) -> Result<Message, Decline> {
         }
     }
     let role = role.ok_or_else(|| malformed(format!("messages[{index}] is missing 'role'")))?;
+    // Tool-call fields belong to their roles; anywhere else LiteLLM decides what they mean.
+    let misplaced = match role {
+        Role::Assistant => tool_call_id.is_some().then_some("tool_call_id"),
+        Role::Tool => tool_calls.is_some().then_some("tool_calls").or(tool_call_id
+            .is_none()
+            .then_some("tool message without tool_call_id")),
+        _ => tool_calls
+            .is_some()
+            .then_some("tool_calls")
+            .or(tool_call_id.is_some().then_some("tool_call_id")),
+    };
+    if let Some(field) = misplaced {
+        return Err(Decline::new(
+            DeclineCode::MessageField,
+            format!("messages[{index}]: {field}"),
+        ));
+    }
     let content = match content {
         Some(value) if !value.is_none() => message_content(&value, index)?,
+        // An assistant turn that only calls tools has no content.
+        _ if tool_calls.is_some() => Content::Absent,
         _ => {
             return Err(Decline::new(
                 DeclineCode::MessageWithoutContent,
@@ -142,7 +169,46 @@ fn message(item: &Bound<'_, PyAny>, index: usize) -> Result<Message, Decline> {
             ));
         }
     };
-    Ok(Message { role, content })
+    Ok(Message {
+        role,
+        content,
+        tool_calls,
+        tool_call_id,
+    })
+}
+
+/// `tool_calls` of an assistant turn: a non-empty list of `{"id", "type": "function",
+/// "function": {"name", "arguments"}}` with string values and nothing else; other shapes are
+/// LiteLLM's to judge.
+fn message_tool_calls(value: &Bound<'_, PyAny>, index: usize) -> Result<Value, Decline> {
+    let odd = || {
+        Decline::new(
+            DeclineCode::MessageField,
+            format!("messages[{index}].tool_calls has an unusual shape"),
+        )
+    };
+    let calls: Value = pythonize::depythonize(value).map_err(|_| odd())?;
+    let is_string_map = |value: &Value, keys: &[&str]| {
+        value.as_object().is_some_and(|map| {
+            map.len() == keys.len()
+                && keys.iter().all(|key| {
+                    map.get(*key)
+                        .is_some_and(|v| v.is_string() || v.is_object())
+                })
+        })
+    };
+    let well_formed = calls.as_array().is_some_and(|calls| {
+        !calls.is_empty()
+            && calls.iter().all(|call| {
+                is_string_map(call, &["id", "type", "function"])
+                    && call["id"].is_string()
+                    && call["type"] == "function"
+                    && is_string_map(&call["function"], &["name", "arguments"])
+                    && call["function"]["name"].is_string()
+                    && call["function"]["arguments"].is_string()
+            })
+    });
+    if well_formed { Ok(calls) } else { Err(odd()) }
 }
 
 fn message_content(value: &Bound<'_, PyAny>, index: usize) -> Result<Content, Decline> {

@@ -130,6 +130,10 @@ fn content_blocks(content: &Content) -> Result<Vec<Node>, Refusal> {
     let parts = match content {
         Content::Text(text) => return Ok(vec![text_block(text)?]),
         Content::Parts(parts) => parts,
+        // Tool-calling turns are declined before (`native_body_decline`).
+        Content::Absent => {
+            return Err(Decline::new(DeclineCode::MessageWithoutContent, "no content").into());
+        }
     };
     let mut blocks = Vec::with_capacity(parts.len());
     for part in parts {

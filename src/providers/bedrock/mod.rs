@@ -178,6 +178,10 @@ fn content_blocks(content: &Content) -> Result<Vec<Node>, Refusal> {
     let parts = match content {
         Content::Text(text) => return Ok(vec![text_block(text)?]),
         Content::Parts(parts) => parts,
+        // Tool-calling turns are declined before (`native_body_decline`).
+        Content::Absent => {
+            return Err(Decline::new(DeclineCode::MessageWithoutContent, "no content").into());
+        }
     };
     parts
         .iter()

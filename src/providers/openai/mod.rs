@@ -4,16 +4,19 @@
 pub mod embedding;
 
 use http::HeaderMap;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::{Deployment, Refusal, TransformError, header, insert_secret};
 use crate::http::{RequestBody, UpstreamRequest};
-use crate::model::{ChatRequest, Content, ContentPart, ImageUrl, Role};
+use crate::model::{
+    ChatRequest, Content, ContentPart, Decline, DeclineCode, ImageUrl, Message, Role,
+};
 use crate::wire::body::Node;
 
 pub(crate) const DEFAULT_API_BASE: &str = "https://api.openai.com/v1";
 
-/// Forwarded as given, like LiteLLM's OpenAI handler does for non-o-series models.
+/// Forwarded as given, like LiteLLM's OpenAI handler does for non-o-series models (the tool and
+/// structured-output params after the checks in [`tool_params_decline`]).
 pub const PARAMS: &[&str] = &[
     "temperature",
     "top_p",
@@ -24,6 +27,10 @@ pub const PARAMS: &[&str] = &[
     "frequency_penalty",
     "seed",
     "user",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
 ];
 
 pub struct OpenAi;
@@ -34,24 +41,17 @@ fn build_request(
     deployment: &Deployment,
     request: &ChatRequest,
 ) -> Result<UpstreamRequest, Refusal> {
+    if let Some(decline) = tool_params_decline(&request.params) {
+        return Err(decline.into());
+    }
     let base = deployment.api_base.as_deref().unwrap_or(DEFAULT_API_BASE);
     let url = format!("{}/chat/completions", base.trim_end_matches('/'));
 
     let messages = request
         .messages
         .iter()
-        .map(|message| {
-            // LiteLLM maps `developer` to `system` for every non-o-series model.
-            let role = match message.role {
-                Role::Developer => Role::System,
-                role => role,
-            };
-            Ok(Node::object([
-                ("role", Node::from(role.as_str())),
-                ("content", content_node(&message.content)?),
-            ]))
-        })
-        .collect::<Result<Vec<_>, TransformError>>()?;
+        .map(message_node)
+        .collect::<Result<Vec<_>, Refusal>>()?;
     let mut fields = vec![
         ("model".to_string(), Node::from(deployment.model.as_str())),
         ("messages".to_string(), Node::Array(messages)),
@@ -80,8 +80,134 @@ fn build_request(
     })
 }
 
+fn message_node(message: &Message) -> Result<Node, Refusal> {
+    // LiteLLM maps `developer` to `system` for every non-o-series model.
+    let role = match message.role {
+        Role::Developer => Role::System,
+        role => role,
+    };
+    if role == Role::Tool {
+        if let Content::Parts(parts) = &message.content {
+            if parts
+                .iter()
+                .any(|part| matches!(part, ContentPart::Image(_)))
+            {
+                // LiteLLM moves images out of tool messages into a user turn.
+                return Err(
+                    Decline::new(DeclineCode::ContentPart, "image in a tool message").into(),
+                );
+            }
+        }
+    }
+    let mut fields = vec![("role".to_string(), Node::from(role.as_str()))];
+    // A turn without content is sent without the key, as LiteLLM drops `None` values.
+    if !matches!(message.content, Content::Absent) {
+        fields.push(("content".to_string(), content_node(&message.content)?));
+    }
+    if let Some(calls) = &message.tool_calls {
+        fields.push(("tool_calls".to_string(), Node::Value(calls.clone())));
+    }
+    if let Some(id) = &message.tool_call_id {
+        fields.push(("tool_call_id".to_string(), Node::from(id.as_str())));
+    }
+    Ok(Node::Object(fields))
+}
+
+/// Tools, `tool_choice`, `parallel_tool_calls` and `response_format` in the shapes LiteLLM
+/// forwards unchanged to an OpenAI-compatible upstream. LiteLLM rewrites tool schemas with a
+/// `pattern` or a top-level combinator, strips `cache_control`, and drops `tool_choice` without
+/// tools: those requests stay on its path.
+fn tool_params_decline(params: &Map<String, Value>) -> Option<Decline> {
+    let tools = params.get("tools").filter(|tools| !tools.is_null());
+    if let Some(tools) = tools {
+        let well_formed = tools
+            .as_array()
+            .is_some_and(|tools| !tools.is_empty() && tools.iter().all(is_plain_function_tool));
+        if !well_formed {
+            return Some(Decline::new(
+                DeclineCode::Tools,
+                "tools LiteLLM rewrites (or an unusual tools shape)",
+            ));
+        }
+    }
+    if params
+        .get("tool_choice")
+        .is_some_and(|choice| !choice.is_null())
+        && tools.is_none()
+    {
+        return Some(Decline::new(
+            DeclineCode::ToolChoice,
+            "tool_choice without tools",
+        ));
+    }
+    match params.get("parallel_tool_calls") {
+        None | Some(Value::Null | Value::Bool(_)) => {}
+        Some(_) => return Some(Decline::new(DeclineCode::ParallelToolCalls, "not a bool")),
+    }
+    match params.get("response_format") {
+        None | Some(Value::Null) => None,
+        Some(format) if is_plain_response_format(format) => None,
+        Some(_) => Some(Decline::new(
+            DeclineCode::ResponseFormat,
+            "an unusual response_format shape",
+        )),
+    }
+}
+
+/// `{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}`
+/// whose schema LiteLLM leaves as it is.
+fn is_plain_function_tool(tool: &Value) -> bool {
+    const FUNCTION_KEYS: [&str; 4] = ["name", "description", "parameters", "strict"];
+    const COMBINATORS: [&str; 6] = ["oneOf", "anyOf", "allOf", "enum", "const", "not"];
+    let Some(tool) = tool.as_object() else {
+        return false;
+    };
+    let Some(function) = tool.get("function").and_then(Value::as_object) else {
+        return false;
+    };
+    tool.len() == 2
+        && tool.get("type") == Some(&Value::from("function"))
+        && function.get("name").is_some_and(Value::is_string)
+        && function
+            .keys()
+            .all(|key| FUNCTION_KEYS.contains(&key.as_str()))
+        && match function.get("parameters") {
+            None => true,
+            Some(Value::Object(schema)) => {
+                !COMBINATORS.iter().any(|key| schema.contains_key(*key))
+                    && !has_key(&function["parameters"], &["pattern", "cache_control"])
+            }
+            Some(_) => false,
+        }
+}
+
+fn is_plain_response_format(format: &Value) -> bool {
+    let Some(format) = format.as_object() else {
+        return false;
+    };
+    match format.get("type").and_then(Value::as_str) {
+        Some("text" | "json_object") => format.len() == 1,
+        Some("json_schema") => {
+            format.len() == 2 && format.get("json_schema").is_some_and(Value::is_object)
+        }
+        _ => false,
+    }
+}
+
+/// Whether any object inside `value` has one of `keys`.
+fn has_key(value: &Value, keys: &[&str]) -> bool {
+    match value {
+        Value::Object(map) => map
+            .iter()
+            .any(|(key, inner)| keys.contains(&key.as_str()) || has_key(inner, keys)),
+        Value::Array(items) => items.iter().any(|item| has_key(item, keys)),
+        _ => false,
+    }
+}
+
 fn content_node(content: &Content) -> Result<Node, TransformError> {
     match content {
+        Content::Absent => Ok(Node::Value(Value::Null)),
         Content::Text(text) => Ok(Node::Str(text.clone())),
         Content::Parts(parts) => parts
             .iter()
