@@ -2,8 +2,8 @@
 
 Starts the package's mock provider (`litellm_fastpath.mock_provider`) and a real LiteLLM proxy on
 loopback, with two models of the same deployment: `plain` (served by LiteLLM's Python path) and
-`fast` (`rust: true`). Sends N interleaved requests to each and prints which path served them and
-how long they took.
+`fast` (`rust: true`). Sends N interleaved chat requests to each and prints which path served them
+and how long they took; then the same for an embeddings deployment (`plain-embed`, `fast-embed`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,29 @@ from pathlib import Path
 
 import httpx
 
-from litellm_fastpath.mock_provider import HOST, ServerProcess, deployment_kwargs
+from litellm_fastpath.mock_provider import (
+    HOST,
+    ServerProcess,
+    deployment_kwargs,
+    embedding_deployment_kwargs,
+)
 
 MASTER_KEY = "sk-demo-master"
-MODELS = ("plain", "fast")
+# (title, proxy route, request body without the model, model names: Python path, Rust path)
+WORKLOADS = (
+    (
+        "chat",
+        "/chat/completions",
+        {"messages": [{"role": "user", "content": "Say hello"}]},
+        ("plain", "fast"),
+    ),
+    (
+        "embeddings",
+        "/embeddings",
+        {"input": ["Say hello", "to the fast path"]},
+        ("plain-embed", "fast-embed"),
+    ),
+)
 
 
 def free_port() -> int:
@@ -35,10 +54,13 @@ def free_port() -> int:
 
 def write_config(workdir: Path, mock_url: str) -> Path:
     deployment = deployment_kwargs("openai", mock_url)
+    embedding = embedding_deployment_kwargs("openai", mock_url)
     config = {
         "model_list": [
             {"model_name": "plain", "litellm_params": deployment},
             {"model_name": "fast", "litellm_params": {**deployment, "rust": True}},
+            {"model_name": "plain-embed", "litellm_params": embedding},
+            {"model_name": "fast-embed", "litellm_params": {**embedding, "rust": True}},
         ],
         "litellm_settings": {"callbacks": ["litellm_fastpath.proxy.accelerator"]},
         "general_settings": {"master_key": MASTER_KEY},
@@ -92,36 +114,40 @@ def stop_proxy(proxy: subprocess.Popen[bytes]) -> None:
             pass
 
 
-def send(client: httpx.Client, model: str) -> tuple[float, str]:
-    body = {"model": model, "messages": [{"role": "user", "content": "Say hello"}]}
+def send(client: httpx.Client, route: str, body: dict[str, object]) -> tuple[float, str]:
     started = time.perf_counter()
-    resp = client.post("/chat/completions", json=body)
+    resp = client.post(route, json=body)
     elapsed_ms = (time.perf_counter() - started) * 1000
     resp.raise_for_status()
     return elapsed_ms, resp.headers.get("x-litellm-rust", "absent")
 
 
 def run(client: httpx.Client, n: int) -> None:
-    for model in MODELS * 3:  # warm up connections, caches and both code paths
-        send(client, model)
-    latencies: dict[str, list[float]] = {m: [] for m in MODELS}
-    rust_count = dict.fromkeys(MODELS, 0)
-    for i in range(n):
-        for model in MODELS:
-            ms, header = send(client, model)
-            latencies[model].append(ms)
-            rust_count[model] += header == "true"
-            if i < 3:
-                print(f"  request {i + 1} to {model!r:8} x-litellm-rust: {header:6} {ms:6.1f} ms")
-    print(f"\n{'model':8} {'served by':12} {'p50 ms':>8} {'p90 ms':>8}")
-    for model in MODELS:
-        count = rust_count[model]
-        served = "Rust" if count == n else "Python" if count == 0 else f"mixed {count}/{n}"
-        p50 = statistics.median(latencies[model])
-        p90 = statistics.quantiles(latencies[model], n=10)[8]
-        print(f"{model:8} {served:12} {p50:8.1f} {p90:8.1f}")
-    ratio = statistics.median(latencies["plain"]) / statistics.median(latencies["fast"])
-    print(f"\np50 plain / fast: {ratio:.2f}x ({n} requests each, sequential, one worker)")
+    for title, route, body, models in WORKLOADS:
+        print(f"== {title} ({route}) ==")
+        for model in models * 3:  # warm up connections, caches and both code paths
+            send(client, route, {"model": model, **body})
+        latencies: dict[str, list[float]] = {m: [] for m in models}
+        rust_count = dict.fromkeys(models, 0)
+        for i in range(n):
+            for model in models:
+                ms, header = send(client, route, {"model": model, **body})
+                latencies[model].append(ms)
+                rust_count[model] += header == "true"
+                if i < 2:
+                    print(
+                        f"  request {i + 1} to {model!r:13} x-litellm-rust: {header:6} {ms:6.1f} ms"
+                    )
+        print(f"\n{'model':12} {'served by':12} {'p50 ms':>8} {'p90 ms':>8}")
+        for model in models:
+            count = rust_count[model]
+            served = "Rust" if count == n else "Python" if count == 0 else f"mixed {count}/{n}"
+            p50 = statistics.median(latencies[model])
+            p90 = statistics.quantiles(latencies[model], n=10)[8]
+            print(f"{model:12} {served:12} {p50:8.1f} {p90:8.1f}")
+        plain, fast = models
+        ratio = statistics.median(latencies[plain]) / statistics.median(latencies[fast])
+        print(f"\np50 {plain} / {fast}: {ratio:.2f}x ({n} requests each, sequential, one worker)\n")
 
 
 def main() -> None:
