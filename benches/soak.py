@@ -19,7 +19,9 @@ from typing import Any
 
 from benches._common import (
     ARMS,
+    EMBEDDING_DIMS,
     RESULTS,
+    WORKLOAD_NAMES,
     BenchProxy,
     Sampler,
     arg_parser,
@@ -32,7 +34,7 @@ from benches._common import (
     median,
     write_results,
 )
-from litellm_fastpath.mock_provider import PROVIDERS, ServerProcess
+from litellm_fastpath.mock_provider import ServerProcess
 from tests.harness import proc_state
 
 DEFAULT_RATE = 90.0  # req/s when benches/results/gateway.json has no 1-worker rust figure
@@ -326,7 +328,9 @@ def plot(data: dict[str, Any], plt: Any) -> Any:
 
 def parse_args(argv: list[str] | None) -> Any:
     p = arg_parser(__doc__, "45 s per arm, 15 s segments, 15 s warm-up (also BENCH_QUICK=1)")
-    p.add_argument("--provider", choices=PROVIDERS, default="openai")
+    p.add_argument(
+        "--provider", choices=WORKLOAD_NAMES, default="openai", help="workload (chat or embed-*)"
+    )
     p.add_argument(
         "--rate",
         type=float,
@@ -362,7 +366,8 @@ def parse_args(argv: list[str] | None) -> Any:
 
 
 def choose_rates(args: Any) -> tuple[dict[str, float], dict[str, Any], list[str]]:
-    gw_rates = rate_from_gateway(args.provider)
+    results = "gateway-embeddings.json" if args.provider.startswith("embed-") else "gateway.json"
+    gw_rates = rate_from_gateway(args.provider, RESULTS / results)
     warnings: list[str] = []
     if args.rate is not None:
         rate = args.rate
@@ -404,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     arms: dict[str, Any] = {}
     failed: str | None = None
-    with ServerProcess() as mock:
+    with ServerProcess(args=("--embedding-dims", str(EMBEDDING_DIMS))) as mock:
         log(f"mock on {mock.url}; provider {args.provider}; rates {rates}")
         gw = BenchProxy(args, mock)
         for arm in args.arms:

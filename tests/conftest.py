@@ -9,6 +9,7 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import litellm
@@ -31,6 +32,21 @@ def upstream(upstream_server: RecordingUpstream) -> Iterator[RecordingUpstream]:
     upstream_server.reset()
     yield upstream_server
     upstream_server.reset()
+
+
+@pytest.fixture(scope="module")
+def e2e_upstream() -> Iterator[RecordingUpstream]:
+    """A recording upstream for one module's proxy (module-scoped, like the proxy)."""
+    with RecordingUpstream() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def callback_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The file `tests.proxy_logger` writes one JSON line per logged event to."""
+    path = tmp_path_factory.mktemp("callbacks") / "events.jsonl"
+    path.touch()
+    return path
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -2,7 +2,7 @@
 
 Each success or failure event LiteLLM delivers becomes one JSON line in the file named by the
 `FASTPATH_TEST_CALLBACK_LOG` environment variable, so a test can read what the proxy's logging
-saw for a call served by Rust and for the same call served by Python.
+saw for a call served by Rust and for the same call served by Python; `events_for` reads it back.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 from litellm.integrations.custom_logger import CustomLogger
@@ -93,3 +95,21 @@ class Recorder(CustomLogger):
 
 
 recorder = Recorder()
+
+
+def events_for(log: Path, model_group: str, count: int, timeout: float = 10.0) -> list[dict]:
+    """The events of `model_group` in `log`, once there are at least `count` of them.
+
+    LiteLLM logs on a background worker, so events land shortly after the response; a short
+    grace period afterwards catches a duplicate event that would otherwise be missed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = log.read_text().splitlines()
+        events = [e for e in map(json.loads, lines) if e.get("model_group") == model_group]
+        if len(events) >= count:
+            time.sleep(0.5)
+            lines = log.read_text().splitlines()
+            return [e for e in map(json.loads, lines) if e.get("model_group") == model_group]
+        if time.monotonic() > deadline:
+            return events
+        time.sleep(0.05)

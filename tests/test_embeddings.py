@@ -289,6 +289,17 @@ async def test_status_errors_match_python(
     assert describe(rust) == describe(python)
 
 
+@pytest.mark.parametrize("body", [b"plain failure", b""])
+@pytest.mark.parametrize("kind", ["openai", "titan-v1", "cohere"])
+async def test_non_json_error_bodies_match_python(
+    upstream: RecordingUpstream, kind: str, body: bytes
+) -> None:
+    upstream.set_default(_error_path(kind), Reply(status=400, body=body))
+    (rust, rust_sent), (python, _) = await both_arms(upstream, kind, input=["a"])
+    assert len(rust_sent) == 1
+    assert describe(rust) == describe(python)
+
+
 @pytest.mark.parametrize("kind", ["openai", "titan-v1", "cohere"])
 async def test_unparsable_answer_is_the_same_exception(
     upstream: RecordingUpstream, kind: str

@@ -8,7 +8,6 @@ import base64
 import json
 import os
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 from litellm_fastpath.mock_provider import embedding_deployment_kwargs
 from tests.harness import ProxyProcess, RecordingUpstream, Reply
 from tests.harness.proxy import MASTER_KEY
+from tests.proxy_logger import events_for
 
 pytestmark = pytest.mark.proxy
 
@@ -39,19 +39,6 @@ VOLATILE_HEADERS = {
     "date",
     "content-length",
 }
-
-
-@pytest.fixture(scope="module")
-def e2e_upstream() -> Iterator[RecordingUpstream]:
-    with RecordingUpstream() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def callback_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("callbacks") / "events.jsonl"
-    path.touch()
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -130,24 +117,6 @@ def test_rust_and_plain_answer_alike(
     assert client_body(rust) == client_body(plain)
     assert header_view(rust) == header_view(plain)
     assert float(rust.headers["x-litellm-response-cost"]) > 0
-
-
-def events_for(log: Path, model_group: str, count: int, timeout: float = 10.0) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    while True:
-        events = [
-            e
-            for e in map(json.loads, log.read_text().splitlines())
-            if e.get("model_group") == model_group
-        ]
-        if len(events) >= count or time.monotonic() > deadline:
-            time.sleep(0.3)  # a duplicate event would land now
-            return [
-                e
-                for e in map(json.loads, log.read_text().splitlines())
-                if e.get("model_group") == model_group
-            ]
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("kind", ["openai", "titan-v2", "cohere"])

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 import litellm_fastpath
 from tests.conftest import PROVIDERS, deployment_kwargs
 from tests.harness import ProxyProcess, Recorded, RecordingUpstream, Reply
+from tests.proxy_logger import events_for
 
 pytestmark = pytest.mark.proxy
 
@@ -66,19 +66,6 @@ RATE_LIMITED: dict[str, Reply] = {
 
 
 # -- fixtures ----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def e2e_upstream() -> Iterator[RecordingUpstream]:
-    with RecordingUpstream() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def callback_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("callbacks") / "events.jsonl"
-    path.touch()
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -152,24 +139,6 @@ def client_view(resp: httpx.Response) -> dict[str, Any]:
     for name in VOLATILE_RESPONSE_FIELDS:
         body.pop(name, None)
     return body
-
-
-def events_for(log: Path, model_group: str, count: int, timeout: float = 10.0) -> list[dict]:
-    """The callback events of `model_group`, once there are at least `count` of them.
-
-    LiteLLM logs on a background worker, so events land shortly after the response; a short
-    grace period afterwards catches a duplicate event that would otherwise be missed."""
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = log.read_text().splitlines()
-        events = [e for e in map(json.loads, lines) if e.get("model_group") == model_group]
-        if len(events) >= count:
-            time.sleep(0.5)
-            lines = log.read_text().splitlines()
-            return [e for e in map(json.loads, lines) if e.get("model_group") == model_group]
-        if time.monotonic() > deadline:
-            return events
-        time.sleep(0.05)
 
 
 def clear_log(log: Path) -> None:

@@ -53,20 +53,23 @@ def _httpx_timeout(passed: Any, elapsed: float) -> Exception:
     )
 
 
+def _sdk_status_message(status: int, body: str) -> tuple[str, Any]:
+    """The openai SDK's `_make_status_error_from_response`: its message, and the parsed body."""
+    text = body.strip()
+    try:
+        parsed: Any = json.loads(text)
+    except ValueError:
+        return text or f"Error code: {status}", text
+    return f"Error code: {status} - {parsed}", parsed
+
+
 class _OpenAIErrors(_ProviderErrors):
     prefix = "OpenAIException"
 
     def status_error(self, status: int, body: str, headers: dict[str, str]) -> Exception:
-        # The openai SDK's `_make_status_error_from_response` + LiteLLM's OpenAI handler: the
-        # message quotes the parsed body, `body` is its "error" object (what mapping reads).
-        text = body.strip()
-        try:
-            parsed: Any = json.loads(text)
-        except ValueError:
-            parsed = text
-            message = text or f"Error code: {status}"
-        else:
-            message = f"Error code: {status} - {parsed}"
+        # LiteLLM's OpenAI chat handler: the SDK's message, and `body` its "error" object (what
+        # LiteLLM's mapping reads).
+        message, parsed = _sdk_status_message(status, body)
         data = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
         return compat.OpenAIError(
             status_code=status, message=message, headers=httpx.Headers(headers), body=data
@@ -124,12 +127,7 @@ class _BedrockErrors(_ProviderErrors):
 class _OpenAIEmbeddingErrors(_OpenAIErrors):
     def status_error(self, status: int, body: str, headers: dict[str, str]) -> Exception:
         # LiteLLM's embedding handler re-raises the SDK's error by its message alone.
-        text = body.strip()
-        try:
-            parsed: Any = json.loads(text)
-        except ValueError:
-            parsed = text
-        message = f"Error code: {status} - {parsed}" if parsed else f"Error code: {status}"
+        message, _parsed = _sdk_status_message(status, body)
         return compat.OpenAIError(
             status_code=status, message=message, headers=httpx.Headers(headers)
         )

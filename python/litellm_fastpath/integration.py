@@ -59,10 +59,17 @@ def _admit_chat(kwargs: dict[str, Any]) -> tuple[routing.Route, _native.Prepared
     if non_finite is not None:
         # LiteLLM would put NaN/Infinity into the JSON body (or fail converting it).
         raise errors.invalid_param(non_finite, "must be a finite number", decision)
+    return _prepared(
+        decision, _native.prepare_chat, kwargs.get("messages"), decision.params, decision.timeout
+    )
+
+
+def _prepared(
+    decision: routing.Route, prepare: Callable[..., Any], *args: Any
+) -> tuple[routing.Route, _native.PreparedCall] | None:
+    """Runs Rust's admission and transform: the call, None when declined, a 400 when malformed."""
     try:
-        prepared = _native.prepare_chat(
-            decision.deployment, kwargs.get("messages"), decision.params, decision.timeout
-        )
+        prepared = prepare(decision.deployment, *args)
     except _native.InvalidRequestError as err:
         raise errors.bad_request(err, decision) from None
     if isinstance(prepared, _native.Declined):
@@ -118,16 +125,9 @@ def _admit_embedding(
     if isinstance(decision, routing.Decline):
         routing.record_decline(decision)
         return None
-    try:
-        prepared = _native.prepare_embedding(
-            decision.deployment, decision.input, decision.params, decision.timeout
-        )
-    except _native.InvalidRequestError as err:
-        raise errors.bad_request(err, decision) from None
-    if isinstance(prepared, _native.Declined):
-        routing.record_decline(prepared)
-        return None
-    return decision, prepared
+    return _prepared(
+        decision, _native.prepare_embedding, decision.input, decision.params, decision.timeout
+    )
 
 
 def _chat_response(

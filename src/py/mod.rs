@@ -19,6 +19,7 @@ mod _native {
     use super::errors::{self, InvalidRequestError};
     use super::extract;
     use crate::call::ResponseShape;
+    use crate::http::UpstreamRequest;
     use crate::http::sigv4::AwsCredentials;
     use crate::model::{ChatRequest, DeclineCode, EmbeddingRequest};
     use crate::providers::bedrock::transcription::{self, TranscriptionRequest};
@@ -227,17 +228,9 @@ mod _native {
         let timeout = timeout.map(timeout_from_secs).transpose()?;
         let core = Arc::clone(&deployment.inner);
         // Structure only (cheap): text and media are checked in the call, off this thread.
-        match providers::prepare(&core, &request) {
-            Ok(mut upstream) => {
-                if let Some(timeout) = timeout {
-                    upstream.timeout = timeout;
-                }
-                let shape = ResponseShape::ChatCompletion(core);
-                Ok(Py::new(py, PreparedCall::new(upstream, shape))?.into_any())
-            }
-            Err(Refusal::Declined(decline)) => declined(py, decline),
-            Err(Refusal::Invalid(err)) => Err(errors::transform_error_to_py(err)),
-        }
+        let outcome = providers::prepare(&core, &request)
+            .map(|upstream| (vec![upstream], ResponseShape::ChatCompletion(core)));
+        prepared_or_declined(py, outcome, timeout)
     }
 
     /// Admission and transform for an embeddings request, before any I/O: returns a
@@ -262,15 +255,26 @@ mod _native {
             Err(decline) => return declined(py, decline),
         };
         let timeout = timeout.map(timeout_from_secs).transpose()?;
-        match embedding::prepare(&deployment.inner, &request) {
-            Ok(mut call) => {
+        let outcome = embedding::prepare(&deployment.inner, &request)
+            .map(|call| (call.requests, ResponseShape::Embedding(call.answer)));
+        prepared_or_declined(py, outcome, timeout)
+    }
+
+    /// An admission outcome as Python sees it: a `PreparedCall` (the caller's `timeout` applied
+    /// to every request), a `Declined`, or `InvalidRequestError`.
+    fn prepared_or_declined(
+        py: Python<'_>,
+        outcome: Result<(Vec<UpstreamRequest>, ResponseShape), Refusal>,
+        timeout: Option<Duration>,
+    ) -> PyResult<Py<PyAny>> {
+        match outcome {
+            Ok((mut requests, shape)) => {
                 if let Some(timeout) = timeout {
-                    for upstream in &mut call.requests {
+                    for upstream in &mut requests {
                         upstream.timeout = timeout;
                     }
                 }
-                let shape = ResponseShape::Embedding(call.answer);
-                Ok(Py::new(py, PreparedCall::sequence(call.requests, shape))?.into_any())
+                Ok(Py::new(py, PreparedCall::sequence(requests, shape))?.into_any())
             }
             Err(Refusal::Declined(decline)) => declined(py, decline),
             Err(Refusal::Invalid(err)) => Err(errors::transform_error_to_py(err)),
