@@ -2,11 +2,13 @@
 //!
 //! Tokio's I/O workers never wait for the GIL: everything that needs Python after a call began
 //! (handing a result to asyncio, releasing the caller's text and media) goes to one dedicated
-//! thread, which runs all of it under a single GIL acquisition. Releases do not wake that thread
-//! by themselves: they ride along with the next handoff (normally the same call's result), or
-//! go out within [`RELEASE_DELAY`] — one acquisition per call instead of two. At exit the queue
-//! is drained before the interpreter finalizes (a thread asking for the GIL during finalization
-//! is killed inside Rust frames). Rebuilt after `fork`, like the runtime.
+//! thread, which runs all of it under a single GIL acquisition. Releases do not make that thread
+//! take the GIL by themselves: they ride along with the next handoff (normally the same call's
+//! result), or go out within [`RELEASE_DELAY`] — one acquisition per call instead of two. With
+//! nothing queued the thread sleeps without a timeout (no periodic wake-ups, no GIL requests
+//! while the process is idle). At exit the queue is drained before the interpreter finalizes (a
+//! thread asking for the GIL during finalization is killed inside Rust frames). Rebuilt after
+//! `fork`, like the runtime.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;
@@ -19,6 +21,14 @@ use pyo3::prelude::*;
 type Task = Box<dyn FnOnce(Python<'_>) + Send>;
 type Release = Box<dyn Send>;
 
+enum Message {
+    /// Work to run with the GIL.
+    Task(Task),
+    /// A release arrived (or exit began) while the thread slept without a timeout: wake up and
+    /// wait at most [`RELEASE_DELAY`] more, without taking the GIL.
+    Nudge,
+}
+
 /// How long a release may wait for a handoff to ride along with.
 const RELEASE_DELAY: Duration = Duration::from_millis(10);
 
@@ -26,7 +36,9 @@ const RELEASE_DELAY: Duration = Duration::from_millis(10);
 static PENDING: AtomicUsize = AtomicUsize::new(0);
 static EXITING: AtomicBool = AtomicBool::new(false);
 /// The queue of the current process (pid, sender).
-static QUEUE: Mutex<Option<(u32, Sender<Task>)>> = Mutex::new(None);
+static QUEUE: Mutex<Option<(u32, Sender<Message>)>> = Mutex::new(None);
+/// The GIL thread sleeps without a timeout (nothing queued): a new release must nudge it.
+static IDLE: AtomicBool = AtomicBool::new(false);
 /// The process whose GIL thread is running (0: none): `drain` waits for it to let go of Python.
 static SERVING_PID: AtomicU32 = AtomicU32::new(0);
 /// Python objects to release on the next GIL acquisition.
@@ -39,12 +51,12 @@ pub fn submit(task: impl FnOnce(Python<'_>) + Send + 'static) {
         return;
     }
     PENDING.fetch_add(1, Ordering::SeqCst);
-    if sender().send(Box::new(task)).is_err() {
+    if sender().send(Message::Task(Box::new(task))).is_err() {
         PENDING.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
-fn sender() -> Sender<Task> {
+fn sender() -> Sender<Message> {
     let pid = std::process::id();
     let mut slot = QUEUE
         .lock()
@@ -77,8 +89,55 @@ fn release(owner: Release) {
     releases.push(owner);
     if releases.len() == 1 {
         drop(releases);
-        // Make sure a thread exists to pick it up (no wake-up: see RELEASE_DELAY).
-        drop(sender());
+        // Make sure a thread exists to pick it up; if it sleeps without a timeout, start its
+        // RELEASE_DELAY clock (a nudge, not a GIL acquisition).
+        let sender = sender();
+        if IDLE.swap(false, Ordering::SeqCst) {
+            let _ = sender.send(Message::Nudge);
+        }
+    }
+}
+
+fn releases_pending() -> bool {
+    !RELEASES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .is_empty()
+}
+
+/// Waits, without the GIL, for the next task: `Ok(None)` when releases are due (or exit began)
+/// and no task came within [`RELEASE_DELAY`].
+fn next_task(receiver: &Receiver<Message>) -> Result<Option<Task>, RecvTimeoutError> {
+    let mut deadline: Option<Instant> = None;
+    loop {
+        if EXITING.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        if deadline.is_none() {
+            // Announce the sleep before looking: a release pushed after the look sees IDLE.
+            IDLE.store(true, Ordering::SeqCst);
+            if releases_pending() {
+                IDLE.store(false, Ordering::SeqCst);
+                deadline = Some(Instant::now() + RELEASE_DELAY);
+            }
+        }
+        let message = match deadline {
+            None => receiver
+                .recv()
+                .map_err(|_| RecvTimeoutError::Disconnected)?,
+            Some(deadline) => {
+                match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                    Ok(message) => message,
+                    Err(RecvTimeoutError::Timeout) => return Ok(None),
+                    Err(err) => return Err(err),
+                }
+            }
+        };
+        IDLE.store(false, Ordering::SeqCst);
+        match message {
+            Message::Task(task) => return Ok(Some(task)),
+            Message::Nudge => {}
+        }
     }
 }
 
@@ -91,7 +150,7 @@ fn take_releases() -> Vec<Release> {
 }
 
 #[allow(clippy::disallowed_methods)] // the one sanctioned GIL acquisition
-fn serve(receiver: Receiver<Task>) {
+fn serve(receiver: Receiver<Message>) {
     SERVING_PID.store(std::process::id(), Ordering::SeqCst);
     // One thread state for the thread's whole life: it waits with the GIL released (`detach`),
     // so a handoff costs a GIL switch, not setting up and tearing down a thread state.
@@ -100,14 +159,12 @@ fn serve(receiver: Receiver<Task>) {
         loop {
             // The receiver is moved in and out: `detach` wants `Send`, a `&Receiver` is not.
             let (received, back) = py.detach(move || {
-                let received = receiver.recv_timeout(RELEASE_DELAY);
+                let received = next_task(&receiver);
                 (received, receiver)
             });
             receiver = back;
-            let first = match received {
-                Ok(task) => Some(task),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => break,
+            let Ok(first) = received else {
+                break;
             };
             let releases = take_releases();
             if EXITING.load(Ordering::SeqCst) {
@@ -125,8 +182,10 @@ fn serve(receiver: Receiver<Task>) {
                 run(py, first);
             }
             // Everything else already queued runs under the same acquisition.
-            while let Ok(next) = receiver.try_recv() {
-                run(py, next);
+            while let Ok(message) = receiver.try_recv() {
+                if let Message::Task(next) = message {
+                    run(py, next);
+                }
             }
         }
     });
@@ -147,6 +206,16 @@ fn run(py: Python<'_>, task: Task) {
 pub fn drain(py: Python<'_>) {
     EXITING.store(true, Ordering::SeqCst);
     let pid = std::process::id();
+    // Wake the GIL thread if it sleeps without a timeout, so it lets go of Python now.
+    if let Some((owner, sender)) = QUEUE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .as_ref()
+    {
+        if *owner == pid {
+            let _ = sender.send(Message::Nudge);
+        }
+    }
     py.detach(|| {
         let deadline = Instant::now() + Duration::from_secs(2);
         while (PENDING.load(Ordering::SeqCst) != 0 || SERVING_PID.load(Ordering::SeqCst) == pid)
