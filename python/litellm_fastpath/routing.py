@@ -269,19 +269,25 @@ def _is_bedrock_converse(model: str) -> bool:
 Settings = tuple[str, dict[str, Any]]
 
 
-def _openai_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
+def _openai_endpoint_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
+    """API key and base of an OpenAI-compatible deployment, with LiteLLM's precedence."""
     api_key = kwargs.get("api_key") or _env("OPENAI_API_KEY")
     if not api_key:
         return Decline("credentials", "no OpenAI API key")
-    if model.startswith(_OPENAI_REWRITTEN_MODELS):
-        # LiteLLM rewrites params and system messages for these families.
-        return Decline("model_specific", f"OpenAI model family of {model!r}")
     api_base = (
         kwargs.get("api_base")
         or kwargs.get("base_url")
         or _env("OPENAI_BASE_URL", "OPENAI_API_BASE")
     )
     return model, {"api_key": api_key, "api_base": api_base}
+
+
+def _openai_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
+    resolved = _openai_endpoint_settings(model, kwargs)
+    if not isinstance(resolved, Decline) and model.startswith(_OPENAI_REWRITTEN_MODELS):
+        # LiteLLM rewrites params and system messages for these families' chat calls.
+        return Decline("model_specific", f"OpenAI model family of {model!r}")
+    return resolved
 
 
 def _anthropic_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
@@ -349,18 +355,6 @@ def _bedrock_embedding_settings(model: str, kwargs: Mapping[str, Any]) -> Settin
     return model, settings
 
 
-def _openai_embedding_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
-    api_key = kwargs.get("api_key") or _env("OPENAI_API_KEY")
-    if not api_key:
-        return Decline("credentials", "no OpenAI API key")
-    api_base = (
-        kwargs.get("api_base")
-        or kwargs.get("base_url")
-        or _env("OPENAI_BASE_URL", "OPENAI_API_BASE")
-    )
-    return model, {"api_key": api_key, "api_base": api_base}
-
-
 # One entry per provider the fast path serves (the Rust side has one folder each).
 _PROVIDER_SETTINGS: dict[str, Callable[[str, Mapping[str, Any]], Settings | Decline]] = {
     "openai": _openai_settings,
@@ -370,7 +364,7 @@ _PROVIDER_SETTINGS: dict[str, Callable[[str, Mapping[str, Any]], Settings | Decl
 
 # The embedding deployments the fast path serves, per provider.
 _EMBEDDING_SETTINGS: dict[str, Callable[[str, Mapping[str, Any]], Settings | Decline]] = {
-    "openai": _openai_embedding_settings,
+    "openai": _openai_endpoint_settings,
     "bedrock": _bedrock_embedding_settings,
 }
 
