@@ -18,7 +18,7 @@ import pytest
 import litellm_fastpath
 from litellm_fastpath.mock_provider import PROVIDERS as PROVIDERS
 from litellm_fastpath.mock_provider import deployment_kwargs as deployment_kwargs
-from tests.harness import RecordingUpstream
+from tests.harness import ProxyProcess, RecordingUpstream
 
 
 @pytest.fixture(scope="session")
@@ -32,6 +32,31 @@ def upstream(upstream_server: RecordingUpstream) -> Iterator[RecordingUpstream]:
     upstream_server.reset()
     yield upstream_server
     upstream_server.reset()
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def twin_models(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """`plain-<name>` and `rust-<name>`: one deployment, without and with `rust: true`."""
+    return [
+        {"model_name": f"plain-{name}", "litellm_params": dict(params)},
+        {"model_name": f"rust-{name}", "litellm_params": {**params, "rust": True}},
+    ]
+
+
+def logged_proxy(model_list: list[dict[str, Any]], callback_log: Path) -> ProxyProcess:
+    """The real proxy with the accelerator and `tests.proxy_logger` (events in `callback_log`);
+    router retries off, since the tests count upstream requests per call."""
+    pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    return ProxyProcess(
+        model_list,
+        litellm_settings={
+            "callbacks": ["litellm_fastpath.proxy.accelerator", "tests.proxy_logger.recorder"]
+        },
+        router_settings={"num_retries": 0},
+        extra_env={"PYTHONPATH": pythonpath, "FASTPATH_TEST_CALLBACK_LOG": str(callback_log)},
+    )
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +16,13 @@ import openai
 import pytest
 
 from litellm_fastpath.mock_provider import embedding_deployment_kwargs
+from tests.conftest import logged_proxy, twin_models
 from tests.harness import ProxyProcess, RecordingUpstream, Reply
 from tests.harness.proxy import MASTER_KEY
 from tests.proxy_logger import events_for
 
 pytestmark = pytest.mark.proxy
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 PATHS = ("/embeddings", "/v1/embeddings")
 KINDS = ("openai", "titan-v1", "titan-v2", "cohere")
 FASTPATH_HEADERS = {"x-litellm-rust", "x-litellm-fastpath"}
@@ -45,20 +44,8 @@ VOLATILE_HEADERS = {
 def proxy(e2e_upstream: RecordingUpstream, callback_log: Path) -> Iterator[ProxyProcess]:
     model_list = []
     for kind in KINDS:
-        params = embedding_deployment_kwargs(kind, e2e_upstream.url)
-        model_list.append({"model_name": f"plain-{kind}", "litellm_params": dict(params)})
-        model_list.append(
-            {"model_name": f"rust-{kind}", "litellm_params": {**params, "rust": True}}
-        )
-    pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
-    server = ProxyProcess(
-        model_list,
-        litellm_settings={
-            "callbacks": ["litellm_fastpath.proxy.accelerator", "tests.proxy_logger.recorder"]
-        },
-        router_settings={"num_retries": 0},
-        extra_env={"PYTHONPATH": pythonpath, "FASTPATH_TEST_CALLBACK_LOG": str(callback_log)},
-    )
+        model_list += twin_models(kind, embedding_deployment_kwargs(kind, e2e_upstream.url))
+    server = logged_proxy(model_list, callback_log)
     with server:
         yield server
 

@@ -8,7 +8,6 @@ test sends the same request to both and compares what the client and the upstrea
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,13 +16,12 @@ import httpx
 import pytest
 
 import litellm_fastpath
-from tests.conftest import PROVIDERS, deployment_kwargs
+from tests.conftest import PROVIDERS, deployment_kwargs, logged_proxy, twin_models
 from tests.harness import ProxyProcess, Recorded, RecordingUpstream, Reply
 from tests.proxy_logger import events_for
 
 pytestmark = pytest.mark.proxy
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 CHAT_PATHS = ("/chat/completions", "/v1/chat/completions")
 # A valid 1x1 RGB PNG, so every provider's image handling accepts it.
 PNG_DATA_URL = (
@@ -72,28 +70,15 @@ RATE_LIMITED: dict[str, Reply] = {
 def proxy(e2e_upstream: RecordingUpstream, callback_log: Path) -> Iterator[ProxyProcess]:
     model_list = []
     for provider in PROVIDERS:
-        params = deployment_kwargs(provider, e2e_upstream.url)
-        model_list.append({"model_name": f"plain-{provider}", "litellm_params": dict(params)})
-        model_list.append(
-            {"model_name": f"rust-{provider}", "litellm_params": {**params, "rust": True}}
-        )
+        model_list += twin_models(provider, deployment_kwargs(provider, e2e_upstream.url))
     # Deployments that let callers send `rust` (LiteLLM bans it in bodies unless opted in), so
     # the accelerator callback, not LiteLLM's ban, is what keeps the switch with the operator.
     opt_in = {**deployment_kwargs("openai", e2e_upstream.url), **CLIENT_MAY_SEND_RUST}
-    model_list.append({"model_name": "open-plain-openai", "litellm_params": dict(opt_in)})
-    model_list.append(
-        {"model_name": "open-rust-openai", "litellm_params": {**opt_in, "rust": True}}
-    )
-    pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
-    server = ProxyProcess(
-        model_list,
-        litellm_settings={
-            "callbacks": ["litellm_fastpath.proxy.accelerator", "tests.proxy_logger.recorder"]
-        },
-        # The router's default is 2 retries; the tests count upstream requests per call.
-        router_settings={"num_retries": 0},
-        extra_env={"PYTHONPATH": pythonpath, "FASTPATH_TEST_CALLBACK_LOG": str(callback_log)},
-    )
+    model_list += [
+        {"model_name": f"open-{m['model_name']}", "litellm_params": m["litellm_params"]}
+        for m in twin_models("openai", opt_in)
+    ]
+    server = logged_proxy(model_list, callback_log)
     with server:
         yield server
 

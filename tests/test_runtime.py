@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 import litellm
@@ -193,3 +194,33 @@ def test_rust_call_in_forked_child(upstream: RecordingUpstream) -> None:
 
     assert os.waitstatus_to_exitcode(status) == 0, output.decode(errors="replace")
     assert len(upstream.requests) == 2
+
+
+def _context_switches(tid: str) -> int:
+    total = 0
+    with open(f"/proc/self/task/{tid}/status") as status:
+        for line in status:
+            if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+def test_gil_thread_sleeps_while_nothing_is_queued(upstream: RecordingUpstream) -> None:
+    """With nothing queued the GIL thread neither wakes up nor asks for the GIL (it used to poll
+    every 10 ms: ~100 wake-ups per second in every process that loaded the extension)."""
+    kwargs = {
+        **deployment_kwargs("openai", upstream.url),
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    assert served_by_rust(litellm.completion(**kwargs, rust=True))
+    time.sleep(0.1)  # the call's releases go out within 10 ms
+    tids = [
+        tid
+        for tid in os.listdir("/proc/self/task")
+        if Path(f"/proc/self/task/{tid}/comm").read_text().strip() == "fastpath-gil"
+    ]
+    assert len(tids) == 1, tids
+    before = _context_switches(tids[0])
+    time.sleep(1.0)
+    assert _context_switches(tids[0]) - before < 10

@@ -15,7 +15,7 @@ import os
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,6 +196,20 @@ def _split_provider(model: str, custom_llm_provider: str | None) -> tuple[str, s
     if rest and prefix in _PROVIDER_SETTINGS:
         return prefix, rest
     return None
+
+
+def _provider_and_model(
+    kwargs: Mapping[str, Any], served: Collection[str] | None, why: str
+) -> tuple[str, str] | Decline:
+    """(provider, upstream model) of the call's `model`, when the route serves that provider
+    (`served`, None: any with a known prefix); else a decline (`why` may name `{model}`)."""
+    model = kwargs.get("model")
+    if not isinstance(model, str):
+        return Decline("model", "model is not a string")
+    split = _split_provider(model, kwargs.get("custom_llm_provider"))
+    if split is None or (served is not None and split[0] not in served):
+        return Decline("provider", why.format(model=model))
+    return split
 
 
 def _env(*names: str) -> str | None:
@@ -453,12 +467,9 @@ def non_finite_param(params: Mapping[str, Any]) -> str | None:
 
 def route(kwargs: Mapping[str, Any]) -> Route | Decline:
     """Decides whether a call's kwargs (already without `rust`) can take the fast path."""
-    model = kwargs.get("model")
-    if not isinstance(model, str):
-        return Decline("model", "model is not a string")
-    split = _split_provider(model, kwargs.get("custom_llm_provider"))
-    if split is None:
-        return Decline("provider", f"model {model!r} has no supported provider prefix")
+    split = _provider_and_model(kwargs, None, "model {model!r} has no supported provider prefix")
+    if isinstance(split, Decline):
+        return split
     provider, upstream_model = split
 
     params = request_params(kwargs)
@@ -563,12 +574,11 @@ def _audio_format(filename: str) -> str:
 
 def route_transcription(kwargs: Mapping[str, Any]) -> TranscriptionRoute | Decline:
     """Decides whether a `litellm.atranscription` call can take the fast path."""
-    model = kwargs.get("model")
-    if not isinstance(model, str):
-        return Decline("model", "model is not a string")
-    split = _split_provider(model, kwargs.get("custom_llm_provider"))
-    if split is None or split[0] != "bedrock":
-        return Decline("provider", "transcription runs in Rust for Bedrock models only")
+    split = _provider_and_model(
+        kwargs, ("bedrock",), "transcription runs in Rust for Bedrock models only"
+    )
+    if isinstance(split, Decline):
+        return split
     params = request_params(kwargs, ignored=_TRANSCRIPTION_IGNORED)
     if isinstance(params, Decline):
         return params
@@ -622,12 +632,11 @@ class EmbeddingRoute(Route):
 def route_embedding(kwargs: Mapping[str, Any]) -> EmbeddingRoute | Decline:
     """Decides whether a `litellm.aembedding` call can take the fast path (the input and
     params are checked in Rust)."""
-    model = kwargs.get("model")
-    if not isinstance(model, str):
-        return Decline("model", "model is not a string")
-    split = _split_provider(model, kwargs.get("custom_llm_provider"))
-    if split is None or split[0] not in _EMBEDDING_SETTINGS:
-        return Decline("provider", "embeddings run in Rust for OpenAI and Bedrock models only")
+    split = _provider_and_model(
+        kwargs, _EMBEDDING_SETTINGS, "embeddings run in Rust for OpenAI and Bedrock models only"
+    )
+    if isinstance(split, Decline):
+        return split
     provider, upstream_model = split
     params = request_params(kwargs, ignored=_EMBEDDING_IGNORED)
     if isinstance(params, Decline):

@@ -69,7 +69,8 @@ fn sender() -> Sender<Message> {
     let (sender, receiver) = channel();
     // A process that cannot start a thread has bigger problems; the tasks then wait unrun.
     let _ = std::thread::Builder::new()
-        .name("litellm-fastpath-gil".into())
+        // Short enough to stay whole in /proc (15 bytes) and apart from the runtime's threads.
+        .name("fastpath-gil".into())
         .spawn(move || serve(receiver));
     *slot = Some((pid, sender.clone()));
     sender

@@ -1,15 +1,14 @@
 //! OpenAI-compatible embeddings: `POST {api_base}/embeddings`, `input` forwarded as given.
 
-use http::HeaderMap;
 use serde_json::{Map, Value};
 
-use super::DEFAULT_API_BASE;
-use crate::http::{RequestBody, UpstreamRequest};
+use super::upstream_request;
+use crate::http::RequestBody;
 use crate::model::{Decline, DeclineCode, EmbeddingRequest};
 use crate::providers::embedding::{
     EmbeddingAnswer, EmbeddingCall, admit_params, encoding_format, positive_integer, string_param,
 };
-use crate::providers::{Deployment, Refusal, TransformError, header, insert_secret};
+use crate::providers::{Deployment, Refusal, TransformError};
 use crate::wire::body::JsonBody;
 
 /// What LiteLLM sends as given for OpenAI; every other param goes through its `extra_body`
@@ -55,21 +54,9 @@ pub fn build(
         body.insert("encoding_format".into(), Value::from(format));
     }
 
-    let base = deployment.api_base.as_deref().unwrap_or(DEFAULT_API_BASE);
-    let mut headers = HeaderMap::new();
-    let (name, value) = header("content-type", "application/json")?;
-    headers.insert(name, value);
-    if let Some(key) = &deployment.api_key {
-        insert_secret(&mut headers, "authorization", &format!("Bearer {key}"))?;
-    }
+    let body = RequestBody::Json(JsonBody::from_json(&Value::Object(body)));
     Ok(EmbeddingCall {
-        requests: vec![UpstreamRequest {
-            url: format!("{}/embeddings", base.trim_end_matches('/')),
-            headers,
-            body: RequestBody::Json(JsonBody::from_json(&Value::Object(body))),
-            timeout: deployment.timeout,
-            sigv4: None,
-        }],
+        requests: vec![upstream_request(deployment, "embeddings", body)?],
         answer: EmbeddingAnswer::OpenAi,
     })
 }

@@ -13,7 +13,7 @@ use crate::model::{
 };
 use crate::wire::body::Node;
 
-pub(crate) const DEFAULT_API_BASE: &str = "https://api.openai.com/v1";
+const DEFAULT_API_BASE: &str = "https://api.openai.com/v1";
 
 /// Forwarded as given, like LiteLLM's OpenAI handler does for non-o-series models (the tool and
 /// structured-output params after the checks in [`tool_params_decline`]).
@@ -44,8 +44,6 @@ fn build_request(
     if let Some(decline) = tool_params_decline(&request.params) {
         return Err(decline.into());
     }
-    let base = deployment.api_base.as_deref().unwrap_or(DEFAULT_API_BASE);
-    let url = format!("{}/chat/completions", base.trim_end_matches('/'));
 
     let messages = request
         .messages
@@ -65,6 +63,20 @@ fn build_request(
             .map(|(name, value)| (name.clone(), Node::Value(value.clone()))),
     );
 
+    Ok(upstream_request(
+        deployment,
+        "chat/completions",
+        RequestBody::Document(Node::Object(fields)),
+    )?)
+}
+
+/// `POST {api_base}/{path}` with the deployment's API key as a bearer token (chat, embeddings).
+pub(crate) fn upstream_request(
+    deployment: &Deployment,
+    path: &str,
+    body: RequestBody,
+) -> Result<UpstreamRequest, TransformError> {
+    let base = deployment.api_base.as_deref().unwrap_or(DEFAULT_API_BASE);
     let mut headers = HeaderMap::new();
     let (name, value) = header("content-type", "application/json")?;
     headers.insert(name, value);
@@ -72,9 +84,9 @@ fn build_request(
         insert_secret(&mut headers, "authorization", &format!("Bearer {key}"))?;
     }
     Ok(UpstreamRequest {
-        url,
+        url: format!("{}/{path}", base.trim_end_matches('/')),
         headers,
-        body: RequestBody::Document(Node::Object(fields)),
+        body,
         timeout: deployment.timeout,
         sigv4: None,
     })
