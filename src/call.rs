@@ -7,7 +7,7 @@ use http::HeaderMap;
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::http::client::{Transport, TransportError, UpstreamResponse};
+use crate::http::client::{OpenResponse, Transport, TransportError, UpstreamResponse};
 use crate::http::sigv4::{self, SigningError};
 use crate::http::{RequestBody, UpstreamRequest};
 use crate::providers::embedding::EmbeddingAnswer;
@@ -38,6 +38,15 @@ pub async fn execute(
     transport: &Transport,
     request: UpstreamRequest,
 ) -> Result<UpstreamResponse, CallError> {
+    Ok(open(transport, request).await?.read_to_end().await?)
+}
+
+/// Like [`execute`], but returns as soon as a 2xx status and its headers are in; the body is
+/// left to read as it arrives (streams). A non-2xx answer is read whole and is `Status`.
+pub async fn open(
+    transport: &Transport,
+    request: UpstreamRequest,
+) -> Result<OpenResponse, CallError> {
     let UpstreamRequest {
         url,
         mut headers,
@@ -62,11 +71,11 @@ pub async fn execute(
             headers.insert(name, value);
         }
     }
-    let response = transport.send(&url, headers, body, timeout).await?;
-    if (200..300).contains(&response.status) {
+    let response = transport.open(&url, headers, body, timeout).await?;
+    if (200..300).contains(&response.status()) {
         Ok(response)
     } else {
-        Err(CallError::Status(Box::new(response)))
+        Err(CallError::Status(Box::new(response.read_to_end().await?)))
     }
 }
 

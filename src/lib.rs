@@ -8,6 +8,7 @@ pub mod http;
 pub mod model;
 pub mod providers;
 pub mod runtime;
+pub mod stream;
 pub mod wire;
 
 #[cfg(feature = "python")]

@@ -14,6 +14,7 @@ from typing import Any
 
 import litellm
 import pytest
+from litellm.integrations.custom_logger import CustomLogger
 
 import litellm_fastpath
 from litellm_fastpath.mock_provider import PROVIDERS as PROVIDERS
@@ -102,3 +103,46 @@ def comparable(response: Any) -> dict[str, Any]:
 @pytest.fixture
 def litellm_module() -> Any:
     return litellm
+
+
+class Recorder(CustomLogger):
+    def __init__(self) -> None:
+        super().__init__()
+        self.successes: list[tuple[dict[str, Any], Any]] = []
+        self.failures: list[dict[str, Any]] = []
+
+    async def async_log_success_event(
+        self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any
+    ) -> None:
+        self.successes.append((kwargs, response_obj))
+
+    async def async_log_failure_event(
+        self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any
+    ) -> None:
+        self.failures.append(kwargs)
+
+
+@pytest.fixture(scope="module")
+def module_recorder() -> Iterator[Recorder]:
+    # LiteLLM copies `litellm.callbacks` into its internal callback lists on first use, so one
+    # recorder serves the module and is removed from every list afterwards.
+    recorder = Recorder()
+    litellm.callbacks = [*litellm.callbacks, recorder]
+    yield recorder
+    for name in (
+        "callbacks",
+        "_async_success_callback",
+        "_async_failure_callback",
+        "success_callback",
+        "failure_callback",
+    ):
+        callbacks = getattr(litellm, name)
+        if recorder in callbacks:
+            callbacks.remove(recorder)
+
+
+@pytest.fixture
+def recorder(module_recorder: Recorder) -> Recorder:
+    module_recorder.successes.clear()
+    module_recorder.failures.clear()
+    return module_recorder

@@ -1,4 +1,5 @@
-//! The core's layers point one way: model <- wire <- http <- providers <- call/runtime <- py.
+//! The core's layers point one way: model <- wire <- http <- providers <- call/runtime <- stream
+//! <- py.
 //! A module may name (`crate::x`) only its own layer or the layers below it, so a cycle between
 //! layers cannot build up unnoticed.
 
@@ -13,7 +14,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("providers", 3),
     ("call", 4),
     ("runtime", 4),
-    ("py", 5),
+    ("stream", 5),
+    ("py", 6),
 ];
 
 fn rank(module: &str) -> Option<u8> {

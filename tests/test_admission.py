@@ -167,7 +167,7 @@ async def test_declined_shapes_are_served_by_python(upstream: RecordingUpstream,
     assert len(upstream.requests) == upstream_calls
 
 
-async def test_streaming_is_served_by_python(upstream: RecordingUpstream) -> None:
+async def test_openai_streaming_is_served_by_rust(upstream: RecordingUpstream) -> None:
     chunk = {
         "id": "chatcmpl-1",
         "object": "chat.completion.chunk",
@@ -185,7 +185,8 @@ async def test_streaming_is_served_by_python(upstream: RecordingUpstream) -> Non
     stream = await litellm.acompletion(**kwargs, rust=True)
     text = "".join([c.choices[0].delta.content or "" async for c in stream])
     assert text == "Hi"
-    assert litellm_fastpath.decline_counts() == {"stream": 1}
+    assert served_by_rust(stream)
+    assert litellm_fastpath.decline_counts() == {}
     assert len(upstream.requests) == 1
 
 

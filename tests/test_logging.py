@@ -5,63 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import litellm
 import pytest
-from litellm.integrations.custom_logger import CustomLogger
 
 from litellm_fastpath.mock_provider import embedding_deployment_kwargs
-from tests.conftest import PROVIDERS, deployment_kwargs, served_by_rust
+from tests.conftest import PROVIDERS, Recorder, deployment_kwargs, served_by_rust
 from tests.harness import RecordingUpstream, Reply
 
 # LiteLLM's global logging worker binds to the first event loop it sees and (on its own Python
 # path too) drops success events from later loops: keep this module on one loop.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-
-class Recorder(CustomLogger):
-    def __init__(self) -> None:
-        super().__init__()
-        self.successes: list[tuple[dict[str, Any], Any]] = []
-        self.failures: list[dict[str, Any]] = []
-
-    async def async_log_success_event(
-        self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any
-    ) -> None:
-        self.successes.append((kwargs, response_obj))
-
-    async def async_log_failure_event(
-        self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any
-    ) -> None:
-        self.failures.append(kwargs)
-
-
-@pytest.fixture(scope="module")
-def module_recorder() -> Iterator[Recorder]:
-    # LiteLLM copies `litellm.callbacks` into its internal callback lists on first use, so one
-    # recorder serves the module and is removed from every list afterwards.
-    recorder = Recorder()
-    litellm.callbacks = [*litellm.callbacks, recorder]
-    yield recorder
-    for name in (
-        "callbacks",
-        "_async_success_callback",
-        "_async_failure_callback",
-        "success_callback",
-        "failure_callback",
-    ):
-        callbacks = getattr(litellm, name)
-        if recorder in callbacks:
-            callbacks.remove(recorder)
-
-
-@pytest.fixture
-def recorder(module_recorder: Recorder) -> Recorder:
-    module_recorder.successes.clear()
-    module_recorder.failures.clear()
-    return module_recorder
 
 
 async def _event_for(recorder: Recorder, response: Any) -> dict[str, Any]:

@@ -451,7 +451,7 @@ def _openai_sse(*deltas: dict[str, Any]) -> bytes:
     return "".join([*events, "data: [DONE]\n\n"]).encode()
 
 
-def test_streaming_on_rust_model_is_served_by_python(
+def test_streaming_on_rust_openai_model_is_served_by_rust(
     proxy: ProxyProcess, fresh_upstream: RecordingUpstream
 ) -> None:
     fresh_upstream.enqueue(
@@ -460,10 +460,11 @@ def test_streaming_on_rust_model_is_served_by_python(
             headers={"Content-Type": "text/event-stream"},
         )
     )
+    # Byte-for-byte equality with the plain model: tests/test_streaming_proxy.py.
     resp = chat(proxy, "rust-openai", stream=True)
     assert resp.status_code == 200, resp.text
-    assert "x-litellm-rust" not in resp.headers
-    assert "x-litellm-fastpath" not in resp.headers
+    assert resp.headers["x-litellm-rust"] == "true"
+    assert "x-litellm-fastpath" in resp.headers
     (request,) = fresh_upstream.requests
     assert request.json()["stream"] is True
     text = ""

@@ -14,12 +14,16 @@ __all__ = [
     "InvalidRequestError",
     "InvalidResponseError",
     "PreparedCall",
+    "PreparedStream",
+    "StreamHandle",
     "UpstreamConnectionError",
     "UpstreamStatusError",
+    "UpstreamStreamError",
     "UpstreamTimeoutError",
     "__version__",
     "decline_codes",
     "prepare_chat",
+    "prepare_chat_stream",
     "prepare_embedding",
     "prepare_transcription",
 ]
@@ -32,6 +36,7 @@ class UpstreamStatusError(FastpathError): ...
 class UpstreamTimeoutError(FastpathError): ...
 class UpstreamConnectionError(FastpathError): ...
 class InvalidResponseError(FastpathError): ...
+class UpstreamStreamError(FastpathError): ...
 class InternalError(FastpathError): ...
 
 @final
@@ -83,6 +88,43 @@ class PreparedCall:
     ) -> CallHandle: ...
     def send_blocking(self) -> tuple[dict[str, Any], dict[str, str]]: ...
 
+@final
+class StreamHandle:
+    def next(
+        self,
+        event_loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        settle: Callable[[asyncio.Future[Any], bool, Any], None],
+        frames_model: str | None = None,
+        limit: int = ...,
+    ) -> None: ...
+    def next_blocking(self) -> tuple[list[dict[str, Any]] | bytes | None, str, Any]: ...
+    def cancel(self) -> None: ...
+    def close(self) -> None: ...
+    def done(self) -> bool: ...
+
+@final
+class PreparedStream:
+    @property
+    def url(self) -> str: ...
+    def start(
+        self,
+        event_loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        settle: Callable[[asyncio.Future[Any], bool, Any], None],
+    ) -> StreamHandle: ...
+    def start_blocking(self) -> tuple[StreamHandle, dict[str, str]]: ...
+
+def prepare_chat_stream(
+    deployment: Deployment,
+    messages: object,
+    params: dict[str, Any] | None,
+    *,
+    stream_options: dict[str, Any] | None = None,
+    strip_usage: bool = False,
+    repeat_limit: int = 100,
+    timeout: float | None = None,
+) -> PreparedStream | Declined: ...
 def prepare_transcription(
     deployment: Deployment,
     audio: str | bytes | bytearray | memoryview,

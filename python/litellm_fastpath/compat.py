@@ -68,6 +68,17 @@ _PRIVATE: dict[str, tuple[str, str]] = {
         "litellm.types.files",
         "get_file_mime_type_from_extension",
     ),
+    # Streams: LiteLLM's wrapper (the router and the proxy need that class) and its helpers.
+    "CustomStreamWrapper": (
+        "litellm.litellm_core_utils.streaming_handler",
+        "CustomStreamWrapper",
+    ),
+    "stamp_served_service_tier": (
+        "litellm.litellm_core_utils.streaming_handler",
+        "_stamp_served_service_tier",
+    ),
+    "StreamingChoices": ("litellm.types.utils", "StreamingChoices"),
+    "Delta": ("litellm.types.utils", "Delta"),
     # The proxy hook's base class.
     "CustomLogger": ("litellm.integrations.custom_logger", "CustomLogger"),
 }
@@ -112,6 +123,27 @@ def callbacks_configured() -> bool:
         or litellm.failure_callback
         or litellm._async_failure_callback
     )
+
+
+def proxy_callback_capabilities() -> Any:
+    """The proxy's view of its callbacks (guardrails, chunk hooks, stream iterator hooks), or
+    None outside a running proxy. Never imports the proxy."""
+    import sys
+
+    utils = sys.modules.get("litellm.proxy.utils")
+    proxy_logging = getattr(utils, "ProxyLogging", None)
+    if proxy_logging is None:
+        return None
+    try:
+        return proxy_logging.callback_capabilities()
+    except Exception:  # a LiteLLM change: then chunk objects, which always work
+        return None
+
+
+def now() -> Any:
+    import datetime
+
+    return datetime.datetime.now()
 
 
 def litellm_version() -> str | None:

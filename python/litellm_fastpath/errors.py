@@ -211,3 +211,29 @@ def to_litellm(err: _native.FastpathError, route: Route, elapsed: float = 0.0) -
         message, kind = err.args
         return errors.invalid_response(message, kind, route)
     return _mapped(errors.status_error(500, str(err), {}), route)
+
+
+def stream_failure(err: BaseException, route: Route) -> BaseException:
+    """A failure inside a stream, as the exception LiteLLM's OpenAI stream would meet there
+    (before its stream wrapper maps it: the wrapper's own handling then applies)."""
+    request = httpx.Request("POST", "http://upstream.invalid")
+    if isinstance(err, _native.UpstreamStreamError):
+        message, error = err.args
+        if isinstance(error, dict) and error.get("type") == "repetition":
+            return litellm.InternalServerError(message=message, model="", llm_provider="")
+        # The openai SDK raises APIError for an event with an `error` object.
+        text = error.get("message") if isinstance(error, dict) else None
+        if not isinstance(text, str) or not text:
+            text = "An error occurred during streaming"
+        import openai
+
+        return openai.APIError(message=text, request=request, body=error)
+    if isinstance(err, _native.UpstreamTimeoutError):
+        return httpx.ReadTimeout("Timeout on reading data from socket", request=request)
+    if isinstance(err, _native.UpstreamConnectionError):
+        return httpx.RemoteProtocolError(
+            "peer closed connection without sending complete message body", request=request
+        )
+    if isinstance(err, _native.InvalidResponseError):
+        return ValueError(err.args[0])
+    return err

@@ -8,6 +8,7 @@ error comes from the one provider request Rust made; nothing is retried through 
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import traceback
 import uuid
@@ -17,12 +18,15 @@ from typing import Any
 
 import litellm
 
-from litellm_fastpath import _native, compat, errors, routing
-from litellm_fastpath.bridge import await_call
+from litellm_fastpath import _native, compat, errors, routing, streaming
+from litellm_fastpath.bridge import await_call, settle
 
 FASTPATH_HEADERS = {"x-litellm-rust": "true", "x-litellm-fastpath": _native.__version__}
 
 _originals: dict[str, Callable[..., Any]] = {}
+
+# What admission hands over: a call, or a stream (`stream=True` chat).
+Prepared = _native.PreparedCall | _native.PreparedStream
 
 
 def is_installed() -> bool:
@@ -49,7 +53,7 @@ def uninstall() -> None:
         del _originals[name]
 
 
-def _admit_chat(kwargs: dict[str, Any]) -> tuple[routing.Route, _native.PreparedCall] | None:
+def _admit_chat(kwargs: dict[str, Any]) -> tuple[routing.Route, Prepared] | None:
     """The routing decision; None means "LiteLLM's Python path". Raises on malformed input."""
     decision = routing.route(kwargs)
     if isinstance(decision, routing.Decline):
@@ -59,17 +63,28 @@ def _admit_chat(kwargs: dict[str, Any]) -> tuple[routing.Route, _native.Prepared
     if non_finite is not None:
         # LiteLLM would put NaN/Infinity into the JSON body (or fail converting it).
         raise errors.invalid_param(non_finite, "must be a finite number", decision)
+    if isinstance(decision, routing.StreamRoute):
+        return _prepared(
+            decision,
+            _native.prepare_chat_stream,
+            kwargs.get("messages"),
+            decision.params,
+            stream_options=decision.stream_options,
+            strip_usage=decision.strip_usage,
+            repeat_limit=litellm.REPEATED_STREAMING_CHUNK_LIMIT,
+            timeout=decision.timeout,
+        )
     return _prepared(
         decision, _native.prepare_chat, kwargs.get("messages"), decision.params, decision.timeout
     )
 
 
 def _prepared(
-    decision: routing.Route, prepare: Callable[..., Any], *args: Any
-) -> tuple[routing.Route, _native.PreparedCall] | None:
+    decision: routing.Route, prepare: Callable[..., Any], *args: Any, **options: Any
+) -> tuple[routing.Route, Any] | None:
     """Runs Rust's admission and transform: the call, None when declined, a 400 when malformed."""
     try:
-        prepared = prepare(decision.deployment, *args)
+        prepared = prepare(decision.deployment, *args, **options)
     except _native.InvalidRequestError as err:
         raise errors.bad_request(err, decision) from None
     if isinstance(prepared, _native.Declined):
@@ -193,7 +208,7 @@ class _Kind:
     async_name: str
     sync_name: str
     positional: tuple[str, ...]
-    admit: Callable[[dict[str, Any]], tuple[routing.Route, _native.PreparedCall] | None]
+    admit: Callable[[dict[str, Any]], tuple[routing.Route, Prepared] | None]
     response: Callable[[dict[str, Any], Mapping[str, str], routing.Route], Any]
 
 
@@ -226,6 +241,9 @@ async def _call_async(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]
     if admitted is None:
         return await original(**kwargs)
     route, prepared = admitted
+    if isinstance(prepared, _native.PreparedStream):
+        assert isinstance(route, routing.StreamRoute)
+        return await _start_stream(route, prepared, kwargs)
     start_time = datetime.datetime.now()
     logging_obj = _logging_obj(kwargs, route, prepared, start_time, kind.async_name)
     try:
@@ -242,11 +260,16 @@ def _call_sync(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     original = _originals[kind.sync_name]
     if kwargs.pop("rust", False) is not True:
         return original(*args, **kwargs)
+    if kwargs.get("stream") is True:
+        # Synchronous streams stay on LiteLLM's path (its sync wrapper iterates in this thread).
+        routing.record_decline(routing.Decline("stream", "a synchronous stream"))
+        return original(*args, **kwargs)
     kwargs = _normalize(kind, args, kwargs)
     admitted = kind.admit(kwargs)
     if admitted is None:
         return original(**kwargs)
     route, prepared = admitted
+    assert isinstance(prepared, _native.PreparedCall)  # sync streams were declined above
     start_time = datetime.datetime.now()
     logging_obj = _logging_obj(kwargs, route, prepared, start_time, kind.sync_name)
     try:
@@ -295,6 +318,42 @@ _WRAPPERS: dict[str, Callable[..., Any]] = {
 }
 
 
+async def _start_stream(
+    route: routing.StreamRoute, prepared: _native.PreparedStream, kwargs: dict[str, Any]
+) -> streaming.FastStream:
+    """Opens the stream: returns once the provider answered 2xx with its headers (an error
+    status raises here, before any chunk, as on LiteLLM's path)."""
+    start_time = datetime.datetime.now()
+    logging_obj = _logging_obj(kwargs, route, prepared, start_time, "acompletion", required=True)
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    handle = prepared.start(loop, future, settle)
+    try:
+        provider_headers = await future
+    except asyncio.CancelledError:
+        handle.cancel()
+        raise
+    except _native.FastpathError as err:
+        _record_api_window(logging_obj, start_time)
+        raise await _failed(err, route, kwargs, logging_obj, start_time) from None
+    _record_api_window(logging_obj, start_time)
+    logging_obj.stream = True
+    logging_obj.model_call_details["stream"] = True
+    stream = streaming.FastStream(
+        handle, route, logging_obj, provider_headers, streaming.frames_allowed(kwargs)
+    )
+    stream._hidden_params["additional_headers"].update(FASTPATH_HEADERS)
+    compat.update_response_metadata(
+        result=stream,
+        logging_obj=logging_obj,
+        model=kwargs.get("model"),
+        kwargs=kwargs,
+        start_time=start_time,
+        end_time=datetime.datetime.now(),
+    )
+    return stream
+
+
 def _record_api_window(logging_obj: Any, start_time: datetime.datetime) -> None:
     """The provider call's duration, from which LiteLLM derives `x-litellm-overhead-duration-ms`.
 
@@ -307,16 +366,18 @@ def _record_api_window(logging_obj: Any, start_time: datetime.datetime) -> None:
 def _logging_obj(
     kwargs: dict[str, Any],
     route: routing.Route,
-    prepared: _native.PreparedCall,
+    prepared: Prepared,
     start_time: datetime.datetime,
     call_type: str,
+    required: bool = False,
 ) -> Any:
-    """LiteLLM's logging object for this call: the proxy's, or a new one when callbacks exist.
+    """LiteLLM's logging object for this call: the proxy's, or a new one when callbacks exist
+    (or the call needs one: LiteLLM's stream wrapper does).
 
     Without callbacks nobody reads it, so the SDK fast path skips building one."""
     logging_obj = kwargs.get("litellm_logging_obj")
     if logging_obj is None:
-        if not compat.callbacks_configured():
+        if not required and not compat.callbacks_configured():
             return None
         # What LiteLLM's own wrapper does before building its logging object.
         kwargs.setdefault("litellm_call_id", str(uuid.uuid4()))
@@ -333,7 +394,7 @@ def _logging_obj(
 
 
 def _litellm_params(
-    kwargs: Mapping[str, Any], route: routing.Route, prepared: _native.PreparedCall
+    kwargs: Mapping[str, Any], route: routing.Route, prepared: Prepared
 ) -> dict[str, Any]:
     """What LiteLLM's logging reads from `litellm_params` (spend tracking keys live in metadata)."""
     # LiteLLM's handlers log the URL they post to for Anthropic and Bedrock, the configured
@@ -348,7 +409,7 @@ def _litellm_params(
         "api_base": api_base,
         "custom_llm_provider": route.provider,
         "acompletion": True,
-        "stream": False,
+        "stream": isinstance(route, routing.StreamRoute),
     }
 
 

@@ -5,7 +5,9 @@ the benchmarks and the tests.
 `READY <port>`. It speaks HTTP/1.1 with keep-alive on a bare `asyncio.Protocol` (uvloop when
 installed), so it answers tens of thousands of requests per second:
 
-- `POST .../chat/completions`      OpenAI chat completion (echoes the request's `model`)
+- `POST .../chat/completions`      OpenAI chat completion (echoes the request's `model`); with
+                                   `"stream": true` an SSE stream of `max_tokens` chunks (default
+                                   8), `--chunk-delay-ms` apart, usage when asked for
 - `POST .../v1/messages`           Anthropic message (echoes the request's `model`)
 - `POST .../model/<id>/converse`   Bedrock Converse
 - `POST .../embeddings`            OpenAI embeddings (float or base64, one vector per input)
@@ -187,6 +189,68 @@ def _bedrock_embeddings(model_id: str, body: bytes | bytearray) -> tuple[int, di
     return 200, answer
 
 
+STREAM_CHUNKS = 8
+# Delay between streamed chunks (`--chunk-delay-ms`); 0 sends the whole stream at once.
+CHUNK_DELAY_S = 0.0
+
+
+def stream_pieces(count: int) -> list[str]:
+    """The text of a streamed answer of `count` chunks (one word each)."""
+    return [f"w{i} " for i in range(count)]
+
+
+def openai_stream_events(
+    model: str, pieces: list[str], *, include_usage: bool = False, prompt_tokens: int = 11
+) -> list[bytes]:
+    """An OpenAI chat stream as the API sends it: a role chunk, one chunk per piece, a finish
+    chunk, the usage chunk when asked for, `[DONE]`; each item one SSE event."""
+
+    def event(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> bytes:
+        chunk = {
+            "id": "chatcmpl-upstream",
+            "object": "chat.completion.chunk",
+            "created": CREATED,
+            "model": model,
+            "system_fingerprint": "fp_test",
+            "choices": choices,
+            "usage": usage,
+        }
+        return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+
+    def choice(delta: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
+        return [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+
+    events = [event(choice({"role": "assistant", "content": "", "refusal": None}))]
+    events += [event(choice({"content": piece})) for piece in pieces]
+    events.append(event(choice({}, "stop")))
+    if include_usage:
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(pieces),
+            "total_tokens": prompt_tokens + len(pieces),
+        }
+        events.append(event([], usage))
+    events.append(b"data: [DONE]\n\n")
+    return events
+
+
+def _stream_request(body: bytes | bytearray) -> tuple[str, int, bool] | None:
+    """(model, chunks, include_usage) of a streamed OpenAI chat request, else None."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(request, dict) or request.get("stream") is not True:
+        return None
+    count = request.get("max_tokens") or request.get("max_completion_tokens") or STREAM_CHUNKS
+    options = request.get("stream_options") or {}
+    return (
+        str(request.get("model")),
+        max(0, min(int(count), 1_000_000)),
+        bool(isinstance(options, dict) and options.get("include_usage")),
+    )
+
+
 def request_model(body: bytes | bytearray) -> str:
     try:
         model = json.loads(body).get("model")
@@ -337,6 +401,11 @@ class MockProvider(HttpServerProtocol):
         self.body += chunk
 
     def request_done(self) -> None:
+        if self.path.endswith("/chat/completions") and b'"stream"' in self.body:
+            stream = _stream_request(self.body)
+            if stream is not None:
+                self._stream(*stream)
+                return
         # Rendered once per route, model and keep-alive: the mock must never be the bottleneck.
         # Embedding answers depend on the whole request.
         embedding = self.path.endswith(("/embeddings", "/invoke"))
@@ -352,6 +421,36 @@ class MockProvider(HttpServerProtocol):
             if len(self._cache) < 4096:
                 self._cache[key] = response
         self.respond(response)
+
+    def _stream(self, model: str, count: int, include_usage: bool) -> None:
+        """An SSE answer in HTTP/1.1 chunked encoding, one HTTP chunk per event, paced by
+        `CHUNK_DELAY_S`; the connection stays usable afterwards."""
+        assert self.transport is not None
+        events = openai_stream_events(model, stream_pieces(count), include_usage=include_usage)
+        head = (
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            "transfer-encoding: chunked\r\n"
+            f"connection: {'keep-alive' if self.keep_alive else 'close'}\r\n\r\n"
+        )
+        frames = [b"%x\r\n%s\r\n" % (len(event), event) for event in events] + [b"0\r\n\r\n"]
+        if CHUNK_DELAY_S <= 0:
+            self.respond(head.encode() + b"".join(frames))
+            return
+        transport = self.transport
+        transport.write(head.encode() + frames[0])
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        # Scheduled against the start (not chained), so the pace does not drift.
+        for i, frame in enumerate(frames[1:], 1):
+            last = i == len(frames) - 1
+            loop.call_at(start + i * CHUNK_DELAY_S, self._write_frame, transport, frame, last)
+
+    def _write_frame(self, transport: asyncio.Transport, frame: bytes, last: bool) -> None:
+        if transport.is_closing():
+            return
+        transport.write(frame)
+        if last and not self.keep_alive:
+            transport.close()
 
 
 def serve(protocol: type[asyncio.Protocol], port: int = 0) -> None:
@@ -433,14 +532,18 @@ class ServerProcess:
 
 
 def main() -> None:
-    global EMBEDDING_DIMS
+    global EMBEDDING_DIMS, CHUNK_DELAY_S
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument(
         "--embedding-dims", type=int, default=EMBEDDING_DIMS, help="vector length by default"
     )
+    parser.add_argument(
+        "--chunk-delay-ms", type=float, default=0.0, help="pause between streamed chunks"
+    )
     args = parser.parse_args()
     EMBEDDING_DIMS = args.embedding_dims
+    CHUNK_DELAY_S = args.chunk_delay_ms / 1000
     serve(MockProvider, args.port)
 
 

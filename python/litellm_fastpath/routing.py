@@ -28,6 +28,8 @@ logger = logging.getLogger("litellm_fastpath")
 BOOKKEEPING_KWARGS = frozenset(
     {
         "metadata",
+        # The proxy's own note that it asked for usage (read by `route` for streams).
+        "_litellm_strip_stream_usage",
         "litellm_metadata",
         "litellm_call_id",
         "litellm_logging_obj",
@@ -465,6 +467,34 @@ def non_finite_param(params: Mapping[str, Any]) -> str | None:
     return next((name for name, value in params.items() if non_finite(value)), None)
 
 
+@dataclass(frozen=True, slots=True)
+class StreamRoute(Route):
+    """An admitted `stream=True` chat call."""
+
+    # `stream_options` as the caller gave it (forwarded as is), or None.
+    stream_options: dict[str, Any] | None
+    # The proxy added `include_usage` itself and drops the usage chunk it causes.
+    strip_usage: bool
+
+
+# Streamed chat: what the fast path serves so far.
+_STREAM_PROVIDERS = frozenset({"openai"})
+_STREAM_KWARGS = frozenset({"stream", "stream_options"})
+
+
+def _stream_options(kwargs: Mapping[str, Any]) -> dict[str, Any] | Decline | None:
+    options = kwargs.get("stream_options")
+    if options is None:
+        return None
+    if (
+        not isinstance(options, dict)
+        or set(options) - {"include_usage"}
+        or not isinstance(options.get("include_usage", False), bool)
+    ):
+        return Decline("stream", "stream_options other than include_usage")
+    return options
+
+
 def route(kwargs: Mapping[str, Any]) -> Route | Decline:
     """Decides whether a call's kwargs (already without `rust`) can take the fast path."""
     split = _provider_and_model(kwargs, None, "model {model!r} has no supported provider prefix")
@@ -472,7 +502,18 @@ def route(kwargs: Mapping[str, Any]) -> Route | Decline:
         return split
     provider, upstream_model = split
 
-    params = request_params(kwargs)
+    streamed = kwargs.get("stream") is True
+    if streamed:
+        if provider not in _STREAM_PROVIDERS:
+            return Decline("stream", f"streaming from {provider}")
+        import litellm
+
+        if litellm.post_call_rules:
+            return Decline("stream", "post_call_rules see every streamed chunk in Python")
+    stream_options = _stream_options(kwargs) if streamed else None
+    if isinstance(stream_options, Decline):
+        return stream_options
+    params = request_params(kwargs, _STREAM_KWARGS if streamed else frozenset())
     if isinstance(params, Decline):
         return params
     timeout = _timeout(kwargs)
@@ -481,6 +522,16 @@ def route(kwargs: Mapping[str, Any]) -> Route | Decline:
     deployment = _deployment(provider, upstream_model, kwargs)
     if isinstance(deployment, Decline):
         return deployment
+    if streamed:
+        return StreamRoute(
+            deployment=deployment,
+            provider=provider,
+            model=upstream_model,
+            params=params,
+            timeout=timeout,
+            stream_options=stream_options,
+            strip_usage=kwargs.get("_litellm_strip_stream_usage") is True,
+        )
     return Route(
         deployment=deployment,
         provider=provider,

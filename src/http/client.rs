@@ -89,6 +89,21 @@ impl Transport {
         body: JsonBody,
         timeout: Duration,
     ) -> Result<UpstreamResponse, TransportError> {
+        self.open(url, headers, body, timeout)
+            .await?
+            .read_to_end()
+            .await
+    }
+
+    /// Sends one request and returns once the status and headers are in; the body is read
+    /// piece by piece from the returned [`OpenResponse`] (streams).
+    pub async fn open(
+        &self,
+        url: &str,
+        headers: HeaderMap,
+        body: JsonBody,
+        timeout: Duration,
+    ) -> Result<OpenResponse, TransportError> {
         let url =
             reqwest::Url::parse(url).map_err(|err| TransportError::InvalidUrl(err.to_string()))?;
         let response = self
@@ -99,20 +114,57 @@ impl Transport {
             .send()
             .await
             .map_err(|err| classify(err, timeout))?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let body = response.bytes().await.map_err(|err| {
-            if err.is_timeout() {
-                TransportError::Timeout(timeout)
-            } else {
-                TransportError::Disconnected(describe(&err))
-            }
-        })?;
+        Ok(OpenResponse { response, timeout })
+    }
+}
+
+/// A response whose status and headers arrived; dropping it closes the connection mid-body.
+pub struct OpenResponse {
+    response: reqwest::Response,
+    timeout: Duration,
+}
+
+impl OpenResponse {
+    pub fn status(&self) -> u16 {
+        self.response.status().as_u16()
+    }
+
+    pub fn headers(&self) -> &HeaderMap {
+        self.response.headers()
+    }
+
+    /// The next piece of the body as it arrives, `None` at its end. Each wait is bounded by
+    /// the timeout (a stalled stream fails instead of hanging).
+    pub async fn next_piece(&mut self) -> Result<Option<Bytes>, TransportError> {
+        let timeout = self.timeout;
+        self.response
+            .chunk()
+            .await
+            .map_err(|err| body_error(&err, timeout))
+    }
+
+    pub async fn read_to_end(self) -> Result<UpstreamResponse, TransportError> {
+        let status = self.status();
+        let headers = self.headers().clone();
+        let timeout = self.timeout;
+        let body = self
+            .response
+            .bytes()
+            .await
+            .map_err(|err| body_error(&err, timeout))?;
         Ok(UpstreamResponse {
             status,
             headers,
             body,
         })
+    }
+}
+
+fn body_error(err: &reqwest::Error, timeout: Duration) -> TransportError {
+    if err.is_timeout() {
+        TransportError::Timeout(timeout)
+    } else {
+        TransportError::Disconnected(describe(err))
     }
 }
 

@@ -8,6 +8,7 @@ pub mod bedrock;
 pub mod embedding;
 pub mod openai;
 pub mod rules;
+pub mod stream;
 
 use std::time::Duration;
 
@@ -210,6 +211,50 @@ pub fn prepare(deployment: &Deployment, request: &ChatRequest) -> Result<Upstrea
     let mut upstream = transform.build_request(deployment, request)?;
     append_extra_headers(&mut upstream.headers, &deployment.extra_headers);
     Ok(upstream)
+}
+
+/// Admission and transform for a streamed chat request: the upstream request (the chat body
+/// plus `stream: true` and the caller's `stream_options`) and the transform of its events.
+pub fn prepare_stream(
+    deployment: &Deployment,
+    request: &ChatRequest,
+    stream_options: Option<Value>,
+    options: openai::stream::StreamOptions,
+) -> Result<(UpstreamRequest, Box<dyn stream::StreamTransform>), Refusal> {
+    if deployment.provider.as_str() != "openai" {
+        return Err(Decline::new(
+            crate::model::DeclineCode::Stream,
+            format!("streaming from {}", deployment.provider.as_str()),
+        )
+        .into());
+    }
+    for name in ["n", "logprobs", "top_logprobs"] {
+        if request.params.get(name).is_some_and(|v| !v.is_null()) {
+            return Err(Decline::new(
+                crate::model::DeclineCode::Stream,
+                format!("param {name:?} in a stream"),
+            )
+            .into());
+        }
+    }
+    let mut upstream = prepare(deployment, request)?;
+    let crate::http::RequestBody::Document(crate::wire::body::Node::Object(fields)) =
+        &mut upstream.body
+    else {
+        return Err(TransformError::InvalidRequest("unexpected chat body".into()).into());
+    };
+    fields.push((
+        "stream".into(),
+        crate::wire::body::Node::Value(Value::Bool(true)),
+    ));
+    if let Some(stream_options) = stream_options {
+        fields.push((
+            "stream_options".into(),
+            crate::wire::body::Node::Value(stream_options),
+        ));
+    }
+    let transform = openai::stream::OpenAiStream::new(deployment.model.clone(), options);
+    Ok((upstream, Box::new(transform)))
 }
 
 /// Converts a 2xx upstream body into an OpenAI `chat.completion` object.

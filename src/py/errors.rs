@@ -9,6 +9,7 @@ use pyo3::types::PyDict;
 use crate::call::CallError;
 use crate::http::client::{TransportError, UpstreamResponse};
 use crate::providers::TransformError;
+use crate::stream::StreamError;
 
 create_exception!(
     _native,
@@ -45,6 +46,12 @@ create_exception!(
     InvalidResponseError,
     FastpathError,
     "The provider's 2xx answer could not be parsed."
+);
+create_exception!(
+    _native,
+    UpstreamStreamError,
+    FastpathError,
+    "The provider reported an error inside a stream. args: (message, error_object)."
 );
 create_exception!(
     _native,
@@ -120,6 +127,27 @@ pub fn transform_error_to_py(err: TransformError) -> PyErr {
         | TransformError::Body(_)
         | TransformError::Media(_)
         | TransformError::InvalidHeader(_) => InvalidRequestError::new_err(err.to_string()),
+    }
+}
+
+pub fn stream_error_to_py(py: Python<'_>, err: StreamError) -> PyErr {
+    match err {
+        StreamError::Transport(err) => transport_error_to_py(err),
+        StreamError::Sse(err) => InvalidResponseError::new_err((err.to_string(), "stream")),
+        StreamError::Transform(err) => transform_error_to_py(err),
+        StreamError::Repetition(_) => UpstreamStreamError::new_err((
+            err.to_string(),
+            pythonize::pythonize(py, &serde_json::json!({"type": "repetition"}))
+                .map(|v| v.unbind())
+                .unwrap_or_else(|_| py.None()),
+        )),
+        StreamError::Provider(error) => match pythonize::pythonize(py, &error) {
+            Ok(error) => UpstreamStreamError::new_err((
+                "the provider sent an error event mid-stream".to_string(),
+                error.unbind(),
+            )),
+            Err(err) => InternalError::new_err(format!("cannot convert the error event: {err}")),
+        },
     }
 }
 

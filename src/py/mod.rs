@@ -5,6 +5,7 @@ mod bridge;
 mod errors;
 mod extract;
 mod gil;
+mod stream;
 
 use pyo3::prelude::*;
 
@@ -23,12 +24,15 @@ mod _native {
     use crate::http::sigv4::AwsCredentials;
     use crate::model::{ChatRequest, DeclineCode, EmbeddingRequest};
     use crate::providers::bedrock::transcription::{self, TranscriptionRequest};
+    use crate::providers::openai::stream::StreamOptions;
     use crate::providers::{
         self, AwsAuth, AwsSettings, Deployment as CoreDeployment, Provider, Refusal, embedding,
     };
 
     #[pymodule_export]
     use super::bridge::{CallHandle, PreparedCall};
+    #[pymodule_export]
+    use super::stream::{PreparedStream, StreamHandle};
 
     #[pymodule_export]
     #[allow(non_upper_case_globals)]
@@ -57,6 +61,10 @@ mod _native {
         m.add(
             "InvalidResponseError",
             py.get_type::<errors::InvalidResponseError>(),
+        )?;
+        m.add(
+            "UpstreamStreamError",
+            py.get_type::<errors::UpstreamStreamError>(),
         )?;
         m.add("InternalError", py.get_type::<errors::InternalError>())?;
         let drain = wrap_pyfunction!(super::gil::drain, m)?;
@@ -231,6 +239,58 @@ mod _native {
         let outcome = providers::prepare(&core, &request)
             .map(|upstream| (vec![upstream], ResponseShape::ChatCompletion(core)));
         prepared_or_declined(py, outcome, timeout)
+    }
+
+    /// Admission and transform for a streamed chat request (`stream=True`), before any I/O:
+    /// returns a `PreparedStream` or a `Declined`; malformed input raises `InvalidRequestError`.
+    #[pyfunction]
+    #[pyo3(signature = (
+        deployment, messages, params, *, stream_options=None, strip_usage=false,
+        repeat_limit=100, timeout=None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_chat_stream(
+        py: Python<'_>,
+        deployment: &Deployment,
+        messages: &Bound<'_, PyAny>,
+        params: &Bound<'_, PyAny>,
+        stream_options: Option<&Bound<'_, PyAny>>,
+        strip_usage: bool,
+        repeat_limit: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        let extracted = extract::params(params).and_then(|params| {
+            Ok(ChatRequest {
+                messages: extract::messages(messages)?,
+                params,
+            })
+        });
+        let request = match extracted {
+            Ok(request) => request,
+            Err(decline) => return declined(py, decline),
+        };
+        let stream_options = stream_options
+            .map(pythonize::depythonize::<serde_json::Value>)
+            .transpose()
+            .map_err(|err| InvalidRequestError::new_err(format!("stream_options: {err}")))?;
+        let options = StreamOptions {
+            given: stream_options.is_some(),
+            include_usage: stream_options.as_ref().and_then(|o| o.get("include_usage"))
+                == Some(&serde_json::Value::Bool(true)),
+            strip_usage_artifacts: strip_usage,
+            repeat_limit,
+        };
+        let timeout = timeout.map(timeout_from_secs).transpose()?;
+        match providers::prepare_stream(&deployment.inner, &request, stream_options, options) {
+            Ok((mut upstream, transform)) => {
+                if let Some(timeout) = timeout {
+                    upstream.timeout = timeout;
+                }
+                Ok(Py::new(py, PreparedStream::new(upstream, transform))?.into_any())
+            }
+            Err(Refusal::Declined(decline)) => declined(py, decline),
+            Err(Refusal::Invalid(err)) => Err(errors::transform_error_to_py(err)),
+        }
     }
 
     /// Admission and transform for an embeddings request, before any I/O: returns a

@@ -2,6 +2,7 @@
 //! name; data URLs stay zero-copy string slices.
 
 pub mod embedding;
+pub mod stream;
 
 use http::HeaderMap;
 use serde_json::{Map, Value, json};

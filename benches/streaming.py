@@ -1,0 +1,268 @@
+"""Streamed chat through one proxy worker: LiteLLM's Python path against the fast path.
+
+Both arms are models of one proxy (`plain-openai` and `rust-openai`, same deployment) served by
+the package's mock provider, which streams OpenAI SSE (`max_tokens` chunks); the clients run in
+their own process (asyncio + httpx). Arms are interleaved, step by step, in one run:
+
+- throughput: 8 concurrent streams of 1,000 chunks, back to back, for a fixed time: chunks/s the
+  worker sustains and proxy CPU per chunk;
+- time to the first content chunk, added over the same stream fetched from the mock directly:
+  1 stream at a time, and 20 concurrent streams (p50/p99);
+- pacing: 20 concurrent streams of 50 chunks paced 20 ms apart by the mock: how late the last
+  chunk arrives against the same streams fetched directly (added p99);
+- memory: RSS growth of a fresh proxy over its first 10,000-chunk stream, per arm.
+
+`python -m benches.streaming [--quick]`; results in benches/results/streaming.{md,json,png}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+from benches._common import (
+    arg_parser,
+    cpu_seconds,
+    log,
+    machine,
+    machine_line,
+    percentile,
+    proc_status,
+    process_tree,
+    write_results,
+)
+
+ARMS = ("plain", "rust")
+
+
+# -- the client process ----------------------------------------------------------------------
+
+
+async def _one_stream(client: Any, url: str, body: dict[str, Any], headers: dict[str, str]) -> Any:
+    start = time.perf_counter()
+    first = None
+    chunks = 0
+    async with client.stream("POST", url, json=body, headers=headers) as resp:
+        resp.raise_for_status()
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            if '"content"' in line and first is None and '"content":""' not in line:
+                first = time.perf_counter() - start
+            chunks += 1
+    return {"ttft": first, "total": time.perf_counter() - start, "chunks": chunks}
+
+
+async def _client(spec: dict[str, Any]) -> dict[str, Any]:
+    import httpx
+
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        body = {
+            "model": spec["model"],
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+            "max_tokens": spec["chunks"],
+        }
+        headers = {"Authorization": f"Bearer {spec['key']}"} if spec.get("key") else {}
+        url = spec["url"]
+        results: list[Any] = []
+        deadline = time.perf_counter() + spec.get("seconds", 0)
+        started = time.perf_counter()
+
+        async def worker() -> None:
+            for _ in range(spec["rounds"]):
+                results.append(await _one_stream(client, url, body, headers))
+                if spec.get("seconds") and time.perf_counter() > deadline:
+                    return
+
+        await asyncio.gather(*(worker() for _ in range(spec["concurrency"])))
+        return {"streams": results, "wall": time.perf_counter() - started}
+
+
+def run_client(spec: dict[str, Any]) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "benches.streaming", "--client", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+# -- the driver --------------------------------------------------------------------------------
+
+
+def _proxy(mock_url: str, paced_url: str) -> Any:
+    from litellm_fastpath.mock_provider import deployment_kwargs
+    from tests.conftest import twin_models
+    from tests.harness import ProxyProcess
+
+    models = twin_models("openai", deployment_kwargs("openai", mock_url))
+    models += twin_models("paced", deployment_kwargs("openai", paced_url))
+    return ProxyProcess(
+        models,
+        litellm_settings={"callbacks": ["litellm_fastpath.proxy.accelerator"]},
+        router_settings={"num_retries": 0},
+    )
+
+
+def _added(arm: list[float], direct: list[float], q: float) -> float:
+    return (percentile(sorted(arm), q) - percentile(sorted(direct), q)) * 1000
+
+
+def measure(quick: bool) -> dict[str, Any]:
+    from litellm_fastpath.mock_provider import ServerProcess
+    from tests.harness.proxy import MASTER_KEY
+
+    seconds = 4 if quick else 12
+    reps = 1 if quick else 3
+    data: dict[str, Any] = {"steps": []}
+    with (
+        ServerProcess() as mock,
+        ServerProcess(args=("--chunk-delay-ms", "20")) as paced,
+        _proxy(mock.url, paced.url) as proxy,
+    ):
+        pids = process_tree(proxy.pid)
+
+        def spec(model: str, **kw: Any) -> dict[str, Any]:
+            return {"url": f"{proxy.url}/chat/completions", "model": model, "key": MASTER_KEY, **kw}
+
+        def direct(url: str, **kw: Any) -> dict[str, Any]:
+            return {"url": f"{url}/v1/chat/completions", "model": "gpt-4o-mini", **kw}
+
+        for arm in ARMS:  # warm-up
+            run_client(spec(f"{arm}-openai", chunks=100, concurrency=4, rounds=5))
+        throughput: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
+        ttft1: dict[str, list[float]] = {arm: [] for arm in (*ARMS, "direct")}
+        ttft20: dict[str, list[float]] = {arm: [] for arm in (*ARMS, "direct")}
+        lag: dict[str, list[float]] = {arm: [] for arm in (*ARMS, "direct")}
+        for rep in range(reps):
+            for arm in ARMS:
+                log(f"rep {rep} {arm}: throughput")
+                cpu0 = cpu_seconds(pids)
+                result = run_client(
+                    spec(f"{arm}-openai", chunks=1000, concurrency=8, rounds=10**6, seconds=seconds)
+                )
+                cpu = cpu_seconds(pids) - cpu0
+                chunks = sum(s["chunks"] for s in result["streams"])
+                throughput[arm].append(
+                    {
+                        "chunks_per_s": chunks / result["wall"],
+                        "cpu_ms_per_chunk": cpu * 1e3 / chunks,
+                    }
+                )
+            rounds = 20 if quick else 60
+            d1 = run_client(direct(mock.url, chunks=8, concurrency=1, rounds=rounds))
+            ttft1["direct"] += [s["ttft"] for s in d1["streams"]]
+            d20 = run_client(direct(mock.url, chunks=8, concurrency=20, rounds=3))
+            ttft20["direct"] += [s["ttft"] for s in d20["streams"]]
+            dp = run_client(direct(paced.url, chunks=50, concurrency=20, rounds=1))
+            lag["direct"] += [s["total"] for s in dp["streams"]]
+            for arm in ARMS:
+                log(f"rep {rep} {arm}: first chunk and pacing")
+                r1 = run_client(spec(f"{arm}-openai", chunks=8, concurrency=1, rounds=rounds))
+                ttft1[arm] += [s["ttft"] for s in r1["streams"]]
+                r20 = run_client(spec(f"{arm}-openai", chunks=8, concurrency=20, rounds=3))
+                ttft20[arm] += [s["ttft"] for s in r20["streams"]]
+                rp = run_client(spec(f"{arm}-paced", chunks=50, concurrency=20, rounds=1))
+                lag[arm] += [s["total"] for s in rp["streams"]]
+        for arm in ARMS:
+            best = max(throughput[arm], key=lambda s: s["chunks_per_s"])
+            data[arm] = {
+                "chunks_per_s": best["chunks_per_s"],
+                "cpu_ms_per_chunk": min(s["cpu_ms_per_chunk"] for s in throughput[arm]),
+                "ttft1_added_p50_ms": _added(ttft1[arm], ttft1["direct"], 50),
+                "ttft1_added_p99_ms": _added(ttft1[arm], ttft1["direct"], 99),
+                "ttft20_added_p99_ms": _added(ttft20[arm], ttft20["direct"], 99),
+                "paced20_last_chunk_added_p99_ms": _added(lag[arm], lag["direct"], 99),
+            }
+        data["raw"] = {"throughput": throughput}
+    for arm in ARMS:
+        log(f"{arm}: RSS over a fresh proxy's first 10,000-chunk stream")
+        with ServerProcess() as mock, _proxy(mock.url, mock.url) as proxy:
+            pids = process_tree(proxy.pid)
+            run_client(spec_for(proxy, f"{arm}-openai", 8))
+            before = proc_status(pids)["VmRSS"]
+            run_client(spec_for(proxy, f"{arm}-openai", 10_000))
+            time.sleep(0.5)
+            after = proc_status(pids)["VmRSS"]
+            data[arm]["rss_growth_mib"] = (after - before) / 2**20
+    return data
+
+
+def spec_for(proxy: Any, model: str, chunks: int) -> dict[str, Any]:
+    from tests.harness.proxy import MASTER_KEY
+
+    return {
+        "url": f"{proxy.url}/chat/completions",
+        "model": model,
+        "key": MASTER_KEY,
+        "chunks": chunks,
+        "concurrency": 1,
+        "rounds": 1,
+    }
+
+
+ROWS = (
+    ("chunks/s one worker sustains", "chunks_per_s", "≥ 4x", 0),
+    ("proxy CPU per chunk (ms)", "cpu_ms_per_chunk", "≤ 0.25x", 3),
+    ("first chunk, added p50, 1 stream (ms)", "ttft1_added_p50_ms", "≤ 0.6x", 2),
+    ("first chunk, added p99, 1 stream (ms)", "ttft1_added_p99_ms", "≤ 0.6x", 2),
+    ("first chunk, added p99, 20 streams (ms)", "ttft20_added_p99_ms", "≤ 0.1x", 1),
+    ("last chunk late, p99, 20 paced streams (ms)", "paced20_last_chunk_added_p99_ms", "≤ 0.1x", 1),
+    ("RSS growth, first 10k-chunk stream (MiB)", "rss_growth_mib", "≤ 0.25x", 1),
+)
+
+
+def render(data: dict[str, Any]) -> str:
+    lines = [
+        "# Streaming through one proxy worker (OpenAI SSE, mock provider)",
+        "",
+        machine_line(data["machine"]),
+        "",
+        "| metric | Python | Rust | Rust/Python | bar |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for label, key, bar, digits in ROWS:
+        py, rs = data["plain"][key], data["rust"][key]
+        ratio = rs / py if py else float("nan")
+        lines.append(f"| {label} | {py:.{digits}f} | {rs:.{digits}f} | {ratio:.2f} | {bar} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(data: dict[str, Any]) -> Any:
+    def draw(plt: Any) -> Any:
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+        keys = [("chunks/s", "chunks_per_s"), ("CPU ms/chunk", "cpu_ms_per_chunk")]
+        for ax, (title, key) in zip(axes, keys, strict=True):
+            ax.bar(["Python", "Rust"], [data["plain"][key], data["rust"][key]])
+            ax.set_title(title)
+        return fig
+
+    return draw
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--client"]:
+        print(json.dumps(asyncio.run(_client(json.loads(argv[1])))))
+        return 0
+    parser = arg_parser(__doc__ or "", "a short run: fewer and shorter steps")
+    args = parser.parse_args(argv)
+    info = machine(args.wait_quiet)
+    data = measure(args.quick)
+    data["machine"] = info
+    markdown = render(data)
+    print(markdown)
+    if not args.no_write:
+        write_results("streaming", markdown, data, plot=plot(data), alt="streaming throughput")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,297 @@
+//! Streamed calls for Python: open the call (asyncio or blocking), then drain its chunks in
+//! batches, one handoff per batch however many chunks it holds.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+
+use futures_util::FutureExt;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+use super::errors::{InternalError, call_error_to_py, panic_to_py, stream_error_to_py};
+use super::gil;
+use crate::http::UpstreamRequest;
+use crate::http::client::{OpenResponse, TransportError};
+use crate::runtime::{self, Engine};
+use crate::stream::{self, Batch, Receiver, StreamError, StreamTransform};
+
+struct StreamWork {
+    request: UpstreamRequest,
+    transform: Box<dyn StreamTransform>,
+}
+
+/// A streamed request that passed admission; it can be started exactly once.
+#[pyclass(frozen, module = "litellm_fastpath._native")]
+pub struct PreparedStream {
+    work: Mutex<Option<StreamWork>>,
+    url: String,
+}
+
+impl PreparedStream {
+    pub fn new(request: UpstreamRequest, transform: Box<dyn StreamTransform>) -> Self {
+        PreparedStream {
+            url: request.url.clone(),
+            work: Mutex::new(Some(StreamWork { request, transform })),
+        }
+    }
+
+    fn take(&self) -> PyResult<StreamWork> {
+        self.work
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+            .ok_or_else(|| InternalError::new_err("this stream was already started"))
+    }
+}
+
+fn headers_to_py<'py>(py: Python<'py>, headers: &http::HeaderMap) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    for (name, value) in headers {
+        if let Ok(value) = value.to_str() {
+            dict.set_item(name.as_str(), value)?;
+        }
+    }
+    Ok(dict)
+}
+
+fn engine() -> PyResult<Arc<Engine>> {
+    runtime::engine().map_err(super::errors::transport_error_to_py)
+}
+
+#[pymethods]
+impl PreparedStream {
+    /// The provider URL this call posts to (what LiteLLM logs as `api_base`).
+    #[getter]
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Opens the stream; once the provider's status and headers are in, `settle(future, ok,
+    /// value)` runs on `event_loop` with the provider's headers (or the exception to raise).
+    /// The chunks are read from the returned handle.
+    fn start(
+        &self,
+        event_loop: Py<PyAny>,
+        future: Py<PyAny>,
+        settle: Py<PyAny>,
+    ) -> PyResult<StreamHandle> {
+        let work = self.take()?;
+        let engine = engine()?;
+        let (tx, receiver) = stream::channel();
+        let task_engine = Arc::clone(&engine);
+        let task = engine.runtime.spawn(async move {
+            let opened = AssertUnwindSafe(stream::open(&task_engine.transport, work.request))
+                .catch_unwind()
+                .await;
+            let response = match opened {
+                Ok(Ok(response)) => response,
+                Ok(Err(err)) => {
+                    settle_later(event_loop, settle, future, move |py| {
+                        Err(call_error_to_py(py, err))
+                    });
+                    return;
+                }
+                Err(panic) => {
+                    settle_later(event_loop, settle, future, move |_| Err(panic_to_py(panic)));
+                    return;
+                }
+            };
+            let headers = response.headers().clone();
+            settle_later(event_loop, settle, future, move |py| {
+                Ok(headers_to_py(py, &headers)?.into_any().unbind())
+            });
+            run_pump(response, work.transform, tx).await;
+        });
+        Ok(StreamHandle::new(receiver, task.abort_handle()))
+    }
+
+    /// Opens the stream with the GIL released; returns `(handle, provider_headers)`.
+    fn start_blocking(&self, py: Python<'_>) -> PyResult<(StreamHandle, Py<PyAny>)> {
+        let work = self.take()?;
+        let engine = engine()?;
+        let opened = py.detach(|| {
+            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                engine
+                    .runtime
+                    .block_on(stream::open(&engine.transport, work.request))
+            }))
+        });
+        let response = match opened {
+            Ok(Ok(response)) => response,
+            Ok(Err(err)) => return Err(call_error_to_py(py, err)),
+            Err(panic) => return Err(panic_to_py(panic)),
+        };
+        let headers = headers_to_py(py, response.headers())?.into_any().unbind();
+        let (tx, receiver) = stream::channel();
+        let task = engine.runtime.spawn(run_pump(response, work.transform, tx));
+        Ok((StreamHandle::new(receiver, task.abort_handle()), headers))
+    }
+}
+
+async fn run_pump(
+    response: OpenResponse,
+    transform: Box<dyn StreamTransform>,
+    tx: tokio::sync::mpsc::Sender<stream::Piece>,
+) {
+    let guard_tx = tx.clone();
+    let pumped = AssertUnwindSafe(stream::pump(response, transform, tx))
+        .catch_unwind()
+        .await;
+    if let Err(panic) = pumped {
+        let detail = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        let _ = guard_tx
+            .send(stream::Piece::Failed(StreamError::Transport(
+                TransportError::Setup(format!("internal error in litellm-fastpath: {detail}")),
+            )))
+            .await;
+    }
+}
+
+/// Runs `value` with the GIL on the GIL thread and hands the outcome to asyncio.
+fn settle_later(
+    event_loop: Py<PyAny>,
+    settle: Py<PyAny>,
+    future: Py<PyAny>,
+    value: impl FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send + 'static,
+) {
+    gil::submit(move |py| {
+        let (ok, value) = match value(py) {
+            Ok(value) => (true, value),
+            Err(err) => (false, err.into_value(py).into_any()),
+        };
+        // The loop may already be closed (its caller is gone): nobody is left to tell.
+        let _ = event_loop.call_method1(py, "call_soon_threadsafe", (settle, future, ok, value));
+    });
+}
+
+/// A started stream's chunks. Dropping it (or `cancel`) stops the upstream read at once.
+#[pyclass(frozen, module = "litellm_fastpath._native")]
+pub struct StreamHandle {
+    receiver: Arc<tokio::sync::Mutex<Receiver>>,
+    abort: tokio::task::AbortHandle,
+}
+
+impl StreamHandle {
+    fn new(receiver: Receiver, abort: tokio::task::AbortHandle) -> Self {
+        StreamHandle {
+            receiver: Arc::new(tokio::sync::Mutex::new(receiver)),
+            abort,
+        }
+    }
+}
+
+impl Drop for StreamHandle {
+    fn drop(&mut self) {
+        self.abort.abort();
+    }
+}
+
+/// `(payload, text, end)`. payload: a list of chunk dicts, or — when `frames_model` is given —
+/// `bytes` of SSE frames as the proxy writes them, with that model name; text: the content of
+/// the batch's chunks joined (what LiteLLM would bill on a disconnect); end: None (more to
+/// come), the whole answer as one chunk dict (the stream is over) or the exception that ended
+/// it. A handle drained past its end gives `(None, "", None)`.
+fn batch_to_py(py: Python<'_>, batch: Option<(Batch, Option<Vec<u8>>)>) -> PyResult<Py<PyAny>> {
+    let Some((batch, frames)) = batch else {
+        return Ok((py.None(), "", py.None())
+            .into_pyobject(py)?
+            .into_any()
+            .unbind());
+    };
+    let text: String = batch
+        .chunks
+        .iter()
+        .filter_map(|chunk| chunk["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    let payload: Py<PyAny> = match frames {
+        Some(frames) => PyBytes::new(py, &frames).into_any().unbind(),
+        None => {
+            let list = PyList::empty(py);
+            for chunk in &batch.chunks {
+                list.append(pythonize::pythonize(py, chunk).map_err(|err| {
+                    InternalError::new_err(format!("cannot convert a stream chunk: {err}"))
+                })?)?;
+            }
+            list.into_any().unbind()
+        }
+    };
+    let end: Py<PyAny> = match batch.end {
+        None => py.None(),
+        Some(Ok(answer)) => pythonize::pythonize(py, &answer)
+            .map_err(|err| InternalError::new_err(format!("cannot convert the answer: {err}")))?
+            .unbind(),
+        Some(Err(err)) => stream_error_to_py(py, err).into_value(py).into_any(),
+    };
+    Ok((payload, text, end).into_pyobject(py)?.into_any().unbind())
+}
+
+/// The next batch, with its frames serialized here (on tokio) when asked for.
+async fn next_batch(
+    receiver: Arc<tokio::sync::Mutex<Receiver>>,
+    frames_model: Option<String>,
+    limit: usize,
+) -> Option<(Batch, Option<Vec<u8>>)> {
+    let batch = receiver.lock().await.next_batch(limit).await?;
+    let frames = frames_model.map(|model| {
+        let mut frames = Vec::new();
+        for chunk in &batch.chunks {
+            stream::proxy_frame(chunk, &model, &mut frames);
+        }
+        frames
+    });
+    Some((batch, frames))
+}
+
+#[pymethods]
+impl StreamHandle {
+    /// Waits for the next batch; `settle(future, ok, (payload, text, end))` runs on
+    /// `event_loop`. With `frames_model`, the payload is ready-to-send SSE frames.
+    /// `limit` caps the chunks handed over (the rest wait for the next call).
+    #[pyo3(signature = (event_loop, future, settle, frames_model=None, limit=usize::MAX))]
+    fn next(
+        &self,
+        event_loop: Py<PyAny>,
+        future: Py<PyAny>,
+        settle: Py<PyAny>,
+        frames_model: Option<String>,
+        limit: usize,
+    ) -> PyResult<()> {
+        let engine = engine()?;
+        let receiver = Arc::clone(&self.receiver);
+        engine.runtime.spawn(async move {
+            let batch = next_batch(receiver, frames_model, limit).await;
+            settle_later(event_loop, settle, future, move |py| batch_to_py(py, batch));
+        });
+        Ok(())
+    }
+
+    /// The next batch, waiting with the GIL released.
+    fn next_blocking(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let engine = engine()?;
+        let receiver = Arc::clone(&self.receiver);
+        let batch = py.detach(|| {
+            engine
+                .runtime
+                .block_on(next_batch(receiver, None, usize::MAX))
+        });
+        batch_to_py(py, batch)
+    }
+
+    /// Stops the stream: the upstream connection is closed, buffered chunks are dropped.
+    fn cancel(&self) {
+        self.abort.abort();
+    }
+
+    /// `cancel`, under the name LiteLLM's stream wrapper calls on its completion stream.
+    fn close(&self) {
+        self.abort.abort();
+    }
+
+    fn done(&self) -> bool {
+        self.abort.is_finished()
+    }
+}

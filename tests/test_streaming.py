@@ -1,0 +1,250 @@
+"""Streamed chat in the SDK: `litellm.acompletion(stream=True, rust=True)` against LiteLLM's own
+stream for the same upstream events, chunk by chunk, plus the faults a stream can meet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from typing import Any
+
+import litellm
+import pytest
+
+import litellm_fastpath
+from litellm_fastpath.mock_provider import deployment_kwargs, openai_stream_events, stream_pieces
+from tests.conftest import Recorder
+from tests.harness import RecordingUpstream, Reply
+from tests.test_streaming_proxy import DONE, SCENARIOS, USAGE, chunk, sse_reply
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def dumped(item: Any) -> dict[str, Any]:
+    data = json.loads(item.model_dump_json(exclude_none=True, exclude_unset=True))
+    data.pop("created", None)
+    return data
+
+
+async def collect(upstream: RecordingUpstream, rust: bool, **kwargs: Any) -> tuple[Any, list]:
+    stream = await litellm.acompletion(
+        **deployment_kwargs("openai", upstream.url),
+        messages=MESSAGES,
+        stream=True,
+        rust=rust,
+        **kwargs,
+    )
+    return stream, [dumped(item) async for item in stream]
+
+
+async def both(upstream: RecordingUpstream, reply: Reply, **kwargs: Any) -> tuple[Any, Any]:
+    out = []
+    for rust in (True, False):
+        upstream.clear()
+        upstream.set_default("/chat/completions", reply)
+        stream, chunks = await collect(upstream, rust, **kwargs)
+        out.append((stream, chunks, [r.json() for r in upstream.requests]))
+    return out[0], out[1]
+
+
+def served_by_rust(stream: Any) -> bool:
+    return stream._hidden_params["additional_headers"].get("x-litellm-rust") == "true"
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("stream_options", [None, {"include_usage": True}])
+async def test_chunks_match_litellm(
+    upstream: RecordingUpstream, scenario: str, stream_options: Any
+) -> None:
+    (rust, rust_chunks, rust_sent), (plain, plain_chunks, plain_sent) = await both(
+        upstream, sse_reply(SCENARIOS[scenario]), stream_options=stream_options
+    )
+    assert served_by_rust(rust) and not served_by_rust(plain)
+    assert rust_sent == plain_sent
+    assert rust_sent[0]["stream"] is True
+    assert rust_chunks == plain_chunks
+
+
+@pytest.mark.parametrize("count", [1, 10_000])
+async def test_long_and_short_streams(upstream: RecordingUpstream, count: int) -> None:
+    events = openai_stream_events("gpt-4o-mini", stream_pieces(count), include_usage=True)
+    (rust, rust_chunks, _), (_, plain_chunks, _) = await both(
+        upstream, sse_reply(events), stream_options={"include_usage": True}
+    )
+    assert served_by_rust(rust)
+    assert len(rust_chunks) == count + 3  # role, pieces, finish, usage
+    assert rust_chunks == plain_chunks
+
+
+async def test_events_split_at_every_byte_boundary(upstream: RecordingUpstream) -> None:
+    # One piece per byte, a multi-byte character included: the decoder must join them.
+    events = [chunk({"role": "assistant", "content": "é✓"}), chunk({}, "stop"), DONE]
+    body = b"".join(events)
+    reply = sse_reply(events, action="trickle", pieces=len(body), delay_s=0.0005)
+    (rust, rust_chunks, _), (_, plain_chunks, _) = await both(upstream, reply)
+    assert served_by_rust(rust)
+    assert rust_chunks == plain_chunks
+    assert rust_chunks[0]["choices"][0]["delta"]["content"] == "é✓"
+
+
+async def failure(upstream: RecordingUpstream, reply: Reply, rust: bool, **kwargs: Any) -> Any:
+    upstream.clear()
+    upstream.set_default("/chat/completions", reply)
+    received = []
+    with pytest.raises(Exception) as raised:
+        stream = await litellm.acompletion(
+            **deployment_kwargs("openai", upstream.url),
+            messages=MESSAGES,
+            stream=True,
+            rust=rust,
+            **kwargs,
+        )
+        async for item in stream:
+            received.append(dumped(item))
+    return raised.value, received, len(upstream.requests)
+
+
+def described(exc: Any) -> tuple[Any, ...]:
+    original = getattr(exc, "original_exception", None)
+    return (
+        type(exc).__name__,
+        getattr(exc, "status_code", None),
+        type(original).__name__,
+        getattr(exc, "is_pre_first_chunk", None),
+        getattr(exc, "generated_content", None),
+    )
+
+
+async def test_error_event_mid_stream(upstream: RecordingUpstream) -> None:
+    events = [
+        chunk({"role": "assistant", "content": "partial"}),
+        b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n',
+    ]
+    rust = await failure(upstream, sse_reply(events), True)
+    plain = await failure(upstream, sse_reply(events), False)
+    assert described(rust[0]) == described(plain[0])
+    assert str(rust[0]) == str(plain[0])
+    assert rust[1] == plain[1]
+    assert rust[2] == 1
+
+
+async def test_repeating_model_is_stopped_like_litellm(upstream: RecordingUpstream) -> None:
+    events = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": "abc"})] * (litellm.REPEATED_STREAMING_CHUNK_LIMIT + 5)
+    rust = await failure(upstream, sse_reply(events), True)
+    plain = await failure(upstream, sse_reply(events), False)
+    assert described(rust[0]) == described(plain[0])
+    assert len(rust[1]) == len(plain[1])
+
+
+async def test_disconnect_mid_stream_fails_like_litellm(upstream: RecordingUpstream) -> None:
+    events = [chunk({"role": "assistant", "content": "partial"}), chunk({"content": "more"})]
+    reply = sse_reply([*events, chunk({}, "stop")], action="disconnect_mid_body")
+    rust = await failure(upstream, reply, True)
+    plain = await failure(upstream, reply, False)
+    assert described(rust[0])[:4] == described(plain[0])[:4]
+    assert rust[2] == 1
+
+
+async def test_stalled_stream_times_out(upstream: RecordingUpstream) -> None:
+    events = [chunk({"role": "assistant", "content": "a"}), chunk({"content": "b"}), DONE]
+    reply = sse_reply(events, action="trickle", pieces=2, delay_s=2.0)
+    started = time.monotonic()
+    rust = await failure(upstream, reply, True, timeout=0.5)
+    assert time.monotonic() - started < 2.0
+    plain = await failure(upstream, reply, False, timeout=0.5)
+    assert described(rust[0])[:3] == described(plain[0])[:3]
+
+
+async def test_upstream_error_status_raises_before_any_chunk(upstream: RecordingUpstream) -> None:
+    reply = Reply(status=429, json={"error": {"message": "slow down", "type": "rate_limit"}})
+    rust = await failure(upstream, reply, True)
+    plain = await failure(upstream, reply, False)
+    assert type(rust[0]) is type(plain[0]) is litellm.RateLimitError
+    assert str(rust[0]) == str(plain[0])
+    assert rust[2] == 1
+
+
+async def test_closing_the_stream_closes_the_upstream_request(upstream: RecordingUpstream) -> None:
+    events = [chunk({"role": "assistant", "content": "a"})] + [chunk({"content": "b"})] * 50
+    upstream.set_default(
+        "/chat/completions", sse_reply([*events, DONE], action="trickle", pieces=50, delay_s=0.2)
+    )
+    stream = await litellm.acompletion(
+        **deployment_kwargs("openai", upstream.url), messages=MESSAGES, stream=True, rust=True
+    )
+    first = await stream.__anext__()
+    assert first.choices[0].delta.content == "a"
+    await stream.aclose()
+    handle = stream._handle
+    deadline = time.monotonic() + 2
+    while not handle.done() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert handle.done()
+
+
+async def test_logging_sees_one_success_with_litellm_usage(
+    upstream: RecordingUpstream, recorder: Recorder
+) -> None:
+    seen: dict[bool, list[Any]] = {}
+    no_usage = [chunk({"content": "x"}), chunk({}, "stop"), DONE]
+    for rust in (True, False):
+        seen[rust] = []
+        for events in (SCENARIOS["mock-3"], no_usage):
+            recorder.successes.clear()
+            upstream.set_default("/chat/completions", sse_reply(events))
+            await collect(upstream, rust)
+            for _ in range(200):
+                if recorder.successes:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+            assert len(recorder.successes) == 1
+            kwargs, response = recorder.successes[0]
+            message = response.choices[0].message
+            seen[rust].append(
+                (response.usage.model_dump(), kwargs.get("response_cost"), message.content)
+            )
+    assert seen[True] == seen[False]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "code"),
+    [
+        ({"stream_options": {"include_usage": True, "x": 1}}, "stream"),
+        ({"n": 2}, "stream"),
+        ({"logprobs": True}, "stream"),
+    ],
+)
+async def test_stream_shapes_left_to_litellm(
+    upstream: RecordingUpstream, kwargs: dict[str, Any], code: str
+) -> None:
+    upstream.set_default("/chat/completions", sse_reply(SCENARIOS["mock-3"]))
+    stream, _ = await collect(upstream, True, **kwargs)
+    assert not served_by_rust(stream)
+    assert litellm_fastpath.decline_counts() == {code: 1}
+
+
+def test_sync_streams_stay_on_litellm(upstream: RecordingUpstream) -> None:
+    upstream.set_default("/chat/completions", sse_reply(SCENARIOS["mock-3"]))
+    stream = litellm.completion(
+        **deployment_kwargs("openai", upstream.url), messages=MESSAGES, stream=True, rust=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream) == "w0 w1 w2 "
+    assert litellm_fastpath.decline_counts() == {"stream": 1}
+
+
+async def test_other_providers_stream_on_litellm(upstream: RecordingUpstream) -> None:
+    stream = await litellm.acompletion(
+        **deployment_kwargs("anthropic", upstream.url), messages=MESSAGES, stream=True, rust=True
+    )
+    assert not served_by_rust(stream)
+    with contextlib.suppress(Exception):  # the recording upstream speaks no Anthropic SSE
+        async for _ in stream:
+            pass
+    assert litellm_fastpath.decline_counts() == {"stream": 1}
+
+
+_ = (USAGE,)

@@ -1,0 +1,254 @@
+"""Streamed chat end to end through the real LiteLLM proxy: a `rust: true` OpenAI model against
+its plain twin (same `litellm_params`), one recording upstream that streams scripted SSE.
+
+The client must get the same bytes (SSE frames, in order; only `created`, the clock, and the
+model group's name differ), the upstream the same request, and the proxy's logging one success
+event per stream with the same usage and cost.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from litellm_fastpath.mock_provider import deployment_kwargs, openai_stream_events, stream_pieces
+from tests.conftest import logged_proxy, twin_models
+from tests.harness import ProxyProcess, RecordingUpstream, Reply
+from tests.harness.proxy import MASTER_KEY
+from tests.proxy_logger import events_for
+
+pytestmark = pytest.mark.proxy
+
+_CREATED = re.compile(rb'"created":\d+')
+
+
+@pytest.fixture(scope="module")
+def proxy(e2e_upstream: RecordingUpstream, callback_log: Path) -> Iterator[ProxyProcess]:
+    server = logged_proxy(
+        twin_models("openai", deployment_kwargs("openai", e2e_upstream.url)), callback_log
+    )
+    with server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def fresh_upstream(e2e_upstream: RecordingUpstream) -> Iterator[RecordingUpstream]:
+    e2e_upstream.reset()
+    yield e2e_upstream
+    e2e_upstream.reset()
+
+
+def sse_reply(events: list[bytes], **reply: Any) -> Reply:
+    return Reply(body=b"".join(events), headers={"Content-Type": "text/event-stream"}, **reply)
+
+
+def stream_text(proxy: ProxyProcess, model: str, **body: Any) -> httpx.Response:
+    payload = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    return proxy.post("/chat/completions", json={**payload, **body})
+
+
+def normalized(resp: httpx.Response, model: str) -> bytes:
+    """The SSE body with the clock and the model group's name taken out."""
+    body = _CREATED.sub(b'"created":0', resp.content)
+    return body.replace(f'"model":"{model}"'.encode(), b'"model":"M"')
+
+
+def both(
+    proxy: ProxyProcess, upstream: RecordingUpstream, reply: Reply, **body: Any
+) -> tuple[tuple[httpx.Response, list[Any]], tuple[httpx.Response, list[Any]]]:
+    out = []
+    for model in ("rust-openai", "plain-openai"):
+        upstream.clear()
+        upstream.set_default("/chat/completions", reply)
+        resp = stream_text(proxy, model, **body)
+        out.append((resp, [r.json() for r in upstream.requests]))
+    return out[0], out[1]
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, **top: Any) -> bytes:
+    data = {
+        "id": "chatcmpl-up",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "gpt-4o-mini-2024-07-18",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        **top,
+    }
+    return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+
+USAGE = (
+    b"data: "
+    + json.dumps(
+        {
+            "id": "chatcmpl-up",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11},
+        }
+    ).encode()
+    + b"\n\n"
+)
+DONE = b"data: [DONE]\n\n"
+
+SCENARIOS: dict[str, list[bytes]] = {
+    "mock-3": openai_stream_events("gpt-4o-mini", stream_pieces(3), include_usage=True),
+    "mock-100": openai_stream_events("gpt-4o-mini", stream_pieces(100), include_usage=True),
+    "no-fingerprint": [
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"content": "Hel"}),
+        chunk({"content": "lo"}),
+        chunk({}, "stop"),
+        USAGE,
+        DONE,
+    ],
+    "finish-on-content": [
+        chunk({"role": "assistant", "content": "Hi"}, system_fingerprint="fp"),
+        chunk({"content": " there"}, "length", system_fingerprint="fp"),
+        USAGE,
+        DONE,
+    ],
+    "no-finish-no-done": [chunk({"content": "héllo ✓ 你好"}), USAGE],
+    "tool-calls": [
+        chunk(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": ""},
+                    }
+                ],
+            }
+        ),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city":'}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
+        chunk({}, "tool_calls"),
+        USAGE,
+        DONE,
+    ],
+    "empty-and-role-only-chunks": [
+        chunk({"role": "assistant"}),
+        chunk({"content": ""}),
+        chunk({"content": "x"}),
+        chunk({"role": "assistant", "content": None}),
+        chunk({"content": "y"}, service_tier="default"),
+        chunk({}, "stop"),
+        USAGE,
+        DONE,
+    ],
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("include_usage", [None, True, False])
+def test_stream_bytes_match_the_plain_model(
+    proxy: ProxyProcess, e2e_upstream: RecordingUpstream, scenario: str, include_usage: bool | None
+) -> None:
+    body: dict[str, Any] = {}
+    if include_usage is not None:
+        body["stream_options"] = {"include_usage": include_usage}
+    (rust, rust_sent), (plain, plain_sent) = both(
+        proxy, e2e_upstream, sse_reply(SCENARIOS[scenario]), **body
+    )
+    assert rust.status_code == plain.status_code == 200, rust.text
+    assert rust.headers.get("x-litellm-rust") == "true"
+    assert "x-litellm-rust" not in plain.headers
+    assert rust_sent == [{**plain_sent[0], "model": rust_sent[0]["model"]}]
+    assert normalized(rust, "rust-openai") == normalized(plain, "plain-openai")
+    assert rust.content.endswith(b"data: [DONE]\n\n")
+
+
+def test_headers_match_the_plain_model(
+    proxy: ProxyProcess, e2e_upstream: RecordingUpstream
+) -> None:
+    (rust, _), (plain, _) = both(proxy, e2e_upstream, sse_reply(SCENARIOS["mock-3"]))
+    volatile = {"date", "x-litellm-call-id", "x-litellm-model-id", "x-litellm-model-group"}
+    volatile |= {"x-litellm-response-duration-ms", "x-litellm-overhead-duration-ms"}
+    volatile |= {"llm_provider-date", "x-litellm-callback-duration-ms"}
+    rust_headers = {k: v for k, v in rust.headers.items() if k not in volatile}
+    plain_headers = {k: v for k, v in plain.headers.items() if k not in volatile}
+    for name in ("x-litellm-rust", "x-litellm-fastpath"):
+        assert rust_headers.pop(name)
+    assert rust_headers == plain_headers
+
+
+def test_one_success_event_per_stream_with_equal_usage_and_cost(
+    proxy: ProxyProcess, e2e_upstream: RecordingUpstream, callback_log: Path
+) -> None:
+    events = {}
+    for model in ("rust-openai", "plain-openai"):
+        before = len(events_for(callback_log, model, 0, timeout=0))
+        e2e_upstream.set_default("/chat/completions", sse_reply(SCENARIOS["mock-100"]))
+        assert stream_text(proxy, model).status_code == 200
+        events[model] = events_for(callback_log, model, before + 1)[before:]
+    assert [e["event"] for e in events["rust-openai"]] == ["success"]
+    assert [e["event"] for e in events["plain-openai"]] == ["success"]
+    rust, plain = events["rust-openai"][0], events["plain-openai"][0]
+    assert rust["usage"] == plain["usage"] == {"prompt_tokens": 11, "completion_tokens": 100}
+    assert rust["response_cost"] == plain["response_cost"] > 0
+
+
+def test_error_event_mid_stream_ends_the_stream_like_python(
+    proxy: ProxyProcess, e2e_upstream: RecordingUpstream
+) -> None:
+    events = [
+        chunk({"role": "assistant", "content": "partial"}),
+        b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n',
+    ]
+    (rust, _), (plain, _) = both(proxy, e2e_upstream, sse_reply(events))
+    assert normalized(rust, "rust-openai") == normalized(plain, "plain-openai")
+    assert b'"error"' in rust.content and not rust.content.endswith(b"[DONE]\n\n")
+
+
+def test_upstream_429_before_the_stream_is_the_same_error(
+    proxy: ProxyProcess, e2e_upstream: RecordingUpstream
+) -> None:
+    reply = Reply(status=429, json={"error": {"message": "slow down", "type": "rate_limit"}})
+    (rust, rust_sent), (plain, _) = both(proxy, e2e_upstream, reply)
+    assert rust.status_code == plain.status_code == 429
+    assert len(rust_sent) == 1
+    assert rust.text.replace("rust-openai", "M") == plain.text.replace("plain-openai", "M")
+
+
+def test_official_openai_sdk_streams_from_a_rust_model(
+    proxy: ProxyProcess, e2e_upstream: RecordingUpstream
+) -> None:
+    e2e_upstream.set_default("/chat/completions", sse_reply(SCENARIOS["mock-100"]))
+    client = openai.OpenAI(base_url=proxy.url, api_key=MASTER_KEY)
+    messages: Any = [{"role": "user", "content": "hi"}]
+    texts = {}
+    for model in ("rust-openai", "plain-openai"):
+        parts = []
+        for event in client.chat.completions.create(model=model, messages=messages, stream=True):
+            if event.choices and event.choices[0].delta.content:
+                parts.append(event.choices[0].delta.content)
+        texts[model] = "".join(parts)
+        with client.chat.completions.stream(model=model, messages=messages) as stream:
+            final = stream.get_final_completion()
+        assert final.choices[0].message.content == texts[model]
+    assert texts["rust-openai"] == texts["plain-openai"] == "".join(stream_pieces(100))
+
+
+def test_rust_in_the_body_cannot_switch_a_stream_on(
+    proxy: ProxyProcess, e2e_upstream: RecordingUpstream
+) -> None:
+    # LiteLLM refuses a `rust` field in the body outright; nothing reaches the provider.
+    e2e_upstream.set_default("/chat/completions", sse_reply(SCENARIOS["mock-3"]))
+    for model, value in (("plain-openai", True), ("rust-openai", False)):
+        resp = stream_text(proxy, model, rust=value)
+        assert resp.status_code >= 400
+        assert "x-litellm-rust" not in resp.headers
+    assert e2e_upstream.requests == []
