@@ -5,7 +5,6 @@ stream for the same upstream events, chunk by chunk, plus the faults a stream ca
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from typing import Any
@@ -237,14 +236,221 @@ def test_sync_streams_stay_on_litellm(upstream: RecordingUpstream) -> None:
 
 
 async def test_other_providers_stream_on_litellm(upstream: RecordingUpstream) -> None:
-    stream = await litellm.acompletion(
-        **deployment_kwargs("anthropic", upstream.url), messages=MESSAGES, stream=True, rust=True
-    )
-    assert not served_by_rust(stream)
-    with contextlib.suppress(Exception):  # the recording upstream speaks no Anthropic SSE
-        async for _ in stream:
-            pass
+    # The recording upstream has no Bedrock event stream: LiteLLM's own 404 shows it got there.
+    with pytest.raises(litellm.NotFoundError):
+        await litellm.acompletion(
+            **deployment_kwargs("bedrock", upstream.url), messages=MESSAGES, stream=True, rust=True
+        )
     assert litellm_fastpath.decline_counts() == {"stream": 1}
 
 
 _ = (USAGE,)
+
+
+# -- Anthropic ---------------------------------------------------------------------------------
+
+
+def anthropic_event(name: str, **data: Any) -> bytes:
+    return f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
+
+
+def _message_start(**usage: int) -> bytes:
+    usage = usage or {"input_tokens": 11, "output_tokens": 1}
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x"}
+    return anthropic_event("message_start", message={**message, "usage": usage})
+
+
+def _text(index: int, *pieces: str) -> list[bytes]:
+    block = {"type": "text", "text": ""}
+    out = [anthropic_event("content_block_start", index=index, content_block=block)]
+    for piece in pieces:
+        delta = {"type": "text_delta", "text": piece}
+        out.append(anthropic_event("content_block_delta", index=index, delta=delta))
+    return [*out, anthropic_event("content_block_stop", index=index)]
+
+
+def _tool(index: int, tool_id: str, name: str, *pieces: str) -> list[bytes]:
+    block = {"type": "tool_use", "id": tool_id, "name": name, "input": {}}
+    out = [anthropic_event("content_block_start", index=index, content_block=block)]
+    for piece in pieces:
+        delta = {"type": "input_json_delta", "partial_json": piece}
+        out.append(anthropic_event("content_block_delta", index=index, delta=delta))
+    return [*out, anthropic_event("content_block_stop", index=index)]
+
+
+def _end(reason: str | None = "end_turn", output_tokens: int = 7) -> list[bytes]:
+    delta = {"stop_reason": reason, "stop_sequence": None}
+    return [
+        anthropic_event("message_delta", delta=delta, usage={"output_tokens": output_tokens}),
+        anthropic_event("message_stop"),
+    ]
+
+
+ANTHROPIC: dict[str, list[bytes]] = {
+    "text": [_message_start(), *_text(0, "Hel", "lo", "!"), *_end()],
+    "pings-and-unicode": [
+        _message_start(),
+        anthropic_event("ping"),
+        *_text(0, "héllo ", "✓ 你好"),
+        anthropic_event("ping"),
+        *_end(),
+    ],
+    "cache-usage": [
+        _message_start(
+            input_tokens=11,
+            output_tokens=1,
+            cache_creation_input_tokens=100,
+            cache_read_input_tokens=200,
+        ),
+        *_text(0, "cached"),
+        *_end(),
+    ],
+    "max-tokens": [_message_start(), *_text(0, "cut"), *_end("max_tokens")],
+    "stop-sequence": [_message_start(), *_text(0, "a"), *_end("stop_sequence")],
+    "unknown-stop-reason": [_message_start(), *_text(0, "a"), *_end("pause_turn")],
+    "null-stop-reason": [_message_start(), *_text(0, "a"), *_end(None)],
+    "tools": [
+        _message_start(),
+        *_text(0, "Let me check."),
+        *_tool(1, "toolu_1", "get_weather", "", '{"city": ', '"Paris"}'),
+        *_tool(2, "toolu_2", "get_time", ""),
+        *_tool(3, "toolu_3", "noop"),
+        *_end("tool_use"),
+    ],
+    "events-after-message-delta": [
+        _message_start(),
+        *_text(0, "a"),
+        *_end(),
+        *_text(1, "ignored"),
+        anthropic_event("error", error={"type": "api_error", "message": "ignored"}),
+    ],
+    "no-message-delta": [_message_start(), *_text(0, "trunc")],
+    "long": [
+        _message_start(),
+        *_text(0, *stream_pieces(2000)),
+        *_end(output_tokens=2000),
+    ],
+}
+
+
+def anthropic_reply(events: list[bytes], **reply: Any) -> Reply:
+    # LiteLLM stops reading at `message_delta`; a fresh connection per stream keeps what it
+    # leaves unread from reaching the next test's stream.
+    headers = {"Content-Type": "text/event-stream", "Connection": "close"}
+    return Reply(body=b"".join(events), headers=headers, **reply)
+
+
+async def anthropic_both(
+    upstream: RecordingUpstream, reply: Reply, **kwargs: Any
+) -> tuple[Any, Any]:
+    out = []
+    for rust in (True, False):
+        upstream.clear()
+        upstream.set_default("/v1/messages", reply)
+        stream = await litellm.acompletion(
+            **deployment_kwargs("anthropic", upstream.url),
+            messages=MESSAGES,
+            stream=True,
+            rust=rust,
+            **kwargs,
+        )
+        chunks = [dumped(item) async for item in stream]
+        for item in chunks:
+            item.pop("id")
+        out.append((stream, chunks, [(r.json(), r.headers) for r in upstream.requests]))
+    return out[0], out[1]
+
+
+def _wire(requests: list[Any]) -> list[Any]:
+    keep = ("anthropic-version", "anthropic-beta", "x-api-key", "content-type")
+    return [(body, {k: h.get(k) for k in keep}) for body, h in requests]
+
+
+@pytest.mark.parametrize("scenario", sorted(ANTHROPIC))
+@pytest.mark.parametrize("stream_options", [None, {"include_usage": True}])
+async def test_anthropic_chunks_match_litellm(
+    upstream: RecordingUpstream, scenario: str, stream_options: Any
+) -> None:
+    (rust, rust_chunks, rust_sent), (plain, plain_chunks, plain_sent) = await anthropic_both(
+        upstream, anthropic_reply(ANTHROPIC[scenario]), stream_options=stream_options
+    )
+    assert served_by_rust(rust) and not served_by_rust(plain)
+    assert _wire(rust_sent) == _wire(plain_sent)
+    assert rust_sent[0][0]["stream"] is True
+    assert rust_chunks == plain_chunks
+
+
+async def test_anthropic_stream_ids_are_one_per_stream(upstream: RecordingUpstream) -> None:
+    upstream.set_default("/v1/messages", anthropic_reply(ANTHROPIC["text"]))
+    ids = []
+    for _ in range(2):
+        stream = await litellm.acompletion(
+            **deployment_kwargs("anthropic", upstream.url),
+            messages=MESSAGES,
+            stream=True,
+            rust=True,
+        )
+        ids.append({item.id async for item in stream})
+    assert all(len(one) == 1 for one in ids)
+    assert ids[0] != ids[1]
+    assert next(iter(ids[0])).startswith("chatcmpl-")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"type": "overloaded_error", "message": "Overloaded"},
+        {"type": "api_error", "message": "Internal server error"},
+        {"type": "rate_limit_error"},
+        {"type": "invalid_request_error", "message": "prompt is too long: 300000 tokens"},
+    ],
+)
+async def test_anthropic_error_event_mid_stream(
+    upstream: RecordingUpstream, error: dict[str, Any]
+) -> None:
+    events = [_message_start(), *_text(0, "Hel"), anthropic_event("error", error=error)]
+    results = []
+    for rust in (True, False):
+        upstream.clear()
+        upstream.set_default("/v1/messages", anthropic_reply(events))
+        received = []
+        with pytest.raises(Exception) as raised:
+            stream = await litellm.acompletion(
+                **deployment_kwargs("anthropic", upstream.url),
+                messages=MESSAGES,
+                stream=True,
+                rust=rust,
+            )
+            async for item in stream:
+                received.append(item.choices[0].delta.content)
+        results.append((described(raised.value), str(raised.value), received))
+    assert results[0] == results[1]
+
+
+async def test_anthropic_logging_usage_and_cost_match(
+    upstream: RecordingUpstream, recorder: Recorder
+) -> None:
+    seen: dict[bool, Any] = {}
+    for rust in (True, False):
+        recorder.successes.clear()
+        upstream.set_default("/v1/messages", anthropic_reply(ANTHROPIC["cache-usage"]))
+        stream = await litellm.acompletion(
+            **deployment_kwargs("anthropic", upstream.url),
+            messages=MESSAGES,
+            stream=True,
+            rust=rust,
+        )
+        async for _ in stream:
+            pass
+        for _ in range(200):
+            if recorder.successes:
+                break
+            await asyncio.sleep(0.01)
+        kwargs, response = recorder.successes[0]
+        seen[rust] = (
+            response.usage.model_dump(),
+            kwargs.get("response_cost"),
+            response.choices[0].message.content,
+        )
+    assert seen[True] == seen[False]
+    assert seen[True][0]["prompt_tokens"] == 311

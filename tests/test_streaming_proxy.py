@@ -31,9 +31,9 @@ _CREATED = re.compile(rb'"created":\d+')
 
 @pytest.fixture(scope="module")
 def proxy(e2e_upstream: RecordingUpstream, callback_log: Path) -> Iterator[ProxyProcess]:
-    server = logged_proxy(
-        twin_models("openai", deployment_kwargs("openai", e2e_upstream.url)), callback_log
-    )
+    models = twin_models("openai", deployment_kwargs("openai", e2e_upstream.url))
+    models += twin_models("anthropic", deployment_kwargs("anthropic", e2e_upstream.url))
+    server = logged_proxy(models, callback_log)
     with server:
         yield server
 
@@ -252,3 +252,31 @@ def test_rust_in_the_body_cannot_switch_a_stream_on(
         assert resp.status_code >= 400
         assert "x-litellm-rust" not in resp.headers
     assert e2e_upstream.requests == []
+
+
+ANTHROPIC_CASES = ("text", "pings-and-unicode", "cache-usage", "max-tokens", "tools", "long")
+
+
+@pytest.mark.parametrize("scenario", ANTHROPIC_CASES)
+@pytest.mark.parametrize("include_usage", [None, True])
+def test_anthropic_stream_bytes_match_the_plain_model(
+    proxy: ProxyProcess, e2e_upstream: RecordingUpstream, scenario: str, include_usage: bool | None
+) -> None:
+    from tests.test_streaming import ANTHROPIC, anthropic_reply
+
+    body: dict[str, Any] = {}
+    if include_usage is not None:
+        body["stream_options"] = {"include_usage": include_usage}
+    out = {}
+    for model in ("rust-anthropic", "plain-anthropic"):
+        e2e_upstream.clear()
+        e2e_upstream.set_default("/v1/messages", anthropic_reply(ANTHROPIC[scenario]))
+        resp = stream_text(proxy, model, **body)
+        assert resp.status_code == 200, resp.text
+        sent = [r.json() for r in e2e_upstream.requests]
+        # Ids are LiteLLM's own per stream (`chatcmpl-<uuid4>`) on both arms.
+        frames = re.sub(rb'"id":"chatcmpl-[0-9a-f-]+"', b'"id":"X"', normalized(resp, model))
+        out[model] = (resp.headers.get("x-litellm-rust"), sent, frames)
+    assert out["rust-anthropic"][0] == "true" and out["plain-anthropic"][0] is None
+    assert out["rust-anthropic"][1] == out["plain-anthropic"][1]
+    assert out["rust-anthropic"][2] == out["plain-anthropic"][2]

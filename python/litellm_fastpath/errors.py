@@ -221,6 +221,11 @@ def stream_failure(err: BaseException, route: Route) -> BaseException:
         message, error = err.args
         if isinstance(error, dict) and error.get("type") == "repetition":
             return litellm.InternalServerError(message=message, model="", llm_provider="")
+        if route.provider == "anthropic":
+            # LiteLLM's Anthropic parser: the error's message, else the whole event.
+            detail = error.get("error") if isinstance(error, dict) else None
+            text = detail.get("message") if isinstance(detail, dict) else None
+            return compat.AnthropicError(status_code=500, message=text or str(error))
         # The openai SDK raises APIError for an event with an `error` object.
         text = error.get("message") if isinstance(error, dict) else None
         if not isinstance(text, str) or not text:

@@ -8,7 +8,8 @@ installed), so it answers tens of thousands of requests per second:
 - `POST .../chat/completions`      OpenAI chat completion (echoes the request's `model`); with
                                    `"stream": true` an SSE stream of `max_tokens` chunks (default
                                    8), `--chunk-delay-ms` apart, usage when asked for
-- `POST .../v1/messages`           Anthropic message (echoes the request's `model`)
+- `POST .../v1/messages`           Anthropic message (echoes the request's `model`); with
+                                   `"stream": true` the same as an Anthropic SSE stream
 - `POST .../model/<id>/converse`   Bedrock Converse
 - `POST .../embeddings`            OpenAI embeddings (float or base64, one vector per input)
 - `POST .../model/<id>/invoke`     Bedrock embeddings (ids with `embed`): Titan text, Cohere
@@ -234,6 +235,52 @@ def openai_stream_events(
     return events
 
 
+def anthropic_stream_events(
+    model: str, pieces: list[str], *, stop_reason: str = "end_turn", input_tokens: int = 11
+) -> list[bytes]:
+    """An Anthropic Messages stream as the API sends it: `message_start`, one text block with a
+    `text_delta` per piece, `message_delta` with the stop reason and usage, `message_stop`."""
+
+    def event(name: str, data: dict[str, Any]) -> bytes:
+        payload = json.dumps({"type": name, **data}, separators=(",", ":"))
+        return f"event: {name}\ndata: {payload}\n\n".encode()
+
+    message: dict[str, Any] = {
+        "id": "msg_upstream",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+    }
+    events = [
+        event("message_start", {"message": message}),
+        event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+        event("ping", {}),
+    ]
+    events += [
+        event(
+            "content_block_delta",
+            {"index": 0, "delta": {"type": "text_delta", "text": piece}},
+        )
+        for piece in pieces
+    ]
+    events += [
+        event("content_block_stop", {"index": 0}),
+        event(
+            "message_delta",
+            {
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": len(pieces)},
+            },
+        ),
+        event("message_stop", {}),
+    ]
+    return events
+
+
 def _stream_request(body: bytes | bytearray) -> tuple[str, int, bool] | None:
     """(model, chunks, include_usage) of a streamed OpenAI chat request, else None."""
     try:
@@ -401,7 +448,8 @@ class MockProvider(HttpServerProtocol):
         self.body += chunk
 
     def request_done(self) -> None:
-        if self.path.endswith("/chat/completions") and b'"stream"' in self.body:
+        streams = self.path.endswith(("/chat/completions", "/v1/messages"))
+        if streams and b'"stream"' in self.body:
             stream = _stream_request(self.body)
             if stream is not None:
                 self._stream(*stream)
@@ -426,7 +474,10 @@ class MockProvider(HttpServerProtocol):
         """An SSE answer in HTTP/1.1 chunked encoding, one HTTP chunk per event, paced by
         `CHUNK_DELAY_S`; the connection stays usable afterwards."""
         assert self.transport is not None
-        events = openai_stream_events(model, stream_pieces(count), include_usage=include_usage)
+        if self.path.endswith("/v1/messages"):
+            events = anthropic_stream_events(model, stream_pieces(count))
+        else:
+            events = openai_stream_events(model, stream_pieces(count), include_usage=include_usage)
         head = (
             "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             "transfer-encoding: chunked\r\n"

@@ -157,6 +157,12 @@ class FastStream(compat.CustomStreamWrapper):
         assert answer is not None
         if not hasattr(self, "_complete_response"):
             latest = answer.pop("_latest")
+            if self._route.provider == "anthropic" and answer.get("usage") is not None:
+                # Anthropic's usage names, converted as LiteLLM's stream parser converts them.
+                reasoning = answer["choices"][0]["delta"].get("reasoning_content") or None
+                answer["usage"] = compat.AnthropicConfig().calculate_usage(
+                    usage_object=answer["usage"], reasoning_content=reasoning
+                )
             summary = litellm.ModelResponseStream(**answer)
             # LiteLLM's usage chunk carries the latest event's id and fingerprint.
             self.response_id = latest["id"]

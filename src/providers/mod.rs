@@ -5,6 +5,7 @@
 
 pub mod anthropic;
 pub mod bedrock;
+pub mod chunks;
 pub mod embedding;
 pub mod openai;
 pub mod rules;
@@ -219,15 +220,28 @@ pub fn prepare_stream(
     deployment: &Deployment,
     request: &ChatRequest,
     stream_options: Option<Value>,
-    options: openai::stream::StreamOptions,
+    options: chunks::StreamOptions,
 ) -> Result<(UpstreamRequest, Box<dyn stream::StreamTransform>), Refusal> {
-    if deployment.provider.as_str() != "openai" {
-        return Err(Decline::new(
-            crate::model::DeclineCode::Stream,
-            format!("streaming from {}", deployment.provider.as_str()),
-        )
-        .into());
-    }
+    let model = deployment.model.clone();
+    let (transform, forwards_stream_options): (Box<dyn stream::StreamTransform>, bool) =
+        match deployment.provider.as_str() {
+            "openai" => (
+                Box::new(openai::stream::OpenAiStream::new(model, options)),
+                true,
+            ),
+            // LiteLLM never sends `stream_options` to Anthropic.
+            "anthropic" => (
+                Box::new(anthropic::stream::AnthropicStream::new(model, options)),
+                false,
+            ),
+            other => {
+                return Err(Decline::new(
+                    crate::model::DeclineCode::Stream,
+                    format!("streaming from {other}"),
+                )
+                .into());
+            }
+        };
     for name in ["n", "logprobs", "top_logprobs"] {
         if request.params.get(name).is_some_and(|v| !v.is_null()) {
             return Err(Decline::new(
@@ -247,14 +261,13 @@ pub fn prepare_stream(
         "stream".into(),
         crate::wire::body::Node::Value(Value::Bool(true)),
     ));
-    if let Some(stream_options) = stream_options {
+    if let Some(stream_options) = stream_options.filter(|_| forwards_stream_options) {
         fields.push((
             "stream_options".into(),
             crate::wire::body::Node::Value(stream_options),
         ));
     }
-    let transform = openai::stream::OpenAiStream::new(deployment.model.clone(), options);
-    Ok((upstream, Box::new(transform)))
+    Ok((upstream, transform))
 }
 
 /// Converts a 2xx upstream body into an OpenAI `chat.completion` object.

@@ -24,7 +24,7 @@ mod _native {
     use crate::http::sigv4::AwsCredentials;
     use crate::model::{ChatRequest, DeclineCode, EmbeddingRequest};
     use crate::providers::bedrock::transcription::{self, TranscriptionRequest};
-    use crate::providers::openai::stream::StreamOptions;
+    use crate::providers::chunks::StreamOptions;
     use crate::providers::{
         self, AwsAuth, AwsSettings, Deployment as CoreDeployment, Provider, Refusal, embedding,
     };

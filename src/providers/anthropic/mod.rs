@@ -1,5 +1,7 @@
 //! Anthropic Messages: chat.completions -> /v1/messages and back.
 
+pub mod stream;
+
 use http::HeaderMap;
 use serde_json::{Map, Value, json};
 
