@@ -13,8 +13,9 @@ use tokio::sync::mpsc;
 use crate::call::{self, CallError};
 use crate::http::UpstreamRequest;
 use crate::http::client::{OpenResponse, Transport, TransportError};
-pub use crate::providers::stream::{Flow, StreamError, StreamTransform};
-use crate::wire::sse::SseDecoder;
+pub use crate::providers::stream::{Flow, Framing, StreamError, StreamTransform};
+use crate::wire::eventstream::EventStreamDecoder;
+use crate::wire::sse::{SseDecoder, SseEvent};
 
 /// Pieces (each: what one upstream read produced) buffered between the pump and Python.
 pub const CHANNEL_PIECES: usize = 16;
@@ -129,7 +130,10 @@ pub async fn pump(
     mut transform: Box<dyn StreamTransform>,
     tx: mpsc::Sender<Piece>,
 ) {
-    let mut decoder = SseDecoder::new();
+    let mut decoder = match transform.framing() {
+        Framing::Sse => Decoder::Sse(SseDecoder::new()),
+        Framing::AwsEventStream => Decoder::Aws(EventStreamDecoder::new()),
+    };
     let mut events = Vec::new();
     let mut chunks = Vec::new();
     let mut done = false;
@@ -262,6 +266,28 @@ fn fast_layout(chunk: &Value) -> Option<Value> {
     }
     fast.insert("choices".into(), json!([Value::Object(fast_choice)]));
     Some(Value::Object(fast))
+}
+
+/// The body's framing, as the transform asked for it.
+enum Decoder {
+    Sse(SseDecoder),
+    Aws(EventStreamDecoder),
+}
+
+impl Decoder {
+    fn feed(&mut self, piece: &[u8], out: &mut Vec<SseEvent>) -> Result<(), StreamError> {
+        match self {
+            Decoder::Sse(decoder) => Ok(decoder.feed(piece, out)?),
+            Decoder::Aws(decoder) => Ok(decoder.feed(piece, out)?),
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<SseEvent>) -> Result<(), StreamError> {
+        match self {
+            Decoder::Sse(decoder) => Ok(decoder.finish(out)?),
+            Decoder::Aws(decoder) => Ok(decoder.finish()?),
+        }
+    }
 }
 
 #[cfg(test)]

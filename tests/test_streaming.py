@@ -13,10 +13,15 @@ import litellm
 import pytest
 
 import litellm_fastpath
-from litellm_fastpath.mock_provider import deployment_kwargs, openai_stream_events, stream_pieces
+from litellm_fastpath.mock_provider import (
+    aws_event_frame,
+    deployment_kwargs,
+    openai_stream_events,
+    stream_pieces,
+)
 from tests.conftest import Recorder
 from tests.harness import RecordingUpstream, Reply
-from tests.test_streaming_proxy import DONE, SCENARIOS, USAGE, chunk, sse_reply
+from tests.test_streaming_proxy import DONE, SCENARIOS, chunk, sse_reply
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -235,18 +240,6 @@ def test_sync_streams_stay_on_litellm(upstream: RecordingUpstream) -> None:
     assert litellm_fastpath.decline_counts() == {"stream": 1}
 
 
-async def test_other_providers_stream_on_litellm(upstream: RecordingUpstream) -> None:
-    # The recording upstream has no Bedrock event stream: LiteLLM's own 404 shows it got there.
-    with pytest.raises(litellm.NotFoundError):
-        await litellm.acompletion(
-            **deployment_kwargs("bedrock", upstream.url), messages=MESSAGES, stream=True, rust=True
-        )
-    assert litellm_fastpath.decline_counts() == {"stream": 1}
-
-
-_ = (USAGE,)
-
-
 # -- Anthropic ---------------------------------------------------------------------------------
 
 
@@ -454,3 +447,168 @@ async def test_anthropic_logging_usage_and_cost_match(
         )
     assert seen[True] == seen[False]
     assert seen[True][0]["prompt_tokens"] == 311
+
+
+# -- Bedrock (Converse event stream) ------------------------------------------------------------
+
+
+def _bedrock_start() -> bytes:
+    return aws_event_frame("messageStart", {"role": "assistant"})
+
+
+def _bedrock_text(*pieces: str, index: int = 0) -> list[bytes]:
+    events = [
+        aws_event_frame("contentBlockDelta", {"contentBlockIndex": index, "delta": {"text": p}})
+        for p in pieces
+    ]
+    return [*events, aws_event_frame("contentBlockStop", {"contentBlockIndex": index})]
+
+
+def _bedrock_tool(index: int, tool_id: str, name: str, *pieces: str) -> list[bytes]:
+    start = {"contentBlockIndex": index, "start": {"toolUse": {"toolUseId": tool_id, "name": name}}}
+    events = [aws_event_frame("contentBlockStart", start)]
+    events += [
+        aws_event_frame(
+            "contentBlockDelta", {"contentBlockIndex": index, "delta": {"toolUse": {"input": p}}}
+        )
+        for p in pieces
+    ]
+    return [*events, aws_event_frame("contentBlockStop", {"contentBlockIndex": index})]
+
+
+def _bedrock_end(reason: str = "end_turn", **usage: int) -> list[bytes]:
+    usage = usage or {"inputTokens": 11, "outputTokens": 3, "totalTokens": 14}
+    return [
+        aws_event_frame("messageStop", {"stopReason": reason}),
+        aws_event_frame("metadata", {"usage": usage, "metrics": {"latencyMs": 5}}),
+    ]
+
+
+BEDROCK: dict[str, list[bytes]] = {
+    "text": [_bedrock_start(), *_bedrock_text("Hel", "lo", "!"), *_bedrock_end()],
+    "unicode": [_bedrock_start(), *_bedrock_text("héllo ", "✓ 你好"), *_bedrock_end()],
+    "max-tokens": [_bedrock_start(), *_bedrock_text("cut"), *_bedrock_end("max_tokens")],
+    "cache-usage": [
+        _bedrock_start(),
+        *_bedrock_text("cached"),
+        *_bedrock_end(
+            inputTokens=11,
+            outputTokens=1,
+            totalTokens=312,
+            cacheReadInputTokens=200,
+            cacheWriteInputTokens=100,
+        ),
+    ],
+    "tools": [
+        _bedrock_start(),
+        *_bedrock_text("Let me check."),
+        *_bedrock_tool(1, "tooluse_1", "get_weather", '{"city": ', '"Paris"}'),
+        *_bedrock_tool(2, "tooluse_2", "get_time", ""),
+        *_bedrock_tool(3, "tooluse_3", "noop"),
+        *_bedrock_end("tool_use"),
+    ],
+    "no-metadata": [
+        _bedrock_start(),
+        *_bedrock_text("a"),
+        aws_event_frame("messageStop", {"stopReason": "end_turn"}),
+    ],
+    "long": [_bedrock_start(), *_bedrock_text(*stream_pieces(2000)), *_bedrock_end()],
+}
+
+
+def bedrock_reply(events: list[bytes], **reply: Any) -> Reply:
+    headers = {"Content-Type": "application/vnd.amazon.eventstream"}
+    return Reply(body=b"".join(events), headers=headers, **reply)
+
+
+async def bedrock_run(upstream: RecordingUpstream, reply: Reply, rust: bool, **kwargs: Any) -> Any:
+    upstream.clear()
+    upstream.set_default("/converse-stream", reply)
+    received: list[Any] = []
+    failure = None
+    try:
+        stream = await litellm.acompletion(
+            **deployment_kwargs("bedrock", upstream.url),
+            messages=MESSAGES,
+            stream=True,
+            rust=rust,
+            **kwargs,
+        )
+        assert served_by_rust(stream) is rust
+        async for item in stream:
+            data = dumped(item)
+            data.pop("id")
+            received.append(data)
+    except AssertionError:
+        raise
+    except Exception as exc:
+        failure = (described(exc), str(exc))
+    sent = [(r.path, r.json()) for r in upstream.requests]
+    return received, failure, sent
+
+
+@pytest.mark.parametrize("scenario", sorted(BEDROCK))
+@pytest.mark.parametrize("stream_options", [None, {"include_usage": True}])
+async def test_bedrock_chunks_match_litellm(
+    upstream: RecordingUpstream, scenario: str, stream_options: Any
+) -> None:
+    reply = bedrock_reply(BEDROCK[scenario])
+    rust = await bedrock_run(upstream, reply, True, stream_options=stream_options)
+    plain = await bedrock_run(upstream, reply, False, stream_options=stream_options)
+    assert rust == plain
+    assert rust[1] is None
+    assert rust[2][0][0].endswith("/converse-stream")
+
+
+@pytest.mark.parametrize(
+    "exception",
+    [
+        "throttlingException",
+        "modelStreamErrorException",
+        "validationException",
+        "internalServerException",
+        "serviceUnavailableException",
+        "unknownException",
+    ],
+)
+async def test_bedrock_exception_mid_stream(upstream: RecordingUpstream, exception: str) -> None:
+    events = [
+        _bedrock_start(),
+        *_bedrock_text("Hel"),
+        aws_event_frame(None, {"message": "Boom happened"}, exception_type=exception),
+    ]
+    rust = await bedrock_run(upstream, bedrock_reply(events), True)
+    plain = await bedrock_run(upstream, bedrock_reply(events), False)
+    assert rust == plain
+    assert rust[1] is not None
+
+
+async def test_bedrock_stream_is_signed_like_litellm(upstream: RecordingUpstream) -> None:
+    reply = bedrock_reply(BEDROCK["text"])
+    headers = []
+    for rust in (True, False):
+        await bedrock_run(upstream, reply, rust)
+        (request,) = upstream.requests
+        headers.append(request.headers["authorization"].split("Signature=")[0])
+    assert headers[0] == headers[1]
+    assert "SignedHeaders=" in headers[0]
+
+
+async def test_bedrock_logging_usage_and_cost_match(
+    upstream: RecordingUpstream, recorder: Recorder
+) -> None:
+    seen: dict[bool, Any] = {}
+    for rust in (True, False):
+        recorder.successes.clear()
+        await bedrock_run(upstream, bedrock_reply(BEDROCK["cache-usage"]), rust)
+        for _ in range(200):
+            if recorder.successes:
+                break
+            await asyncio.sleep(0.01)
+        kwargs, response = recorder.successes[0]
+        seen[rust] = (
+            response.usage.model_dump(),
+            kwargs.get("response_cost"),
+            response.choices[0].message.content,
+        )
+    assert seen[True] == seen[False]

@@ -33,6 +33,7 @@ _CREATED = re.compile(rb'"created":\d+')
 def proxy(e2e_upstream: RecordingUpstream, callback_log: Path) -> Iterator[ProxyProcess]:
     models = twin_models("openai", deployment_kwargs("openai", e2e_upstream.url))
     models += twin_models("anthropic", deployment_kwargs("anthropic", e2e_upstream.url))
+    models += twin_models("bedrock", deployment_kwargs("bedrock", e2e_upstream.url))
     server = logged_proxy(models, callback_log)
     with server:
         yield server
@@ -280,3 +281,45 @@ def test_anthropic_stream_bytes_match_the_plain_model(
     assert out["rust-anthropic"][0] == "true" and out["plain-anthropic"][0] is None
     assert out["rust-anthropic"][1] == out["plain-anthropic"][1]
     assert out["rust-anthropic"][2] == out["plain-anthropic"][2]
+
+
+@pytest.mark.parametrize("scenario", ["text", "unicode", "cache-usage", "tools", "long"])
+@pytest.mark.parametrize("include_usage", [None, True])
+def test_bedrock_stream_bytes_match_the_plain_model(
+    proxy: ProxyProcess, e2e_upstream: RecordingUpstream, scenario: str, include_usage: bool | None
+) -> None:
+    from tests.test_streaming import BEDROCK, bedrock_reply
+
+    body: dict[str, Any] = {}
+    if include_usage is not None:
+        body["stream_options"] = {"include_usage": include_usage}
+    out = {}
+    for model in ("rust-bedrock", "plain-bedrock"):
+        e2e_upstream.clear()
+        e2e_upstream.set_default("/converse-stream", bedrock_reply(BEDROCK[scenario]))
+        resp = stream_text(proxy, model, **body)
+        assert resp.status_code == 200, resp.text
+        sent = [(r.path, r.json()) for r in e2e_upstream.requests]
+        frames = re.sub(rb'"id":"chatcmpl-[0-9a-f-]+"', b'"id":"X"', normalized(resp, model))
+        out[model] = (resp.headers.get("x-litellm-rust"), sent, frames)
+    assert out["rust-bedrock"][0] == "true" and out["plain-bedrock"][0] is None
+    assert out["rust-bedrock"][1] == out["plain-bedrock"][1]
+    assert out["rust-bedrock"][2] == out["plain-bedrock"][2]
+
+
+def test_bedrock_exception_mid_stream_ends_the_stream_like_python(
+    proxy: ProxyProcess, e2e_upstream: RecordingUpstream
+) -> None:
+    from litellm_fastpath.mock_provider import aws_event_frame
+    from tests.test_streaming import BEDROCK, bedrock_reply
+
+    boom = aws_event_frame(None, {"message": "Boom"}, exception_type="throttlingException")
+    events = [*BEDROCK["text"][:3], boom]
+    out = {}
+    for model in ("rust-bedrock", "plain-bedrock"):
+        e2e_upstream.set_default("/converse-stream", bedrock_reply(events))
+        resp = stream_text(proxy, model)
+        frames = re.sub(rb'"id":"chatcmpl-[0-9a-f-]+"', b'"id":"X"', normalized(resp, model))
+        out[model] = frames.replace(model.encode(), b"M")
+    assert out["rust-bedrock"] == out["plain-bedrock"]
+    assert b'"error"' in out["rust-bedrock"]

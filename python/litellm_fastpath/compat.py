@@ -63,6 +63,10 @@ _PRIVATE: dict[str, tuple[str, str]] = {
     "OpenAIError": ("litellm.llms.openai.common_utils", "OpenAIError"),
     # Routing: LiteLLM's per-provider rules the Rust path must follow.
     "AnthropicConfig": ("litellm.llms.anthropic.chat.transformation", "AnthropicConfig"),
+    "AmazonConverseConfig": (
+        "litellm.llms.bedrock.chat.converse_transformation",
+        "AmazonConverseConfig",
+    ),
     "BedrockModelInfo": ("litellm.llms.bedrock.common_utils", "BedrockModelInfo"),
     "get_file_mime_type_from_extension": (
         "litellm.types.files",

@@ -213,6 +213,17 @@ def to_litellm(err: _native.FastpathError, route: Route, elapsed: float = 0.0) -
     return _mapped(errors.status_error(500, str(err), {}), route)
 
 
+# botocore's Bedrock model: the HTTP status of each stream exception (others: 400).
+_BEDROCK_STREAM_STATUS = {
+    "internalServerException": 500,
+    "modelStreamErrorException": 424,
+    "validationException": 400,
+    "throttlingException": 429,
+    "serviceUnavailableException": 503,
+    "modelTimeoutException": 408,
+}
+
+
 def stream_failure(err: BaseException, route: Route) -> BaseException:
     """A failure inside a stream, as the exception LiteLLM's OpenAI stream would meet there
     (before its stream wrapper maps it: the wrapper's own handling then applies)."""
@@ -221,6 +232,11 @@ def stream_failure(err: BaseException, route: Route) -> BaseException:
         message, error = err.args
         if isinstance(error, dict) and error.get("type") == "repetition":
             return litellm.InternalServerError(message=message, model="", llm_provider="")
+        if route.provider == "bedrock" and isinstance(error, dict):
+            # LiteLLM's event-stream decoder: the status botocore models for the exception.
+            kind = error.get("exception_type", "")
+            status = _BEDROCK_STREAM_STATUS.get(kind, 400)
+            return compat.BedrockError(status_code=status, message=f"{kind} {error.get('payload')}")
         if route.provider == "anthropic":
             # LiteLLM's Anthropic parser: the error's message, else the whole event.
             detail = error.get("error") if isinstance(error, dict) else None

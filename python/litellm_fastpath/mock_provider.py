@@ -11,6 +11,7 @@ installed), so it answers tens of thousands of requests per second:
 - `POST .../v1/messages`           Anthropic message (echoes the request's `model`); with
                                    `"stream": true` the same as an Anthropic SSE stream
 - `POST .../model/<id>/converse`   Bedrock Converse
+- `POST .../model/<id>/converse-stream`  Bedrock's event stream of `maxTokens` text deltas
 - `POST .../embeddings`            OpenAI embeddings (float or base64, one vector per input)
 - `POST .../model/<id>/invoke`     Bedrock embeddings (ids with `embed`): Titan text, Cohere
 - `GET /health`                    `{"ok": true}`; anything else is a 404 JSON error.
@@ -35,6 +36,7 @@ import struct
 import subprocess
 import sys
 import time
+import zlib
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
@@ -44,6 +46,7 @@ REPLY_TEXT = "Hello from upstream"
 CREATED = 1_700_000_000  # fixed so answers are byte-for-byte reproducible
 BEDROCK_MODEL_ID = "anthropic.claude-3-5-sonnet-20240620-v1:0"
 _CONVERSE = re.compile(r"/model/[^/]+/converse$")
+_CONVERSE_STREAM = re.compile(r"/model/[^/]+/converse-stream$")
 _INVOKE = re.compile(r"/model/([^/]+)/invoke$")
 # Vector length when the request names no `dimensions` (benchmarks set 1536).
 EMBEDDING_DIMS = 16
@@ -281,6 +284,55 @@ def anthropic_stream_events(
     return events
 
 
+def aws_event_frame(
+    event_type: str | None, payload: Any, *, exception_type: str | None = None
+) -> bytes:
+    """One AWS event-stream message (prelude, string headers, JSON payload, CRC32s): an event,
+    or an exception when `exception_type` is given."""
+
+    def header(name: str, value: str) -> bytes:
+        raw_name, raw_value = name.encode(), value.encode()
+        return (
+            bytes([len(raw_name)])
+            + raw_name
+            + b"\x07"
+            + struct.pack(">H", len(raw_value))
+            + raw_value
+        )
+
+    body = (
+        payload
+        if isinstance(payload, bytes)
+        else json.dumps(payload, separators=(",", ":")).encode()
+    )
+    if exception_type is not None:
+        headers = header(":exception-type", exception_type) + header(":message-type", "exception")
+    else:
+        headers = header(":event-type", event_type or "") + header(":message-type", "event")
+    headers += header(":content-type", "application/json")
+    prelude = struct.pack(">II", 12 + len(headers) + len(body) + 4, len(headers))
+    prelude += struct.pack(">I", zlib.crc32(prelude))
+    message = prelude + headers + body
+    return message + struct.pack(">I", zlib.crc32(message))
+
+
+def bedrock_stream_events(pieces: list[str], *, stop_reason: str = "end_turn") -> list[bytes]:
+    """A Bedrock `converse-stream` answer: `messageStart`, a `contentBlockDelta` per piece,
+    `contentBlockStop`, `messageStop`, `metadata` with usage."""
+    events = [aws_event_frame("messageStart", {"role": "assistant"})]
+    events += [
+        aws_event_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": piece}})
+        for piece in pieces
+    ]
+    usage = {"inputTokens": 11, "outputTokens": len(pieces), "totalTokens": 11 + len(pieces)}
+    return [
+        *events,
+        aws_event_frame("contentBlockStop", {"contentBlockIndex": 0}),
+        aws_event_frame("messageStop", {"stopReason": stop_reason}),
+        aws_event_frame("metadata", {"usage": usage, "metrics": {"latencyMs": 12}}),
+    ]
+
+
 def _stream_request(body: bytes | bytearray) -> tuple[str, int, bool] | None:
     """(model, chunks, include_usage) of a streamed OpenAI chat request, else None."""
     try:
@@ -454,6 +506,11 @@ class MockProvider(HttpServerProtocol):
             if stream is not None:
                 self._stream(*stream)
                 return
+        if _CONVERSE_STREAM.search(self.path):
+            request = _json_request(self.body)
+            count = (request.get("inferenceConfig") or {}).get("maxTokens") or STREAM_CHUNKS
+            self._stream("", int(count), False)
+            return
         # Rendered once per route, model and keep-alive: the mock must never be the bottleneck.
         # Embedding answers depend on the whole request.
         embedding = self.path.endswith(("/embeddings", "/invoke"))
@@ -474,12 +531,16 @@ class MockProvider(HttpServerProtocol):
         """An SSE answer in HTTP/1.1 chunked encoding, one HTTP chunk per event, paced by
         `CHUNK_DELAY_S`; the connection stays usable afterwards."""
         assert self.transport is not None
+        content_type = "text/event-stream"
         if self.path.endswith("/v1/messages"):
             events = anthropic_stream_events(model, stream_pieces(count))
+        elif self.path.endswith("/converse-stream"):
+            events = bedrock_stream_events(stream_pieces(count))
+            content_type = "application/vnd.amazon.eventstream"
         else:
             events = openai_stream_events(model, stream_pieces(count), include_usage=include_usage)
         head = (
-            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            f"HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\n"
             "transfer-encoding: chunked\r\n"
             f"connection: {'keep-alive' if self.keep_alive else 'close'}\r\n\r\n"
         )

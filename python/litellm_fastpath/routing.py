@@ -478,7 +478,7 @@ class StreamRoute(Route):
 
 
 # Streamed chat: what the fast path serves so far.
-_STREAM_PROVIDERS = frozenset({"openai", "anthropic"})
+_STREAM_PROVIDERS = frozenset({"openai", "anthropic", "bedrock"})
 _STREAM_KWARGS = frozenset({"stream", "stream_options"})
 
 

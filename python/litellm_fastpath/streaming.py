@@ -55,6 +55,19 @@ def frames_allowed(kwargs: dict[str, Any]) -> bool:
     )
 
 
+def _litellm_usage(provider: str, answer: dict[str, Any]) -> Any:
+    """The answer's usage as LiteLLM's stream parser for `provider` converts the provider's."""
+    usage = answer.get("usage")
+    if usage is None or provider == "openai":
+        return usage
+    if provider == "anthropic":
+        reasoning = answer["choices"][0]["delta"].get("reasoning_content") or None
+        return compat.AnthropicConfig().calculate_usage(
+            usage_object=usage, reasoning_content=reasoning
+        )
+    return compat.AmazonConverseConfig().transform_usage(usage)
+
+
 class FastStream(compat.CustomStreamWrapper):
     sent_first_chunk: bool
 
@@ -68,7 +81,8 @@ class FastStream(compat.CustomStreamWrapper):
     ) -> None:
         super().__init__(
             completion_stream=handle,
-            model=route.model,
+            # The model id itself (`converse/<id>` is LiteLLM's routing name for it).
+            model=route.deployment.model,
             logging_obj=logging_obj,
             custom_llm_provider=route.provider,
             stream_options=route.stream_options,
@@ -157,12 +171,7 @@ class FastStream(compat.CustomStreamWrapper):
         assert answer is not None
         if not hasattr(self, "_complete_response"):
             latest = answer.pop("_latest")
-            if self._route.provider == "anthropic" and answer.get("usage") is not None:
-                # Anthropic's usage names, converted as LiteLLM's stream parser converts them.
-                reasoning = answer["choices"][0]["delta"].get("reasoning_content") or None
-                answer["usage"] = compat.AnthropicConfig().calculate_usage(
-                    usage_object=answer["usage"], reasoning_content=reasoning
-                )
+            answer["usage"] = _litellm_usage(self._route.provider, answer)
             summary = litellm.ModelResponseStream(**answer)
             # LiteLLM's usage chunk carries the latest event's id and fingerprint.
             self.response_id = latest["id"]

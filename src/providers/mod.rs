@@ -234,6 +234,10 @@ pub fn prepare_stream(
                 Box::new(anthropic::stream::AnthropicStream::new(model, options)),
                 false,
             ),
+            "bedrock" => (
+                Box::new(bedrock::stream::BedrockStream::new(model, options)),
+                false,
+            ),
             other => {
                 return Err(Decline::new(
                     crate::model::DeclineCode::Stream,
@@ -252,6 +256,11 @@ pub fn prepare_stream(
         }
     }
     let mut upstream = prepare(deployment, request)?;
+    if deployment.provider.as_str() == "bedrock" {
+        // Same body as `converse`; LiteLLM never puts `stream` into it.
+        upstream.url.push_str("-stream");
+        return Ok((upstream, transform));
+    }
     let crate::http::RequestBody::Document(crate::wire::body::Node::Object(fields)) =
         &mut upstream.body
     else {

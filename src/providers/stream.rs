@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::http::client::TransportError;
 use crate::providers::TransformError;
+use crate::wire::eventstream::EventStreamError;
 use crate::wire::sse::{SseError, SseEvent};
 
 /// A provider's stream rules: upstream events in, LiteLLM's `chat.completion.chunk`s out.
@@ -18,6 +19,19 @@ pub trait StreamTransform: Send + 'static {
     /// A finish reason arrived: a connection dropped after it ends the stream normally (as
     /// LiteLLM treats a read error then).
     fn saw_finish(&self) -> bool;
+    /// How the body is framed.
+    fn framing(&self) -> Framing {
+        Framing::Sse
+    }
+}
+
+/// How a stream's body is cut into events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// Server-sent events (OpenAI, Anthropic).
+    Sse,
+    /// AWS binary event stream (Bedrock).
+    AwsEventStream,
 }
 
 /// Whether the upstream said its stream is over (`[DONE]`, `message_stop`).
@@ -33,6 +47,8 @@ pub enum StreamError {
     Transport(#[from] TransportError),
     #[error(transparent)]
     Sse(#[from] SseError),
+    #[error(transparent)]
+    EventStream(#[from] EventStreamError),
     #[error(transparent)]
     Transform(#[from] TransformError),
     /// The provider reported an error inside the stream (its error object, verbatim).

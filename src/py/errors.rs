@@ -134,6 +134,7 @@ pub fn stream_error_to_py(py: Python<'_>, err: StreamError) -> PyErr {
     match err {
         StreamError::Transport(err) => transport_error_to_py(err),
         StreamError::Sse(err) => InvalidResponseError::new_err((err.to_string(), "stream")),
+        StreamError::EventStream(err) => InvalidResponseError::new_err((err.to_string(), "stream")),
         StreamError::Transform(err) => transform_error_to_py(err),
         StreamError::Repetition(_) => UpstreamStreamError::new_err((
             err.to_string(),

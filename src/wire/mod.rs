@@ -1,5 +1,6 @@
 //! Bytes on the wire: the streamed JSON request body and the media inside it.
 
 pub mod body;
+pub mod eventstream;
 pub mod media;
 pub mod sse;

@@ -5,6 +5,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Map, Value, json};
 
 pub mod embedding;
+pub mod stream;
 pub mod transcription;
 
 use super::rules::{integer_param, native_body_decline, number_param, stop_param};
