@@ -7,7 +7,7 @@ WHEEL_VENV ?= target/venv-wheel
 # LiteLLM otherwise fetches its model price map from the internet at import.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup build demo test lint rust-test py-test wheel wheel-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-soak clean
+.PHONY: setup build demo test lint rust-test py-test wheel wheel-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-soak bench-streaming clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -59,7 +59,7 @@ wheel-test: wheel
 
 test: setup lint rust-test py-test wheel-test
 
-bench: bench-inprocess bench-gateway bench-media bench-sha256
+bench: bench-inprocess bench-gateway bench-media bench-sha256 bench-streaming
 
 bench-inprocess: $(PY)
 	$(PY) -m benches.inprocess
@@ -78,6 +78,10 @@ bench-media: $(PY)
 
 bench-sha256: $(PY)
 	$(PY) -m benches.sha256
+
+bench-streaming: $(PY)
+	$(PY) -m pip install -q matplotlib
+	for provider in openai anthropic bedrock; do $(PY) -m benches.streaming --provider $$provider; done
 
 # Not part of `bench`: 10 minutes per arm (~22 min in all).
 bench-soak: $(PY)

@@ -145,13 +145,15 @@ pub async fn pump(
                 Err(TransportError::Disconnected(_)) if transform.saw_finish() => break,
                 Err(err) => return Err(err.into()),
             };
-            decoder.feed(&piece, &mut events)?;
+            // Events decoded before a broken one still count (as in LiteLLM's decoders).
+            let fed = decoder.feed(&piece, &mut events);
             for event in events.drain(..) {
                 if done {
                     break;
                 }
                 done = transform.event(event, &mut chunks)? == Flow::Done;
             }
+            fed?;
             if !chunks.is_empty()
                 && tx
                     .send(Piece::Chunks(std::mem::take(&mut chunks)))

@@ -612,3 +612,20 @@ async def test_bedrock_logging_usage_and_cost_match(
             response.choices[0].message.content,
         )
     assert seen[True] == seen[False]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupted"])
+async def test_bedrock_broken_event_stream_fails_like_litellm(
+    upstream: RecordingUpstream, damage: str
+) -> None:
+    body = bytearray(b"".join(BEDROCK["text"]))
+    if damage == "truncated":
+        body = body[:-7]
+    else:
+        body[-1] ^= 0xFF  # the last message's CRC no longer matches
+    reply = Reply(body=bytes(body), headers={"Content-Type": "application/vnd.amazon.eventstream"})
+    rust = await bedrock_run(upstream, reply, True)
+    plain = await bedrock_run(upstream, reply, False)
+    assert rust[0] == plain[0]
+    assert rust[1] is not None and plain[1] is not None
+    assert rust[1][0][:4] == plain[1][0][:4]

@@ -256,5 +256,9 @@ def stream_failure(err: BaseException, route: Route) -> BaseException:
             "peer closed connection without sending complete message body", request=request
         )
     if isinstance(err, _native.InvalidResponseError):
-        return ValueError(err.args[0])
+        message, kind = err.args
+        if kind == "truncated":
+            # LiteLLM's event-stream decoder reports a cut-off message as a 502.
+            return compat.BedrockError(status_code=502, message=message)
+        return ValueError(message)
     return err

@@ -10,6 +10,7 @@ use crate::call::CallError;
 use crate::http::client::{TransportError, UpstreamResponse};
 use crate::providers::TransformError;
 use crate::stream::StreamError;
+use crate::wire::eventstream::EventStreamError;
 
 create_exception!(
     _native,
@@ -134,7 +135,14 @@ pub fn stream_error_to_py(py: Python<'_>, err: StreamError) -> PyErr {
     match err {
         StreamError::Transport(err) => transport_error_to_py(err),
         StreamError::Sse(err) => InvalidResponseError::new_err((err.to_string(), "stream")),
-        StreamError::EventStream(err) => InvalidResponseError::new_err((err.to_string(), "stream")),
+        StreamError::EventStream(err) => {
+            // args kind: "truncated" (the body ended inside a message) or "stream".
+            let kind = match err {
+                EventStreamError::Truncated(..) => "truncated",
+                EventStreamError::Invalid(_) => "stream",
+            };
+            InvalidResponseError::new_err((err.to_string(), kind))
+        }
         StreamError::Transform(err) => transform_error_to_py(err),
         StreamError::Repetition(_) => UpstreamStreamError::new_err((
             err.to_string(),

@@ -16,7 +16,7 @@ use crate::wire::sse::SseEvent;
 pub enum EventStreamError {
     #[error("the provider sent an invalid event stream message: {0}")]
     Invalid(String),
-    #[error("the event stream ended with {0} undecoded bytes after {1} events")]
+    #[error("Bedrock stream ended with {0} undecoded bytes after {1} events")]
     Truncated(usize, usize),
 }
 
