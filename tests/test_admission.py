@@ -27,17 +27,32 @@ TOOLS = [
 DECLINES: dict[str, tuple[str, dict[str, Any], str, int]] = {
     "response_format": (
         "anthropic",
-        {"messages": HELLO, "response_format": {"type": "json_object"}},
+        {
+            "messages": HELLO,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "object", "properties": {}}},
+            },
+        },
         "response_format",
         1,
     ),
     "n_above_one": ("openai", {"messages": HELLO, "n": 2}, "n", 1),
     "top_k": ("anthropic", {"messages": HELLO, "top_k": 5}, "top_k", 1),
-    "tools": ("bedrock", {"messages": HELLO, "tools": TOOLS}, "tools", 1),
-    "tool_choice": (
-        "anthropic",
-        {"messages": HELLO, "tools": TOOLS, "tool_choice": "auto"},
+    "tools": (
+        "bedrock",
+        {"messages": HELLO, "tools": [{"type": "function", "function": {"name": "1st-tool"}}]},
         "tools",
+        1,
+    ),
+    "tool_choice": (
+        "bedrock",
+        {
+            "messages": HELLO,
+            "tools": TOOLS,
+            "tool_choice": {"type": "function", "function": {"name": "1st-tool"}},
+        },
+        "tool_choice",
         1,
     ),
     "tool_choice_without_tools": (
@@ -97,14 +112,15 @@ DECLINES: dict[str, tuple[str, dict[str, Any], str, int]] = {
         1,
     ),
     "tool_role": (
-        "anthropic",
+        "bedrock",
         {
             "messages": [
                 *HELLO,
                 {"role": "tool", "content": "12:00", "tool_call_id": "call_1"},
             ]
         },
-        "message_role",
+        # A tool result without tools: LiteLLM rewrites it as text for Bedrock.
+        "message_field",
         1,
     ),
     "message_name_field": (

@@ -284,6 +284,95 @@ def test_tool_calling_through_the_proxy_matches_plain(
     assert rust_view["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
 
 
+def test_anthropic_tool_calling_through_the_proxy_matches_plain(
+    proxy: ProxyProcess, fresh_upstream: RecordingUpstream
+) -> None:
+    body = {
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "Checking.",
+                "tool_calls": TOOL_CALL_ANSWER["choices"][0]["message"]["tool_calls"],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        ],
+        "tools": [WEATHER_TOOL],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+    }
+    answer = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [
+            {"type": "text", "text": "Again:"},
+            {"type": "tool_use", "id": "toolu_9", "name": "get_weather", "input": {"city": "Nice"}},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 40, "output_tokens": 15},
+    }
+    views = []
+    for model in ("plain-anthropic", "rust-anthropic"):
+        fresh_upstream.enqueue(Reply(json=answer))
+        resp, request = call_once(proxy, fresh_upstream, model, body)
+        views.append((is_rust(resp), request.json(), client_view(resp)))
+    (plain_rust, plain_sent, plain_view), (rust_rust, rust_sent, rust_view) = views
+    assert rust_rust and not plain_rust
+    assert rust_sent == plain_sent
+    assert rust_view == plain_view
+    assert rust_view["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_bedrock_tool_calling_through_the_proxy_matches_plain(
+    proxy: ProxyProcess, fresh_upstream: RecordingUpstream
+) -> None:
+    body = {
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": TOOL_CALL_ANSWER["choices"][0]["message"]["tool_calls"],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        ],
+        "tools": [WEATHER_TOOL],
+        "tool_choice": "auto",
+    }
+    answer = {
+        "output": {
+            "message": {
+                "role": "assistant",
+                "content": [
+                    {
+                        "toolUse": {
+                            "toolUseId": "t9",
+                            "name": "get_weather",
+                            "input": {"city": "Nice"},
+                        }
+                    }
+                ],
+            }
+        },
+        "stopReason": "tool_use",
+        "usage": {"inputTokens": 40, "outputTokens": 15, "totalTokens": 55},
+        "metrics": {"latencyMs": 5},
+    }
+    views = []
+    for model in ("plain-bedrock", "rust-bedrock"):
+        fresh_upstream.enqueue(Reply(json=answer))
+        resp, request = call_once(proxy, fresh_upstream, model, body)
+        views.append((is_rust(resp), request.json(), client_view(resp)))
+    (plain_rust, plain_sent, plain_view), (rust_rust, rust_sent, rust_view) = views
+    assert rust_rust and not plain_rust
+    assert rust_sent == plain_sent
+    assert rust_view == plain_view
+    assert rust_view["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
 def test_openai_sdk_tool_calling_against_a_rust_model(
     proxy: ProxyProcess, fresh_upstream: RecordingUpstream
 ) -> None:

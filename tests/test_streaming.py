@@ -629,3 +629,40 @@ async def test_bedrock_broken_event_stream_fails_like_litellm(
     assert rust[0] == plain[0]
     assert rust[1] is not None and plain[1] is not None
     assert rust[1][0][:4] == plain[1][0][:4]
+
+
+async def test_anthropic_stream_with_tools_matches_litellm(upstream: RecordingUpstream) -> None:
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    (rust, rust_chunks, rust_sent), (plain, plain_chunks, plain_sent) = await anthropic_both(
+        upstream,
+        anthropic_reply(ANTHROPIC["tools"]),
+        tools=[weather],
+        tool_choice="required",
+        parallel_tool_calls=False,
+    )
+    assert served_by_rust(rust) and not served_by_rust(plain)
+    assert _wire(rust_sent) == _wire(plain_sent)
+    assert rust_sent[0][0]["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
+    assert rust_chunks == plain_chunks
+
+
+async def test_bedrock_stream_with_tools_matches_litellm(upstream: RecordingUpstream) -> None:
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    kwargs = {"tools": [weather], "tool_choice": "required"}
+    rust = await bedrock_run(upstream, bedrock_reply(BEDROCK["tools"]), True, **kwargs)
+    plain = await bedrock_run(upstream, bedrock_reply(BEDROCK["tools"]), False, **kwargs)
+    assert rust == plain
+    assert rust[2][0][1]["toolConfig"]["toolChoice"] == {"any": {}}

@@ -1,8 +1,9 @@
-"""Tools and structured output on the chat fast path (OpenAI-compatible deployments),
-differential against LiteLLM's Python path: the same upstream body and the same response.
+"""Tools and structured output on the chat fast path (OpenAI-compatible, Anthropic and Bedrock
+deployments), differential against LiteLLM's Python path: the same upstream body and the same
+response.
 
-Anthropic and Bedrock map tools to their own blocks; those requests still decline (counted), and
-so do the tool shapes LiteLLM rewrites before sending them to an OpenAI-compatible upstream.
+Anthropic and Bedrock get their own blocks, as LiteLLM maps them; the tool shapes LiteLLM
+rewrites (renamed tools, inlined schemas, forced-tool structured output) decline (counted).
 """
 
 from __future__ import annotations
@@ -307,14 +308,87 @@ DECLINED: dict[str, tuple[str, dict[str, Any], str]] = {
         {"messages": [*ASK, {"role": "tool", "content": "x"}]},
         "message_field",
     ),
-    "anthropic_tools": ("anthropic", {"messages": ASK, "tools": [WEATHER]}, "tools"),
-    "anthropic_tool_history": ("anthropic", {"messages": HISTORY}, "message_field"),
-    "bedrock_response_format": (
-        "bedrock",
-        {"messages": ASK, "response_format": {"type": "json_object"}},
+    "anthropic_tool_named_with_a_dot": (
+        "anthropic",
+        {"messages": ASK, "tools": [{"type": "function", "function": {"name": "my.tool"}}]},
+        "tools",
+    ),
+    "anthropic_schema_with_definitions": (
+        "anthropic",
+        {
+            "messages": ASK,
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "f",
+                        "parameters": {"type": "object", "properties": {}, "definitions": {}},
+                    },
+                }
+            ],
+        },
+        "tools",
+    ),
+    "anthropic_json_schema": (
+        "anthropic",
+        {
+            "messages": ASK,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "object", "properties": {}}},
+            },
+        },
         "response_format",
     ),
-    "bedrock_tool_history": ("bedrock", {"messages": HISTORY}, "message_field"),
+    "anthropic_unparsable_arguments": (
+        "anthropic",
+        {
+            "messages": [
+                *ASK,
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_0",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city": "Ro'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_0", "content": "x"},
+            ],
+            "tools": [WEATHER],
+        },
+        "message_field",
+    ),
+    "bedrock_json_schema": (
+        "bedrock",
+        {
+            "messages": ASK,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "object", "properties": {}}},
+            },
+        },
+        "response_format",
+    ),
+    "bedrock_tool_history_without_tools": ("bedrock", {"messages": HISTORY}, "message_field"),
+    "bedrock_tool_choice_none": (
+        "bedrock",
+        {"messages": ASK, "tools": [WEATHER], "tool_choice": "none"},
+        "tool_choice",
+    ),
+    "bedrock_parallel_tool_calls": (
+        "bedrock",
+        {"messages": ASK, "tools": [WEATHER], "parallel_tool_calls": False},
+        "parallel_tool_calls",
+    ),
+    "bedrock_tool_named_with_a_dot": (
+        "bedrock",
+        {"messages": ASK, "tools": [{"type": "function", "function": {"name": "my.tool"}}]},
+        "tools",
+    ),
 }
 
 
@@ -326,5 +400,286 @@ async def test_shapes_litellm_rewrites_are_declined(
     (rust, rust_sent), (python, python_sent) = await both_arms(upstream, provider, call, None)
     assert litellm_fastpath.decline_counts() == {code: 1}
     assert not served_by_rust(rust)
+    assert rust_sent == python_sent
+    assert view(rust) == view(python)
+
+
+# -- Anthropic ---------------------------------------------------------------------------------
+
+
+def anthropic_answer(*blocks: dict[str, Any], stop_reason: str = "tool_use") -> dict[str, Any]:
+    return {
+        "id": "msg_tools",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5-20250929",
+        "content": list(blocks),
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 30, "output_tokens": 12},
+    }
+
+
+def tool_use(id_: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_use", "id": id_, "name": name, "input": arguments}
+
+
+ANTHROPIC_TOOL_USE = anthropic_answer(tool_use("toolu_1", "get_weather", {"city": "Paris"}))
+ANTHROPIC_SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "tools": ({"messages": ASK, "tools": [WEATHER, TIME]}, ANTHROPIC_TOOL_USE),
+    "tools_no_description_no_parameters": ({"messages": ASK, "tools": [TIME]}, ANTHROPIC_TOOL_USE),
+    "schema_trimmed": (
+        {
+            "messages": ASK,
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "f",
+                        "strict": True,
+                        "parameters": {
+                            "$schema": "http://json-schema.org/draft-07/schema#",
+                            "title": "F",
+                            "properties": {"a": {"type": "integer", "minimum": 0}},
+                            "required": ["a"],
+                            "additionalProperties": False,
+                        },
+                    },
+                }
+            ],
+        },
+        ANTHROPIC_TOOL_USE,
+    ),
+    "tool_choice_auto": (
+        {"messages": ASK, "tools": [WEATHER], "tool_choice": "auto"},
+        ANTHROPIC_TOOL_USE,
+    ),
+    "tool_choice_none": (
+        {"messages": ASK, "tools": [WEATHER], "tool_choice": "none"},
+        ANTHROPIC_TOOL_USE,
+    ),
+    "tool_choice_required": (
+        {"messages": ASK, "tools": [WEATHER], "tool_choice": "required"},
+        ANTHROPIC_TOOL_USE,
+    ),
+    "tool_choice_named": (
+        {
+            "messages": ASK,
+            "tools": [WEATHER, TIME],
+            "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+        },
+        ANTHROPIC_TOOL_USE,
+    ),
+    "tool_choice_dict_auto": (
+        {"messages": ASK, "tools": [WEATHER], "tool_choice": {"type": "auto"}},
+        ANTHROPIC_TOOL_USE,
+    ),
+    "parallel_false": (
+        {"messages": ASK, "tools": [WEATHER], "parallel_tool_calls": False},
+        ANTHROPIC_TOOL_USE,
+    ),
+    "parallel_true_required": (
+        {
+            "messages": ASK,
+            "tools": [WEATHER],
+            "tool_choice": "required",
+            "parallel_tool_calls": True,
+        },
+        ANTHROPIC_TOOL_USE,
+    ),
+    "parallel_false_none": (
+        {"messages": ASK, "tools": [WEATHER], "tool_choice": "none", "parallel_tool_calls": False},
+        ANTHROPIC_TOOL_USE,
+    ),
+    "history": (
+        {"messages": [*HISTORY, {"role": "user", "content": "thanks"}], "tools": [WEATHER]},
+        anthropic_answer({"type": "text", "text": "Sunny."}, stop_reason="end_turn"),
+    ),
+    "history_without_tools": (
+        {"messages": HISTORY},
+        anthropic_answer({"type": "text", "text": "ok"}, stop_reason="end_turn"),
+    ),
+    "history_parallel_calls_and_text": (
+        {
+            "messages": [
+                *ASK,
+                {
+                    "role": "assistant",
+                    "content": "Let me check.",
+                    "tool_calls": [
+                        {**CALL, "id": "call_1"},
+                        {
+                            **CALL,
+                            "id": "call_2",
+                            "function": {"name": "get_weather", "arguments": ""},
+                        },
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                {
+                    "role": "tool",
+                    "tool_call_id": "call_2",
+                    "content": [
+                        {"type": "text", "text": "rainy"},
+                        {"type": "text", "text": "cold"},
+                    ],
+                },
+            ],
+            "tools": [WEATHER],
+        },
+        anthropic_answer({"type": "text", "text": "Mixed."}, stop_reason="end_turn"),
+    ),
+    "answer_text_and_two_calls": (
+        {"messages": ASK, "tools": [WEATHER]},
+        anthropic_answer(
+            {"type": "text", "text": "Checking both."},
+            tool_use("toolu_1", "get_weather", {"city": "Paris", "n": 1.0, "big": 1e16, "u": "é✓"}),
+            tool_use("toolu_2", "get_weather", {}),
+        ),
+    ),
+    "json_object": (
+        {"messages": ASK, "response_format": {"type": "json_object"}},
+        anthropic_answer({"type": "text", "text": '{"a": 1}'}, stop_reason="end_turn"),
+    ),
+}
+
+
+async def anthropic_arms(
+    upstream: RecordingUpstream, call: dict[str, Any], reply: dict[str, Any]
+) -> list[tuple[Any, list[Any]]]:
+    out = []
+    for rust in (True, False):
+        upstream.clear()
+        upstream.enqueue(Reply(json=reply))
+        try:
+            outcome: Any = await litellm.acompletion(
+                **{**deployment_kwargs("anthropic", upstream.url), **call}, rust=rust
+            )
+        except Exception as exc:
+            outcome = exc
+        headers = ("anthropic-beta", "anthropic-version")
+        sent = [(r.json(), {h: r.headers.get(h) for h in headers}) for r in upstream.requests]
+        out.append((outcome, sent))
+    return out
+
+
+@pytest.mark.parametrize("shape", list(ANTHROPIC_SERVED))
+async def test_anthropic_tools_match_python(upstream: RecordingUpstream, shape: str) -> None:
+    call, reply = ANTHROPIC_SERVED[shape]
+    (rust, rust_sent), (python, python_sent) = await anthropic_arms(upstream, call, reply)
+    assert litellm_fastpath.decline_counts() == {}
+    assert served_by_rust(rust), view(rust)
+    assert rust_sent == python_sent
+    assert view(rust) == view(python)
+
+
+# -- Bedrock Converse --------------------------------------------------------------------------
+
+
+def converse_answer(*blocks: dict[str, Any], stop_reason: str = "tool_use") -> dict[str, Any]:
+    return {
+        "output": {"message": {"role": "assistant", "content": list(blocks)}},
+        "stopReason": stop_reason,
+        "usage": {"inputTokens": 30, "outputTokens": 12, "totalTokens": 42},
+        "metrics": {"latencyMs": 10},
+    }
+
+
+def tool_use_block(id_: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"toolUse": {"toolUseId": id_, "name": name, "input": arguments}}
+
+
+CONVERSE_TOOL_USE = converse_answer(tool_use_block("t1", "get_weather", {"city": "Paris"}))
+BEDROCK_SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "tools": ({"messages": ASK, "tools": [WEATHER, TIME]}, CONVERSE_TOOL_USE),
+    "strict_schema_trimmed": ({"messages": ASK, "tools": [STRICT]}, CONVERSE_TOOL_USE),
+    "tool_choice_auto": (
+        {"messages": ASK, "tools": [WEATHER], "tool_choice": "auto"},
+        CONVERSE_TOOL_USE,
+    ),
+    "tool_choice_required": (
+        {"messages": ASK, "tools": [WEATHER], "tool_choice": "required"},
+        CONVERSE_TOOL_USE,
+    ),
+    "tool_choice_named": (
+        {
+            "messages": ASK,
+            "tools": [WEATHER, TIME],
+            "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+        },
+        CONVERSE_TOOL_USE,
+    ),
+    "history": (
+        {"messages": [*HISTORY, {"role": "user", "content": "thanks"}], "tools": [WEATHER]},
+        converse_answer({"text": "Sunny."}, stop_reason="end_turn"),
+    ),
+    "history_calls_text_and_list_results": (
+        {
+            "messages": [
+                *ASK,
+                {
+                    "role": "assistant",
+                    "content": "Let me check.",
+                    "tool_calls": [
+                        {**CALL, "id": "call_1"},
+                        {
+                            **CALL,
+                            "id": "call_2",
+                            "function": {"name": "get_weather", "arguments": ""},
+                        },
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                {
+                    "role": "tool",
+                    "tool_call_id": "call_2",
+                    "content": [
+                        {"type": "text", "text": "rainy"},
+                        {"type": "text", "text": "cold"},
+                    ],
+                },
+            ],
+            "tools": [WEATHER],
+        },
+        converse_answer({"text": "Mixed."}, stop_reason="end_turn"),
+    ),
+    "answer_text_and_two_calls": (
+        {"messages": ASK, "tools": [WEATHER]},
+        converse_answer(
+            {"text": "Checking both."},
+            tool_use_block("t1", "get_weather", {"city": "Paris", "n": 1.0, "u": "é✓"}),
+            tool_use_block("t2", "get_weather", {}),
+        ),
+    ),
+    "json_object": (
+        {"messages": ASK, "response_format": {"type": "json_object"}},
+        converse_answer({"text": '{"a": 1}'}, stop_reason="end_turn"),
+    ),
+}
+
+
+async def bedrock_arms(
+    upstream: RecordingUpstream, call: dict[str, Any], reply: dict[str, Any]
+) -> list[tuple[Any, list[Any]]]:
+    out = []
+    for rust in (True, False):
+        upstream.clear()
+        upstream.enqueue(Reply(json=reply))
+        try:
+            outcome: Any = await litellm.acompletion(
+                **{**deployment_kwargs("bedrock", upstream.url), **call}, rust=rust
+            )
+        except Exception as exc:
+            outcome = exc
+        out.append((outcome, [(r.path, r.json()) for r in upstream.requests]))
+    return out
+
+
+@pytest.mark.parametrize("shape", list(BEDROCK_SERVED))
+async def test_bedrock_tools_match_python(upstream: RecordingUpstream, shape: str) -> None:
+    call, reply = BEDROCK_SERVED[shape]
+    (rust, rust_sent), (python, python_sent) = await bedrock_arms(upstream, call, reply)
+    assert litellm_fastpath.decline_counts() == {}
+    assert served_by_rust(rust), view(rust)
     assert rust_sent == python_sent
     assert view(rust) == view(python)

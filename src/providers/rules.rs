@@ -147,28 +147,12 @@ fn is_python_whitespace(c: char) -> bool {
     c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
 }
 
-/// What LiteLLM rewrites or refuses itself for providers whose body the fast path builds
-/// (Anthropic, Bedrock): system-only requests, blank text, images outside user turns.
+/// Message shapes the Anthropic and Bedrock transforms leave to LiteLLM (conversations it
+/// rejects or rewrites, blank text, images outside user turns). Tool turns they map themselves.
 pub fn native_body_decline(messages: &[Message]) -> Option<Decline> {
-    tool_exchange_decline(messages)
-        .or_else(|| conversation_decline(messages))
+    conversation_decline(messages)
         .or_else(|| blank_text_decline(messages))
         .or_else(|| image_role_decline(messages))
-}
-
-/// Tool results and tool-calling turns: LiteLLM maps them to the provider's own blocks, which
-/// these transforms do not build yet.
-fn tool_exchange_decline(messages: &[Message]) -> Option<Decline> {
-    messages.iter().find_map(|message| {
-        if message.role == Role::Tool {
-            Some(Decline::new(DeclineCode::MessageRole, "role \"tool\""))
-        } else {
-            message
-                .tool_calls
-                .is_some()
-                .then(|| Decline::new(DeclineCode::MessageField, "field \"tool_calls\""))
-        }
-    })
 }
 
 /// LiteLLM strips images from assistant turns (Anthropic; its async Bedrock path fails on them)
@@ -239,8 +223,17 @@ mod tests {
 
     #[test]
     fn notable_params_decline_with_their_own_code() {
-        // Bedrock's allowlist holds none of them (OpenAI's now holds the tool params).
+        // Bedrock's allowlist holds none of them but the tool params it maps itself.
+        let mapped = [
+            "tools",
+            "tool_choice",
+            "parallel_tool_calls",
+            "response_format",
+        ];
         for &code in NOTABLE_DECLINES {
+            if mapped.contains(&code.as_str()) {
+                continue;
+            }
             let p = params(json!({ code.as_str(): true }));
             let decline = admit_params(crate::providers::bedrock::PARAMS, &p).unwrap_err();
             assert_eq!(decline.code, code);

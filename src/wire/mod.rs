@@ -3,4 +3,5 @@
 pub mod body;
 pub mod eventstream;
 pub mod media;
+pub mod pyjson;
 pub mod sse;

@@ -1,6 +1,7 @@
 //! Anthropic Messages: chat.completions -> /v1/messages and back.
 
 pub mod stream;
+pub mod tools;
 
 use http::HeaderMap;
 use serde_json::{Map, Value, json};
@@ -25,6 +26,10 @@ pub const PARAMS: &[&str] = &[
     "max_tokens",
     "max_completion_tokens",
     "stop",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
 ];
 
 pub struct Anthropic;
@@ -39,6 +44,7 @@ fn build_request(
     if let Some(decline) = native_body_decline(&request.messages) {
         return Err(decline.into());
     }
+    let tool_fields = tools::tool_fields(params, &request.messages)?;
 
     let mut system = Vec::new();
     let mut turns: Vec<(Role, Vec<Node>)> = Vec::new();
@@ -47,11 +53,23 @@ fn build_request(
             system.extend(content_blocks(&message.content)?);
             continue;
         }
-        let blocks = content_blocks(&message.content)?;
+        // Tool results ride in a user turn; tool calls follow the assistant's text.
+        let (role, blocks) = match (message.role, &message.tool_calls) {
+            (Role::Tool, _) => (Role::User, vec![tools::tool_result_block(message)?]),
+            (Role::Assistant, Some(calls)) => {
+                let mut blocks = match &message.content {
+                    Content::Absent => Vec::new(),
+                    content => content_blocks(content)?,
+                };
+                blocks.extend(tools::tool_use_blocks(calls)?);
+                (Role::Assistant, blocks)
+            }
+            (role, _) => (role, content_blocks(&message.content)?),
+        };
         // Anthropic needs alternating roles; LiteLLM merges consecutive same-role turns.
         match turns.last_mut() {
-            Some((role, existing)) if *role == message.role => existing.extend(blocks),
-            _ => turns.push((message.role, blocks)),
+            Some((last, existing)) if *last == role => existing.extend(blocks),
+            _ => turns.push((role, blocks)),
         }
     }
 
@@ -89,6 +107,7 @@ fn build_request(
     if let Some(stop) = stop_param(params)? {
         fields.push(("stop_sequences".into(), Node::Value(json!(stop))));
     }
+    fields.extend(tool_fields);
 
     let base = deployment.api_base.as_deref().unwrap_or(DEFAULT_API_BASE);
     let base = base.trim_end_matches('/');
@@ -184,6 +203,7 @@ fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, Transfo
         .get("content")
         .and_then(Value::as_array)
         .ok_or_else(|| invalid("missing 'content'"))?;
+    let tool_calls = tools::answer_tool_calls(blocks);
     let mut text = String::new();
     let mut saw_text = false;
     for block in blocks {
@@ -209,8 +229,16 @@ fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, Transfo
     message.insert("role".into(), json!("assistant"));
     message.insert(
         "content".into(),
-        if saw_text { json!(text) } else { Value::Null },
+        // LiteLLM: the joined text, but no empty text next to tool calls.
+        if saw_text && (!text.is_empty() || tool_calls.is_empty()) {
+            json!(text)
+        } else {
+            Value::Null
+        },
     );
+    if !tool_calls.is_empty() {
+        message.insert("tool_calls".into(), Value::Array(tool_calls));
+    }
     message.insert(
         "provider_specific_fields".into(),
         json!({"citations": null, "thinking_blocks": null}),

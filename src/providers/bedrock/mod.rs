@@ -6,6 +6,7 @@ use serde_json::{Map, Value, json};
 
 pub mod embedding;
 pub mod stream;
+pub mod tools;
 pub mod transcription;
 
 use super::rules::{integer_param, native_body_decline, number_param, stop_param};
@@ -92,13 +93,17 @@ pub fn aws_request(
     })
 }
 
-/// Mapped into `inferenceConfig` like LiteLLM's `AmazonConverseConfig`.
+/// Mapped into `inferenceConfig` and `toolConfig` like LiteLLM's `AmazonConverseConfig`.
 pub const PARAMS: &[&str] = &[
     "temperature",
     "top_p",
     "max_tokens",
     "max_completion_tokens",
     "stop",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
 ];
 
 pub struct Bedrock;
@@ -113,20 +118,33 @@ fn build_request(
     if let Some(decline) = native_body_decline(&request.messages) {
         return Err(decline.into());
     }
+    let tool_config = tools::tool_config(params, &request.messages)?;
 
     let mut system = Vec::new();
     let mut turns: Vec<(Role, Vec<Node>)> = Vec::new();
     for message in &request.messages {
         // Images only reach here from user turns (see `native_body_decline`).
-        let blocks = content_blocks(&message.content)?;
         if message.role.is_instruction() {
-            system.extend(blocks);
+            system.extend(content_blocks(&message.content)?);
             continue;
         }
+        // Tool results ride in a user turn; tool calls follow the assistant's text.
+        let (role, blocks) = match (message.role, &message.tool_calls) {
+            (Role::Tool, _) => (Role::User, vec![tools::tool_result_block(message)?]),
+            (Role::Assistant, Some(calls)) => {
+                let mut blocks = match &message.content {
+                    Content::Absent => Vec::new(),
+                    content => content_blocks(content)?,
+                };
+                blocks.extend(tools::tool_use_blocks(calls)?);
+                (Role::Assistant, blocks)
+            }
+            (role, _) => (role, content_blocks(&message.content)?),
+        };
         // Converse needs alternating roles; LiteLLM merges consecutive same-role turns.
         match turns.last_mut() {
-            Some((role, existing)) if *role == message.role => existing.extend(blocks),
-            _ => turns.push((message.role, blocks)),
+            Some((last, existing)) if *last == role => existing.extend(blocks),
+            _ => turns.push((role, blocks)),
         }
     }
 
@@ -165,6 +183,9 @@ fn build_request(
         fields.push(("system".into(), Node::Array(system)));
     }
     fields.push(("inferenceConfig".into(), Node::Object(inference)));
+    if let Some(config) = tool_config {
+        fields.push(("toolConfig".into(), config));
+    }
     Ok(converse_request(
         deployment,
         RequestBody::Document(Node::Object(fields)),
@@ -273,6 +294,15 @@ fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, Transfo
     let mut message = Map::new();
     message.insert("role".into(), json!("assistant"));
     message.insert("content".into(), json!(text));
+    let blocks = body
+        .pointer("/output/message/content")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let tool_calls = tools::answer_tool_calls(blocks);
+    if !tool_calls.is_empty() {
+        message.insert("tool_calls".into(), Value::Array(tool_calls));
+    }
     Ok(json!({
         "object": "chat.completion",
         "model": deployment.model,

@@ -1,0 +1,332 @@
+//! Function tools on Anthropic, as LiteLLM 1.106.12 maps them (`AnthropicConfig._map_tools`,
+//! `_map_tool_choice`, `anthropic_messages_pt`, `_transform_response`).
+//!
+//! Served: function tools whose names Anthropic accepts as they are (LiteLLM would rename the
+//! others and map the names back), schemas LiteLLM only trims (no `definitions` to inline),
+//! `tool_choice` in every OpenAI form, `parallel_tool_calls`, assistant `tool_calls` whose
+//! arguments are JSON (or empty), tool results as text, `response_format` `text`/`json_object`
+//! (LiteLLM sends nothing for them). Everything else declines.
+
+use serde_json::{Map, Value, json};
+
+use crate::model::{Content, ContentPart, Decline, DeclineCode, Message};
+use crate::wire::body::Node;
+use crate::wire::pyjson::python_json;
+
+/// Schema keys LiteLLM's `sanitize_input_schema_for_anthropic` keeps at the top level.
+/// (`$defs` it keeps too, but with references it may inline: declined.)
+const SCHEMA_KEYS: &[&str] = &[
+    "type",
+    "properties",
+    "additionalProperties",
+    "required",
+    "strict",
+];
+/// Keys LiteLLM drops silently (the rest it inlines or rewrites: declined).
+const DROPPED_SCHEMA_KEYS: &[&str] = &["$schema", "title", "description"];
+
+fn decline(code: DeclineCode, why: &str) -> Decline {
+    Decline::new(code, why.to_string())
+}
+
+/// Anthropic's tool-name rule; LiteLLM renames (and maps back) any other name.
+fn is_valid_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// One OpenAI function tool as LiteLLM sends it: `{name, input_schema, type: custom,
+/// description?}`.
+fn tool(tool: &Value) -> Result<Value, Decline> {
+    let unusual = || decline(DeclineCode::Tools, "a tool LiteLLM rewrites for Anthropic");
+    let object = tool.as_object().ok_or_else(unusual)?;
+    if object.len() != 2 || object.get("type") != Some(&json!("function")) {
+        return Err(unusual());
+    }
+    let function = object
+        .get("function")
+        .and_then(Value::as_object)
+        .ok_or_else(unusual)?;
+    if function
+        .keys()
+        .any(|key| !["name", "description", "parameters", "strict"].contains(&key.as_str()))
+    {
+        return Err(unusual());
+    }
+    let name = function
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|name| is_valid_name(name))
+        .ok_or_else(unusual)?;
+    let schema = match function.get("parameters") {
+        None => json!({"type": "object", "properties": {}}),
+        Some(Value::Object(schema)) => input_schema(schema).ok_or_else(unusual)?,
+        Some(_) => return Err(unusual()),
+    };
+    let mut out = Map::new();
+    out.insert("name".into(), json!(name));
+    out.insert("input_schema".into(), schema);
+    out.insert("type".into(), json!("custom"));
+    match function.get("description") {
+        None => {}
+        Some(Value::String(description)) => {
+            out.insert("description".into(), json!(description));
+        }
+        Some(_) => return Err(unusual()),
+    }
+    Ok(Value::Object(out))
+}
+
+/// The schema trimmed as LiteLLM trims it, or None when LiteLLM would do more (inline
+/// `definitions`, drop combinators).
+fn input_schema(schema: &Map<String, Value>) -> Option<Value> {
+    let mut out = Map::new();
+    for (key, value) in schema {
+        if SCHEMA_KEYS.contains(&key.as_str()) {
+            out.insert(key.clone(), value.clone());
+        } else if !DROPPED_SCHEMA_KEYS.contains(&key.as_str()) {
+            return None;
+        }
+    }
+    if out.get("type") != Some(&json!("object")) {
+        // Set in place when present, appended when missing (dict assignment keeps the order).
+        out.insert("type".into(), json!("object"));
+    }
+    if !out.contains_key("properties") {
+        out.insert("properties".into(), json!({}));
+    }
+    Some(Value::Object(out))
+}
+
+/// LiteLLM's placeholder when the history holds tool calls but the request has no tools.
+fn dummy_tool() -> Value {
+    json!({
+        "name": "dummy_tool",
+        "input_schema": {"type": "object", "properties": {}},
+        "type": "custom",
+        "description": "This is a dummy tool call",
+    })
+}
+
+/// `tools` and `tool_choice` body fields (in that order), or a decline.
+pub fn tool_fields(
+    params: &Map<String, Value>,
+    messages: &[Message],
+) -> Result<Vec<(String, Node)>, Decline> {
+    let present = |name: &str| params.get(name).filter(|v| !v.is_null());
+    match present("response_format") {
+        None => {}
+        Some(format)
+            if format == &json!({"type": "json_object"}) || format == &json!({"type": "text"}) => {}
+        // A schema becomes `output_format` or a forced tool, by model: LiteLLM's job.
+        Some(_) => {
+            return Err(decline(
+                DeclineCode::ResponseFormat,
+                "a response_format Anthropic needs rewritten",
+            ));
+        }
+    }
+    let mut fields = Vec::new();
+    let tools = match present("tools") {
+        Some(Value::Array(tools)) if !tools.is_empty() => {
+            tools.iter().map(tool).collect::<Result<Vec<_>, _>>()?
+        }
+        Some(_) => return Err(decline(DeclineCode::Tools, "an unusual tools shape")),
+        None if messages.iter().any(|m| m.tool_calls.is_some()) => vec![dummy_tool()],
+        None => Vec::new(),
+    };
+    let has_tools = present("tools").is_some();
+    if !tools.is_empty() {
+        fields.push(("tools".into(), Node::Value(Value::Array(tools))));
+    }
+    let parallel = match present("parallel_tool_calls") {
+        None => None,
+        Some(Value::Bool(parallel)) => Some(*parallel),
+        Some(_) => return Err(decline(DeclineCode::ParallelToolCalls, "not a bool")),
+    };
+    let choice = match present("tool_choice") {
+        None => None,
+        Some(_) if !has_tools => {
+            return Err(decline(
+                DeclineCode::ToolChoice,
+                "tool_choice without tools",
+            ));
+        }
+        Some(choice) => Some(tool_choice(choice)?),
+    };
+    let choice = match (choice, parallel) {
+        (None, None) => None,
+        (Some(choice), None) => Some(choice),
+        (_, Some(_)) if !has_tools => {
+            return Err(decline(
+                DeclineCode::ParallelToolCalls,
+                "parallel_tool_calls without tools",
+            ));
+        }
+        (None, Some(parallel)) => {
+            Some(json!({"type": "auto", "disable_parallel_tool_use": !parallel}))
+        }
+        (Some(mut choice), Some(parallel)) => {
+            if choice["type"] != json!("none") {
+                choice["disable_parallel_tool_use"] = json!(!parallel);
+            }
+            Some(choice)
+        }
+    };
+    if let Some(choice) = choice {
+        fields.push(("tool_choice".into(), Node::Value(choice)));
+    }
+    Ok(fields)
+}
+
+fn tool_choice(choice: &Value) -> Result<Value, Decline> {
+    let unusual = || decline(DeclineCode::ToolChoice, "an unusual tool_choice");
+    let kind = match choice {
+        Value::String(kind) => kind.as_str(),
+        Value::Object(object) => match object.get("type").and_then(Value::as_str) {
+            Some("function") => {
+                let name = object
+                    .get("function")
+                    .and_then(|f| f.get("name"))
+                    .and_then(Value::as_str)
+                    .filter(|name| is_valid_name(name))
+                    .ok_or_else(unusual)?;
+                return Ok(json!({"type": "tool", "name": name}));
+            }
+            Some(kind) if object.len() == 1 => kind,
+            _ => return Err(unusual()),
+        },
+        _ => return Err(unusual()),
+    };
+    match kind {
+        "auto" => Ok(json!({"type": "auto"})),
+        "none" => Ok(json!({"type": "none"})),
+        "required" => Ok(json!({"type": "any"})),
+        _ => Err(unusual()),
+    }
+}
+
+/// An assistant turn's `tool_calls` as `tool_use` blocks; arguments are parsed as LiteLLM does
+/// (empty means `{}`; JSON LiteLLM would have to repair declines).
+pub fn tool_use_blocks(calls: &Value) -> Result<Vec<Node>, Decline> {
+    let unusual = |why: &str| decline(DeclineCode::MessageField, why);
+    let calls = calls
+        .as_array()
+        .ok_or_else(|| unusual("tool_calls is not a list"))?;
+    let mut seen = Vec::new();
+    let mut blocks = Vec::with_capacity(calls.len());
+    for call in calls {
+        let id = call
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|id| is_valid_name(id))
+            .ok_or_else(|| unusual("a tool call id LiteLLM rewrites"))?;
+        if seen.contains(&id) {
+            return Err(unusual("a repeated tool call id"));
+        }
+        seen.push(id);
+        let function = call
+            .get("function")
+            .ok_or_else(|| unusual("a tool call without function"))?;
+        let name = function
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|name| is_valid_name(name))
+            .ok_or_else(|| unusual("a tool name LiteLLM rewrites"))?;
+        let input = match function.get("arguments") {
+            None | Some(Value::Null) => json!({}),
+            Some(Value::String(text)) if text.trim().is_empty() => json!({}),
+            Some(Value::String(text)) => serde_json::from_str::<Value>(text)
+                .ok()
+                .filter(Value::is_object)
+                .ok_or_else(|| unusual("tool call arguments that are not a JSON object"))?,
+            Some(_) => return Err(unusual("tool call arguments that are not a string")),
+        };
+        blocks.push(Node::Value(json!({
+            "type": "tool_use", "id": id, "name": name, "input": input,
+        })));
+    }
+    Ok(blocks)
+}
+
+/// A `tool` message as the `tool_result` block LiteLLM sends (text content only).
+pub fn tool_result_block(message: &Message) -> Result<Node, Decline> {
+    let id = message
+        .tool_call_id
+        .as_deref()
+        .filter(|id| is_valid_name(id))
+        .ok_or_else(|| decline(DeclineCode::MessageField, "a tool_call_id LiteLLM rewrites"))?;
+    let content = match &message.content {
+        Content::Text(text) => Node::Str(text.clone()),
+        Content::Parts(parts) => Node::Array(
+            parts
+                .iter()
+                .map(|part| match part {
+                    ContentPart::Text(text) => Ok(Node::object([
+                        ("type", Node::from("text")),
+                        ("text", Node::Str(text.clone())),
+                    ])),
+                    ContentPart::Image(_) => Err(decline(
+                        DeclineCode::ContentPart,
+                        "an image in a tool message",
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        Content::Absent => {
+            return Err(decline(
+                DeclineCode::MessageWithoutContent,
+                "a tool message without content",
+            ));
+        }
+    };
+    Ok(Node::object([
+        ("type", Node::from("tool_result")),
+        ("tool_use_id", Node::from(id)),
+        ("content", content),
+    ]))
+}
+
+/// `tool_use` blocks of an answer as LiteLLM's tool calls: `index` is the block's position in
+/// the content, `arguments` Python's `json.dumps` of the input.
+pub fn answer_tool_calls(blocks: &[Value]) -> Vec<Value> {
+    blocks
+        .iter()
+        .enumerate()
+        .filter(|(_, block)| {
+            matches!(
+                block.get("type").and_then(Value::as_str),
+                Some("tool_use" | "server_tool_use")
+            )
+        })
+        .map(|(index, block)| {
+            let input = block.get("input").cloned().unwrap_or_else(|| json!({}));
+            json!({
+                "index": index,
+                "function": {"arguments": python_json(&input), "name": block.get("name")},
+                "id": block.get("id"),
+                "type": "function",
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_gets_type_and_properties() {
+        let schema =
+            json!({"properties": {"a": {"type": "string"}}, "required": ["a"], "title": "x"});
+        let Value::Object(schema) = schema else {
+            unreachable!()
+        };
+        assert_eq!(
+            serde_json::to_string(&input_schema(&schema).unwrap()).unwrap(),
+            r#"{"properties":{"a":{"type":"string"}},"required":["a"],"type":"object"}"#
+        );
+    }
+}

@@ -1,0 +1,292 @@
+//! Function tools on Bedrock Converse, as LiteLLM 1.106.12 maps them (`_bedrock_tools_pt`,
+//! `AmazonConverseConfig.map_openai_params`, `_bedrock_converse_messages_pt`,
+//! `_transform_response`).
+//!
+//! Served: function tools whose names Bedrock accepts as they are (LiteLLM renames the others
+//! through a process-wide cache), schemas LiteLLM only trims, `tool_choice` `auto`/`required`/
+//! named, assistant `tool_calls` whose arguments are a JSON object (or empty), tool results as
+//! text, `response_format` `text`/`json_object` (LiteLLM sends nothing for them). Declined:
+//! `tool_choice: "none"` (LiteLLM raises), `parallel_tool_calls` (sent or dropped by model
+//! flags), `json_schema` (a forced `json_tool_call`), a tool history without tools (LiteLLM
+//! rewrites the blocks as text).
+
+use serde_json::{Map, Value, json};
+
+use crate::model::{Content, ContentPart, Decline, DeclineCode, Message};
+use crate::wire::body::Node;
+use crate::wire::pyjson::python_json;
+
+fn decline(code: DeclineCode, why: &str) -> Decline {
+    Decline::new(code, why.to_string())
+}
+
+/// Names LiteLLM's `make_valid_bedrock_tool_name` leaves as they are.
+fn is_valid_name(name: &str) -> bool {
+    name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Tool-call ids LiteLLM sends unchanged.
+fn is_valid_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b))
+}
+
+fn tool_spec(tool: &Value) -> Result<Value, Decline> {
+    let unusual = || decline(DeclineCode::Tools, "a tool LiteLLM rewrites for Bedrock");
+    let object = tool.as_object().ok_or_else(unusual)?;
+    if object.len() != 2 || object.get("type") != Some(&json!("function")) {
+        return Err(unusual());
+    }
+    let function = object
+        .get("function")
+        .and_then(Value::as_object)
+        .ok_or_else(unusual)?;
+    if function
+        .keys()
+        .any(|key| !["name", "description", "parameters", "strict"].contains(&key.as_str()))
+    {
+        return Err(unusual());
+    }
+    let name = function
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|name| is_valid_name(name))
+        .ok_or_else(unusual)?;
+    let schema = match function.get("parameters") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(schema)) => schema.clone(),
+        Some(_) => return Err(unusual()),
+    };
+    let kept = ["type", "properties", "required", "additionalProperties"];
+    let dropped = ["title", "description", "$schema"];
+    // Anything else (`$defs` to inline, combinators, …) LiteLLM rewrites.
+    if schema
+        .keys()
+        .any(|key| !kept.contains(&key.as_str()) && !dropped.contains(&key.as_str()))
+        || schema
+            .get("type")
+            .is_some_and(|kind| kind != &json!("object"))
+    {
+        return Err(unusual());
+    }
+    let mut json_schema = Map::new();
+    json_schema.insert("type".into(), json!("object"));
+    json_schema.insert(
+        "properties".into(),
+        schema
+            .get("properties")
+            .cloned()
+            .unwrap_or_else(|| json!({})),
+    );
+    json_schema.insert(
+        "required".into(),
+        schema.get("required").cloned().unwrap_or_else(|| json!([])),
+    );
+    if let Some(additional) = schema.get("additionalProperties") {
+        json_schema.insert("additionalProperties".into(), additional.clone());
+    }
+    let description = match function.get("description") {
+        Some(Value::String(text)) if !text.is_empty() => text.as_str(),
+        None | Some(Value::String(_)) | Some(Value::Null) => name,
+        Some(_) => return Err(unusual()),
+    };
+    let mut spec = Map::new();
+    spec.insert(
+        "inputSchema".into(),
+        json!({"json": Value::Object(json_schema)}),
+    );
+    spec.insert("name".into(), json!(name));
+    spec.insert("description".into(), json!(description));
+    match function.get("strict") {
+        None | Some(Value::Null) => {}
+        // Anthropic models on Bedrock take `strict` (LiteLLM's default for them).
+        Some(strict @ Value::Bool(true)) => {
+            spec.insert("strict".into(), strict.clone());
+        }
+        Some(_) => return Err(unusual()),
+    }
+    Ok(json!({"toolSpec": Value::Object(spec)}))
+}
+
+/// The `toolConfig` body field, if any, or a decline.
+pub fn tool_config(
+    params: &Map<String, Value>,
+    messages: &[Message],
+) -> Result<Option<Node>, Decline> {
+    let present = |name: &str| params.get(name).filter(|v| !v.is_null());
+    match present("response_format") {
+        None => {}
+        Some(format)
+            if format == &json!({"type": "json_object"}) || format == &json!({"type": "text"}) => {}
+        Some(_) => {
+            return Err(decline(
+                DeclineCode::ResponseFormat,
+                "a response_format LiteLLM turns into a forced tool",
+            ));
+        }
+    }
+    if present("parallel_tool_calls").is_some() {
+        return Err(decline(
+            DeclineCode::ParallelToolCalls,
+            "sent or dropped by LiteLLM's per-model flags",
+        ));
+    }
+    let tools = match present("tools") {
+        Some(Value::Array(tools)) if !tools.is_empty() => {
+            tools.iter().map(tool_spec).collect::<Result<Vec<_>, _>>()?
+        }
+        Some(_) => return Err(decline(DeclineCode::Tools, "an unusual tools shape")),
+        None => {
+            if messages.iter().any(Message::is_tool_exchange) {
+                return Err(decline(
+                    DeclineCode::MessageField,
+                    "a tool history without tools (LiteLLM rewrites it as text)",
+                ));
+            }
+            if present("tool_choice").is_some() {
+                return Err(decline(
+                    DeclineCode::ToolChoice,
+                    "tool_choice without tools",
+                ));
+            }
+            return Ok(None);
+        }
+    };
+    let mut config = vec![("tools".to_string(), Node::Value(Value::Array(tools)))];
+    if let Some(choice) = present("tool_choice") {
+        config.push(("toolChoice".to_string(), Node::Value(tool_choice(choice)?)));
+    }
+    Ok(Some(Node::Object(config)))
+}
+
+fn tool_choice(choice: &Value) -> Result<Value, Decline> {
+    let unusual = || {
+        decline(
+            DeclineCode::ToolChoice,
+            "a tool_choice LiteLLM rejects or maps",
+        )
+    };
+    let kind = match choice {
+        Value::String(kind) => kind.as_str(),
+        Value::Object(object) => match object.get("type").and_then(Value::as_str) {
+            Some("function") => {
+                let name = object
+                    .get("function")
+                    .and_then(|f| f.get("name"))
+                    .and_then(Value::as_str)
+                    .filter(|name| is_valid_name(name))
+                    .ok_or_else(unusual)?;
+                return Ok(json!({"tool": {"name": name}}));
+            }
+            Some(kind) if object.len() == 1 => kind,
+            _ => return Err(unusual()),
+        },
+        _ => return Err(unusual()),
+    };
+    match kind {
+        "auto" => Ok(json!({"auto": {}})),
+        "required" => Ok(json!({"any": {}})),
+        _ => Err(unusual()),
+    }
+}
+
+/// An assistant turn's `tool_calls` as `toolUse` blocks.
+pub fn tool_use_blocks(calls: &Value) -> Result<Vec<Node>, Decline> {
+    let unusual = |why: &str| decline(DeclineCode::MessageField, why);
+    let calls = calls
+        .as_array()
+        .ok_or_else(|| unusual("tool_calls is not a list"))?;
+    let mut seen = Vec::new();
+    let mut blocks = Vec::with_capacity(calls.len());
+    for call in calls {
+        let id = call
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|id| is_valid_id(id))
+            .ok_or_else(|| unusual("a tool call id LiteLLM rewrites"))?;
+        if seen.contains(&id) {
+            return Err(unusual("a repeated tool call id"));
+        }
+        seen.push(id);
+        let function = call
+            .get("function")
+            .ok_or_else(|| unusual("a tool call without function"))?;
+        let name = function
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|name| is_valid_name(name))
+            .ok_or_else(|| unusual("a tool name LiteLLM rewrites"))?;
+        let input = match function.get("arguments") {
+            None | Some(Value::Null) => json!({}),
+            Some(Value::String(text)) if text.trim().is_empty() => json!({}),
+            Some(Value::String(text)) => serde_json::from_str::<Value>(text)
+                .ok()
+                .filter(Value::is_object)
+                .ok_or_else(|| unusual("tool call arguments that are not a JSON object"))?,
+            Some(_) => return Err(unusual("tool call arguments that are not a string")),
+        };
+        blocks.push(Node::Value(
+            json!({"toolUse": {"input": input, "name": name, "toolUseId": id}}),
+        ));
+    }
+    Ok(blocks)
+}
+
+/// A `tool` message as the `toolResult` block LiteLLM sends (text content).
+pub fn tool_result_block(message: &Message) -> Result<Node, Decline> {
+    let id = message
+        .tool_call_id
+        .as_deref()
+        .filter(|id| is_valid_id(id))
+        .ok_or_else(|| decline(DeclineCode::MessageField, "a tool_call_id LiteLLM rewrites"))?;
+    let text = |text: &bytes::Bytes| Node::object([("text", Node::Str(text.clone()))]);
+    let content = match &message.content {
+        Content::Text(body) => vec![text(body)],
+        Content::Parts(parts) => parts
+            .iter()
+            .map(|part| match part {
+                ContentPart::Text(body) => Ok(text(body)),
+                ContentPart::Image(_) => Err(decline(
+                    DeclineCode::ContentPart,
+                    "an image in a tool message",
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Content::Absent => Vec::new(),
+    };
+    Ok(Node::object([(
+        "toolResult",
+        Node::object([
+            ("content", Node::Array(content)),
+            ("toolUseId", Node::from(id)),
+        ]),
+    )]))
+}
+
+/// `toolUse` blocks of an answer as LiteLLM's tool calls: `index` is the block's position in the
+/// content, `arguments` Python's `json.dumps` of the input.
+pub fn answer_tool_calls(blocks: &[Value]) -> Vec<Value> {
+    blocks
+        .iter()
+        .enumerate()
+        .filter_map(|(index, block)| {
+            let tool = block.get("toolUse")?;
+            let input = tool.get("input").cloned().unwrap_or_else(|| json!({}));
+            Some(json!({
+                "index": index,
+                "function": {
+                    "arguments": python_json(&input),
+                    "name": tool.get("name"),
+                },
+                "id": tool.get("toolUseId"),
+                "type": "function",
+            }))
+        })
+        .collect()
+}
