@@ -666,3 +666,30 @@ async def test_bedrock_stream_with_tools_matches_litellm(upstream: RecordingUpst
     plain = await bedrock_run(upstream, bedrock_reply(BEDROCK["tools"]), False, **kwargs)
     assert rust == plain
     assert rust[2][0][1]["toolConfig"]["toolChoice"] == {"any": {}}
+
+
+async def test_bedrock_json_schema_streams_stay_on_litellm(upstream: RecordingUpstream) -> None:
+    # LiteLLM fakes this stream (one forced tool call replayed as chunks): its own path serves it.
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    answer = {
+        "output": {
+            "message": {
+                "role": "assistant",
+                "content": [
+                    {"toolUse": {"toolUseId": "t", "name": "json_tool_call", "input": {"a": "x"}}}
+                ],
+            }
+        },
+        "stopReason": "tool_use",
+        "usage": {"inputTokens": 3, "outputTokens": 2, "totalTokens": 5},
+    }
+    upstream.set_default("/converse", Reply(json=answer))
+    stream = await litellm.acompletion(
+        **deployment_kwargs("bedrock", upstream.url),
+        messages=MESSAGES,
+        stream=True,
+        rust=True,
+        response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
+    )
+    assert not served_by_rust(stream)
+    assert litellm_fastpath.decline_counts() == {"stream": 1}

@@ -362,13 +362,16 @@ DECLINED: dict[str, tuple[str, dict[str, Any], str]] = {
         },
         "message_field",
     ),
-    "bedrock_json_schema": (
+    "bedrock_json_schema_with_defs": (
         "bedrock",
         {
             "messages": ASK,
             "response_format": {
                 "type": "json_schema",
-                "json_schema": {"name": "x", "schema": {"type": "object", "properties": {}}},
+                "json_schema": {
+                    "name": "x",
+                    "schema": {"type": "object", "properties": {}, "$defs": {}},
+                },
             },
         },
         "response_format",
@@ -589,6 +592,19 @@ def tool_use_block(id_: str, name: str, arguments: dict[str, Any]) -> dict[str, 
     return {"toolUse": {"toolUseId": id_, "name": name, "input": arguments}}
 
 
+JSON_SCHEMA = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "person",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+            "required": ["name"],
+            "additionalProperties": False,
+        },
+    },
+}
 CONVERSE_TOOL_USE = converse_answer(tool_use_block("t1", "get_weather", {"city": "Paris"}))
 BEDROCK_SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "tools": ({"messages": ASK, "tools": [WEATHER, TIME]}, CONVERSE_TOOL_USE),
@@ -654,6 +670,40 @@ BEDROCK_SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "json_object": (
         {"messages": ASK, "response_format": {"type": "json_object"}},
         converse_answer({"text": '{"a": 1}'}, stop_reason="end_turn"),
+    ),
+    "json_schema": (
+        {"messages": ASK, "response_format": JSON_SCHEMA},
+        converse_answer(
+            {"text": "ignored"}, tool_use_block("t1", "json_tool_call", {"name": "A", "age": 3})
+        ),
+    ),
+    "json_schema_wrapped_in_properties": (
+        {"messages": ASK, "response_format": JSON_SCHEMA},
+        converse_answer(tool_use_block("t1", "json_tool_call", {"properties": {"name": "A"}})),
+    ),
+    "json_schema_with_description_and_tools": (
+        {
+            "messages": ASK,
+            "tools": [WEATHER],
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {**JSON_SCHEMA["json_schema"], "description": "A person."},
+            },
+        },
+        converse_answer(
+            {"text": "pre"},
+            tool_use_block("t1", "json_tool_call", {"name": "A"}),
+            tool_use_block("t2", "get_weather", {"city": "Paris"}),
+        ),
+    ),
+    "json_schema_and_tool_choice": (
+        {
+            "messages": ASK,
+            "tools": [WEATHER],
+            "tool_choice": "auto",
+            "response_format": JSON_SCHEMA,
+        },
+        converse_answer({"text": "plain"}, stop_reason="end_turn"),
     ),
 }
 

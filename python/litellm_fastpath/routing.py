@@ -495,6 +495,27 @@ def _stream_options(kwargs: Mapping[str, Any]) -> dict[str, Any] | Decline | Non
     return options
 
 
+def _structured_output_decline(
+    provider: str, model: str, params: Mapping[str, Any]
+) -> Decline | None:
+    """Bedrock `json_schema`: Rust builds LiteLLM's forced-tool form, which LiteLLM uses only for
+    models without native structured output that accept a forced tool choice."""
+    response_format = params.get("response_format")
+    if provider != "bedrock" or not isinstance(response_format, Mapping):
+        return None
+    if response_format.get("type") != "json_schema":
+        return None
+    import litellm
+
+    native = litellm.utils.supports_native_structured_output(
+        model=model, custom_llm_provider="bedrock"
+    )
+    forced = litellm.utils.supports_tool_choice(model=model, custom_llm_provider="bedrock")
+    if native or not forced:
+        return Decline("response_format", "json_schema for this Bedrock model")
+    return None
+
+
 def route(kwargs: Mapping[str, Any]) -> Route | Decline:
     """Decides whether a call's kwargs (already without `rust`) can take the fast path."""
     split = _provider_and_model(kwargs, None, "model {model!r} has no supported provider prefix")
@@ -522,6 +543,9 @@ def route(kwargs: Mapping[str, Any]) -> Route | Decline:
     deployment = _deployment(provider, upstream_model, kwargs)
     if isinstance(deployment, Decline):
         return deployment
+    structured = _structured_output_decline(provider, deployment.model, params)
+    if structured is not None:
+        return structured
     if streamed:
         return StreamRoute(
             deployment=deployment,

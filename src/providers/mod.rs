@@ -246,6 +246,18 @@ pub fn prepare_stream(
                 .into());
             }
         };
+    if request
+        .params
+        .get("response_format")
+        .and_then(|format| format.get("type"))
+        .is_some_and(|kind| kind == "json_schema")
+        && deployment.provider.as_str() != "openai"
+    {
+        // LiteLLM fakes the stream (one forced tool call, replayed as chunks).
+        return Err(
+            Decline::new(crate::model::DeclineCode::Stream, "json_schema in a stream").into(),
+        );
+    }
     for name in ["n", "logprobs", "top_logprobs"] {
         if request.params.get(name).is_some_and(|v| !v.is_null()) {
             return Err(Decline::new(

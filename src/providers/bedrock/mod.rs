@@ -290,16 +290,19 @@ fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, Transfo
     let stop_reason = body
         .get("stopReason")
         .ok_or_else(|| invalid("missing 'stopReason'"))?;
-    let finish = finish_reason(stop_reason.as_str());
-    let mut message = Map::new();
-    message.insert("role".into(), json!("assistant"));
-    message.insert("content".into(), json!(text));
     let blocks = body
         .pointer("/output/message/content")
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or_default();
-    let tool_calls = tools::answer_tool_calls(blocks);
+    let (text, tool_calls, finish) = tools::json_mode_answer(
+        text,
+        tools::answer_tool_calls(blocks),
+        finish_reason(stop_reason.as_str()),
+    );
+    let mut message = Map::new();
+    message.insert("role".into(), json!("assistant"));
+    message.insert("content".into(), json!(text));
     if !tool_calls.is_empty() {
         message.insert("tool_calls".into(), Value::Array(tool_calls));
     }

@@ -5,10 +5,12 @@
 //! Served: function tools whose names Bedrock accepts as they are (LiteLLM renames the others
 //! through a process-wide cache), schemas LiteLLM only trims, `tool_choice` `auto`/`required`/
 //! named, assistant `tool_calls` whose arguments are a JSON object (or empty), tool results as
-//! text, `response_format` `text`/`json_object` (LiteLLM sends nothing for them). Declined:
-//! `tool_choice: "none"` (LiteLLM raises), `parallel_tool_calls` (sent or dropped by model
-//! flags), `json_schema` (a forced `json_tool_call`), a tool history without tools (LiteLLM
-//! rewrites the blocks as text).
+//! text, `response_format` `text`/`json_object` (LiteLLM sends nothing for them) and
+//! `json_schema` as LiteLLM's forced `json_tool_call` tool (the Python layer admits it only for
+//! models without native structured output that take a forced tool choice), its answer turned
+//! back into content. Declined: `tool_choice: "none"` (LiteLLM raises), `parallel_tool_calls`
+//! (sent or dropped by model flags), a tool history without tools (LiteLLM rewrites the blocks
+//! as text).
 
 use serde_json::{Map, Value, json};
 
@@ -28,6 +30,9 @@ fn is_valid_name(name: &str) -> bool {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
+
+/// LiteLLM's tool for `response_format: json_schema` (`RESPONSE_FORMAT_TOOL_NAME`).
+pub const JSON_TOOL: &str = "json_tool_call";
 
 /// Tool-call ids LiteLLM sends unchanged.
 fn is_valid_id(id: &str) -> bool {
@@ -120,29 +125,47 @@ pub fn tool_config(
     messages: &[Message],
 ) -> Result<Option<Node>, Decline> {
     let present = |name: &str| params.get(name).filter(|v| !v.is_null());
-    match present("response_format") {
-        None => {}
+    let json_tool = match present("response_format") {
+        None => None,
         Some(format)
-            if format == &json!({"type": "json_object"}) || format == &json!({"type": "text"}) => {}
-        Some(_) => {
-            return Err(decline(
-                DeclineCode::ResponseFormat,
-                "a response_format LiteLLM turns into a forced tool",
-            ));
+            if format == &json!({"type": "json_object"}) || format == &json!({"type": "text"}) =>
+        {
+            None
         }
-    }
+        Some(format) => Some(json_schema_tool(format)?),
+    };
     if present("parallel_tool_calls").is_some() {
         return Err(decline(
             DeclineCode::ParallelToolCalls,
             "sent or dropped by LiteLLM's per-model flags",
         ));
     }
-    let tools = match present("tools") {
+    let user_tools = match present("tools") {
         Some(Value::Array(tools)) if !tools.is_empty() => {
-            tools.iter().map(tool_spec).collect::<Result<Vec<_>, _>>()?
+            let own_name = Some(&json!(JSON_TOOL));
+            if tools
+                .iter()
+                .any(|tool| tool.pointer("/function/name") == own_name)
+            {
+                return Err(decline(
+                    DeclineCode::Tools,
+                    "a tool named like LiteLLM's own",
+                ));
+            }
+            Some(tools.iter().map(tool_spec).collect::<Result<Vec<_>, _>>()?)
         }
         Some(_) => return Err(decline(DeclineCode::Tools, "an unusual tools shape")),
-        None => {
+        None => None,
+    };
+    let tools = match (json_tool, user_tools) {
+        // LiteLLM puts its tool first (and forces it unless the caller chose).
+        (Some(json_tool), user_tools) => {
+            let mut tools = vec![json_tool];
+            tools.extend(user_tools.unwrap_or_default());
+            tools
+        }
+        (None, Some(tools)) => tools,
+        (None, None) => {
             if messages.iter().any(Message::is_tool_exchange) {
                 return Err(decline(
                     DeclineCode::MessageField,
@@ -158,11 +181,46 @@ pub fn tool_config(
             return Ok(None);
         }
     };
+    let forced = tools.first().and_then(|t| t.pointer("/toolSpec/name")) == Some(&json!(JSON_TOOL));
     let mut config = vec![("tools".to_string(), Node::Value(Value::Array(tools)))];
     if let Some(choice) = present("tool_choice") {
         config.push(("toolChoice".to_string(), Node::Value(tool_choice(choice)?)));
+    } else if forced {
+        config.push((
+            "toolChoice".to_string(),
+            Node::Value(json!({"tool": {"name": JSON_TOOL}})),
+        ));
     }
     Ok(Some(Node::Object(config)))
+}
+
+/// `response_format: {"type": "json_schema", "json_schema": {"schema", "description"?, …}}` as
+/// LiteLLM's `json_tool_call` tool spec.
+fn json_schema_tool(format: &Value) -> Result<Value, Decline> {
+    let unusual = || {
+        decline(
+            DeclineCode::ResponseFormat,
+            "a response_format LiteLLM maps in its own way",
+        )
+    };
+    if format.get("type") != Some(&json!("json_schema")) {
+        return Err(unusual());
+    }
+    let spec = format
+        .get("json_schema")
+        .and_then(Value::as_object)
+        .ok_or_else(unusual)?;
+    let schema = spec
+        .get("schema")
+        .filter(|s| s.is_object())
+        .ok_or_else(unusual)?;
+    let mut function = Map::new();
+    function.insert("name".into(), json!(JSON_TOOL));
+    function.insert("parameters".into(), schema.clone());
+    if let Some(description) = spec.get("description").filter(|d| !d.is_null()) {
+        function.insert("description".into(), description.clone());
+    }
+    tool_spec(&json!({"type": "function", "function": function})).map_err(|_| unusual())
 }
 
 fn tool_choice(choice: &Value) -> Result<Value, Decline> {
@@ -267,6 +325,49 @@ pub fn tool_result_block(message: &Message) -> Result<Node, Decline> {
             ("toolUseId", Node::from(id)),
         ]),
     )]))
+}
+
+/// LiteLLM's `_filter_json_mode_tools` (the answer to a forced `json_tool_call`): when only it
+/// was called, its arguments become the content (replacing the text) and a `tool_calls` finish
+/// becomes `stop`; next to real tool calls, they are appended to the text.
+pub fn json_mode_answer(
+    text: String,
+    tool_calls: Vec<Value>,
+    finish: &'static str,
+) -> (String, Vec<Value>, &'static str) {
+    let is_json_tool = |call: &Value| call.pointer("/function/name") == Some(&json!(JSON_TOOL));
+    let Some(json_call) = tool_calls.iter().find(|call| is_json_tool(call)) else {
+        return (text, tool_calls, finish);
+    };
+    let arguments = json_call
+        .pointer("/function/arguments")
+        .and_then(Value::as_str)
+        .map(unwrap_properties)
+        .unwrap_or_default();
+    let real: Vec<Value> = tool_calls
+        .iter()
+        .filter(|c| !is_json_tool(c))
+        .cloned()
+        .collect();
+    if real.is_empty() {
+        let finish = if finish == "tool_calls" {
+            "stop"
+        } else {
+            finish
+        };
+        return (arguments, real, finish);
+    }
+    (text + &arguments, real, finish)
+}
+
+/// LiteLLM's `_unwrap_bedrock_properties`: `{"properties": X}` alone becomes `X`.
+fn unwrap_properties(arguments: &str) -> String {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(map)) if map.len() == 1 && map.contains_key("properties") => {
+            python_json(&map["properties"])
+        }
+        _ => arguments.to_string(),
+    }
 }
 
 /// `toolUse` blocks of an answer as LiteLLM's tool calls: `index` is the block's position in the
