@@ -31,7 +31,10 @@ DECLINES: dict[str, tuple[str, dict[str, Any], str, int]] = {
             "messages": HELLO,
             "response_format": {
                 "type": "json_schema",
-                "json_schema": {"name": "x", "schema": {"type": "object", "properties": {}}},
+                "json_schema": {
+                    "name": "x",
+                    "schema": {"type": "object", "properties": {}, "$defs": {}},
+                },
             },
         },
         "response_format",

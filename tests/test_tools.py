@@ -329,13 +329,19 @@ DECLINED: dict[str, tuple[str, dict[str, Any], str]] = {
         },
         "tools",
     ),
-    "anthropic_json_schema": (
+    "anthropic_json_schema_with_a_constraint": (
         "anthropic",
         {
             "messages": ASK,
             "response_format": {
                 "type": "json_schema",
-                "json_schema": {"name": "x", "schema": {"type": "object", "properties": {}}},
+                "json_schema": {
+                    "name": "x",
+                    "schema": {
+                        "type": "object",
+                        "properties": {"age": {"type": "integer", "minimum": 0}},
+                    },
+                },
             },
         },
         "response_format",
@@ -543,6 +549,32 @@ ANTHROPIC_SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "json_object": (
         {"messages": ASK, "response_format": {"type": "json_object"}},
         anthropic_answer({"type": "text", "text": '{"a": 1}'}, stop_reason="end_turn"),
+    ),
+    "json_schema": (
+        {
+            "messages": ASK,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "person",
+                    "strict": True,
+                    "schema": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string", "description": "Full name"},
+                            "tags": {
+                                "type": "array",
+                                "items": {"type": "object", "properties": {}},
+                            },
+                            "pet": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                        },
+                        "required": ["name"],
+                        "additionalProperties": True,
+                    },
+                },
+            },
+        },
+        anthropic_answer({"type": "text", "text": '{"name": "A"}'}, stop_reason="end_turn"),
     ),
 }
 

@@ -498,21 +498,26 @@ def _stream_options(kwargs: Mapping[str, Any]) -> dict[str, Any] | Decline | Non
 def _structured_output_decline(
     provider: str, model: str, params: Mapping[str, Any]
 ) -> Decline | None:
-    """Bedrock `json_schema`: Rust builds LiteLLM's forced-tool form, which LiteLLM uses only for
-    models without native structured output that accept a forced tool choice."""
+    """`json_schema` takes one of two forms in LiteLLM, by model: Rust builds Bedrock's forced
+    `json_tool_call` (models without native structured output that accept a forced tool choice)
+    and Anthropic's `output_format` (models with native structured output)."""
     response_format = params.get("response_format")
-    if provider != "bedrock" or not isinstance(response_format, Mapping):
+    if provider == "openai" or not isinstance(response_format, Mapping):
         return None
     if response_format.get("type") != "json_schema":
         return None
     import litellm
 
     native = litellm.utils.supports_native_structured_output(
-        model=model, custom_llm_provider="bedrock"
+        model=model, custom_llm_provider=provider
     )
-    forced = litellm.utils.supports_tool_choice(model=model, custom_llm_provider="bedrock")
-    if native or not forced:
-        return Decline("response_format", "json_schema for this Bedrock model")
+    if provider == "anthropic":
+        served = native
+    else:
+        forced = litellm.utils.supports_tool_choice(model=model, custom_llm_provider=provider)
+        served = not native and forced
+    if not served:
+        return Decline("response_format", f"json_schema for this {provider} model")
     return None
 
 

@@ -45,6 +45,7 @@ fn build_request(
         return Err(decline.into());
     }
     let tool_fields = tools::tool_fields(params, &request.messages)?;
+    let structured = tool_fields.iter().any(|(name, _)| name == "output_format");
 
     let mut system = Vec::new();
     let mut turns: Vec<(Role, Vec<Node>)> = Vec::new();
@@ -128,6 +129,10 @@ fn build_request(
     }
     if let Some(key) = &deployment.api_key {
         insert_secret(&mut headers, "x-api-key", key)?;
+    }
+    if structured {
+        let (name, value) = header("anthropic-beta", tools::STRUCTURED_OUTPUTS_BETA)?;
+        headers.insert(name, value);
     }
     Ok(UpstreamRequest {
         url,

@@ -110,17 +110,108 @@ fn dummy_tool() -> Value {
     })
 }
 
+/// Anthropic's beta for `output_format` (LiteLLM adds it with the field).
+pub const STRUCTURED_OUTPUTS_BETA: &str = "structured-outputs-2025-11-13";
+
+/// Schema keywords LiteLLM's `filter_anthropic_output_schema` removes (noting them in the
+/// description): declined rather than reworded.
+const OUTPUT_SCHEMA_CONSTRAINTS: &[&str] = &[
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "prefixItems",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minLength",
+    "maxLength",
+    "minProperties",
+    "maxProperties",
+    "patternProperties",
+    "propertyNames",
+    "dependentRequired",
+    "dependentSchemas",
+    "unevaluatedProperties",
+    "if",
+    "then",
+    "else",
+    "not",
+];
+
+/// `response_format: json_schema` as LiteLLM's `output_format` (the Python layer admits it only
+/// for models with native structured output): every object node gets `additionalProperties:
+/// false`. Schemas LiteLLM rewrites further (`$ref`/`$defs` to inline, constraints it moves into
+/// descriptions, `oneOf`, `enum`) decline.
+pub fn output_format(format: &Value) -> Result<Value, Decline> {
+    let unusual = || {
+        decline(
+            DeclineCode::ResponseFormat,
+            "a response_format LiteLLM rewrites for Anthropic",
+        )
+    };
+    let schema = format
+        .pointer("/json_schema/schema")
+        .filter(|schema| schema.is_object())
+        .ok_or_else(unusual)?;
+    Ok(json!({"type": "json_schema", "schema": output_schema(schema).ok_or_else(unusual)?}))
+}
+
+fn output_schema(schema: &Value) -> Option<Value> {
+    let Value::Object(node) = schema else {
+        return Some(schema.clone());
+    };
+    let mut out = Map::new();
+    for (key, value) in node {
+        let key = key.as_str();
+        if OUTPUT_SCHEMA_CONSTRAINTS.contains(&key)
+            || matches!(key, "$ref" | "$defs" | "definitions" | "oneOf" | "enum")
+        {
+            return None;
+        }
+        let value = match (key, value) {
+            ("properties", Value::Object(properties)) => Value::Object(
+                properties
+                    .iter()
+                    .map(|(name, inner)| Some((name.clone(), output_schema(inner)?)))
+                    .collect::<Option<Map<_, _>>>()?,
+            ),
+            ("items", inner @ Value::Object(_)) => output_schema(inner)?,
+            ("anyOf" | "allOf", Value::Array(items)) => Value::Array(
+                items
+                    .iter()
+                    .map(output_schema)
+                    .collect::<Option<Vec<_>>>()?,
+            ),
+            _ => value.clone(),
+        };
+        out.insert(key.to_string(), value);
+    }
+    if out.get("type") == Some(&json!("object")) {
+        // Set in place when present, appended when not (a Python dict assignment).
+        out.insert("additionalProperties".into(), json!(false));
+    }
+    Some(Value::Object(out))
+}
+
 /// `tools` and `tool_choice` body fields (in that order), or a decline.
 pub fn tool_fields(
     params: &Map<String, Value>,
     messages: &[Message],
 ) -> Result<Vec<(String, Node)>, Decline> {
     let present = |name: &str| params.get(name).filter(|v| !v.is_null());
+    let mut fields = Vec::new();
     match present("response_format") {
         None => {}
         Some(format)
             if format == &json!({"type": "json_object"}) || format == &json!({"type": "text"}) => {}
-        // A schema becomes `output_format` or a forced tool, by model: LiteLLM's job.
+        Some(format) if format.get("type") == Some(&json!("json_schema")) => {
+            fields.push(("output_format".into(), Node::Value(output_format(format)?)));
+        }
         Some(_) => {
             return Err(decline(
                 DeclineCode::ResponseFormat,
@@ -128,7 +219,6 @@ pub fn tool_fields(
             ));
         }
     }
-    let mut fields = Vec::new();
     let tools = match present("tools") {
         Some(Value::Array(tools)) if !tools.is_empty() => {
             tools.iter().map(tool).collect::<Result<Vec<_>, _>>()?
