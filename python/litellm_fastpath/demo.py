@@ -3,7 +3,8 @@
 Starts the package's mock provider (`litellm_fastpath.mock_provider`) and a real LiteLLM proxy on
 loopback, with two models of the same deployment: `plain` (served by LiteLLM's Python path) and
 `fast` (`rust: true`). Sends N interleaved chat requests to each and prints which path served them
-and how long they took; then the same for an embeddings deployment (`plain-embed`, `fast-embed`).
+and how long they took; then the same for streamed answers (200 chunks, whole stream timed) and
+for an embeddings deployment (`plain-embed`, `fast-embed`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ WORKLOADS = (
         "chat",
         "/chat/completions",
         {"messages": [{"role": "user", "content": "Say hello"}]},
+        ("plain", "fast"),
+    ),
+    (
+        "streamed chat, 200 chunks",
+        "/chat/completions",
+        {"messages": [{"role": "user", "content": "Say hello"}], "stream": True, "max_tokens": 200},
         ("plain", "fast"),
     ),
     (
