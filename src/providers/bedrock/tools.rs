@@ -15,6 +15,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::model::{Content, ContentPart, Decline, DeclineCode, Message};
+use crate::providers::rules::{answer_tool_call, tool_calls};
 use crate::wire::body::Node;
 use crate::wire::pyjson::python_json;
 
@@ -256,44 +257,14 @@ fn tool_choice(choice: &Value) -> Result<Value, Decline> {
 
 /// An assistant turn's `tool_calls` as `toolUse` blocks.
 pub fn tool_use_blocks(calls: &Value) -> Result<Vec<Node>, Decline> {
-    let unusual = |why: &str| decline(DeclineCode::MessageField, why);
-    let calls = calls
-        .as_array()
-        .ok_or_else(|| unusual("tool_calls is not a list"))?;
-    let mut seen = Vec::new();
-    let mut blocks = Vec::with_capacity(calls.len());
-    for call in calls {
-        let id = call
-            .get("id")
-            .and_then(Value::as_str)
-            .filter(|id| is_valid_id(id))
-            .ok_or_else(|| unusual("a tool call id LiteLLM rewrites"))?;
-        if seen.contains(&id) {
-            return Err(unusual("a repeated tool call id"));
-        }
-        seen.push(id);
-        let function = call
-            .get("function")
-            .ok_or_else(|| unusual("a tool call without function"))?;
-        let name = function
-            .get("name")
-            .and_then(Value::as_str)
-            .filter(|name| is_valid_name(name))
-            .ok_or_else(|| unusual("a tool name LiteLLM rewrites"))?;
-        let input = match function.get("arguments") {
-            None | Some(Value::Null) => json!({}),
-            Some(Value::String(text)) if text.trim().is_empty() => json!({}),
-            Some(Value::String(text)) => serde_json::from_str::<Value>(text)
-                .ok()
-                .filter(Value::is_object)
-                .ok_or_else(|| unusual("tool call arguments that are not a JSON object"))?,
-            Some(_) => return Err(unusual("tool call arguments that are not a string")),
-        };
-        blocks.push(Node::Value(
-            json!({"toolUse": {"input": input, "name": name, "toolUseId": id}}),
-        ));
-    }
-    Ok(blocks)
+    Ok(tool_calls(calls, is_valid_id, is_valid_name)?
+        .into_iter()
+        .map(|call| {
+            Node::Value(json!({
+                "toolUse": {"input": call.input, "name": call.name, "toolUseId": call.id},
+            }))
+        })
+        .collect())
 }
 
 /// A `tool` message as the `toolResult` block LiteLLM sends (text content).
@@ -378,16 +349,12 @@ pub fn answer_tool_calls(blocks: &[Value]) -> Vec<Value> {
         .enumerate()
         .filter_map(|(index, block)| {
             let tool = block.get("toolUse")?;
-            let input = tool.get("input").cloned().unwrap_or_else(|| json!({}));
-            Some(json!({
-                "index": index,
-                "function": {
-                    "arguments": python_json(&input),
-                    "name": tool.get("name"),
-                },
-                "id": tool.get("toolUseId"),
-                "type": "function",
-            }))
+            Some(answer_tool_call(
+                index,
+                tool.get("toolUseId"),
+                tool.get("name"),
+                tool.get("input"),
+            ))
         })
         .collect()
 }
