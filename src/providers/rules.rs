@@ -199,6 +199,31 @@ pub fn type_name(value: &Value) -> &'static str {
     }
 }
 
+/// The `function` of an OpenAI function tool (`{"type": "function", "function": {name,
+/// description?, parameters?, strict?}}` and nothing else) whose name the provider takes as it
+/// is; None for any other shape (LiteLLM renames or rewrites those).
+pub fn function_tool(
+    tool: &Value,
+    valid_name: fn(&str) -> bool,
+) -> Option<(&str, &Map<String, Value>)> {
+    let object = tool.as_object()?;
+    if object.len() != 2 || object.get("type").and_then(Value::as_str) != Some("function") {
+        return None;
+    }
+    let function = object.get("function")?.as_object()?;
+    if function
+        .keys()
+        .any(|key| !["name", "description", "parameters", "strict"].contains(&key.as_str()))
+    {
+        return None;
+    }
+    let name = function
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|name| valid_name(name))?;
+    Some((name, function))
+}
+
 /// One assistant tool call as the Anthropic and Bedrock transforms read it: `arguments` parsed
 /// the way LiteLLM parses them (empty means `{}`).
 pub struct ToolCall<'a> {

@@ -57,13 +57,22 @@ impl PreparedCall {
 fn completion_to_py(py: Python<'_>, completion: Completion) -> PyResult<Py<PyAny>> {
     let body = pythonize::pythonize(py, &completion.body)
         .map_err(|err| InternalError::new_err(format!("cannot convert the response: {err}")))?;
-    let headers = PyDict::new(py);
-    for (name, value) in &completion.headers {
+    let headers = headers_to_py(py, &completion.headers)?;
+    Ok((body, headers).into_pyobject(py)?.into_any().unbind())
+}
+
+/// Response headers as a dict (values that are not text are left out).
+pub fn headers_to_py<'py>(
+    py: Python<'py>,
+    headers: &http::HeaderMap,
+) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    for (name, value) in headers {
         if let Ok(value) = value.to_str() {
-            headers.set_item(name.as_str(), value)?;
+            dict.set_item(name.as_str(), value)?;
         }
     }
-    Ok((body, headers).into_pyobject(py)?.into_any().unbind())
+    Ok(dict)
 }
 
 #[pymethods]

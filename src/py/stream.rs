@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyList};
 
+use super::bridge::headers_to_py;
 use super::errors::{InternalError, call_error_to_py, panic_to_py, stream_error_to_py};
 use super::gil;
 use crate::http::UpstreamRequest;
@@ -42,16 +43,6 @@ impl PreparedStream {
             .take()
             .ok_or_else(|| InternalError::new_err("this stream was already started"))
     }
-}
-
-fn headers_to_py<'py>(py: Python<'py>, headers: &http::HeaderMap) -> PyResult<Bound<'py, PyDict>> {
-    let dict = PyDict::new(py);
-    for (name, value) in headers {
-        if let Ok(value) = value.to_str() {
-            dict.set_item(name.as_str(), value)?;
-        }
-    }
-    Ok(dict)
 }
 
 fn engine() -> PyResult<Arc<Engine>> {

@@ -10,7 +10,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::model::{Content, ContentPart, Decline, DeclineCode, Message};
-use crate::providers::rules::{answer_tool_call, tool_calls};
+use crate::providers::rules::{answer_tool_call, function_tool, tool_calls};
 use crate::wire::body::Node;
 
 /// Schema keys LiteLLM's `sanitize_input_schema_for_anthropic` keeps at the top level.
@@ -41,25 +41,7 @@ fn is_valid_name(name: &str) -> bool {
 /// description?}`.
 fn tool(tool: &Value) -> Result<Value, Decline> {
     let unusual = || decline(DeclineCode::Tools, "a tool LiteLLM rewrites for Anthropic");
-    let object = tool.as_object().ok_or_else(unusual)?;
-    if object.len() != 2 || object.get("type") != Some(&json!("function")) {
-        return Err(unusual());
-    }
-    let function = object
-        .get("function")
-        .and_then(Value::as_object)
-        .ok_or_else(unusual)?;
-    if function
-        .keys()
-        .any(|key| !["name", "description", "parameters", "strict"].contains(&key.as_str()))
-    {
-        return Err(unusual());
-    }
-    let name = function
-        .get("name")
-        .and_then(Value::as_str)
-        .filter(|name| is_valid_name(name))
-        .ok_or_else(unusual)?;
+    let (name, function) = function_tool(tool, is_valid_name).ok_or_else(unusual)?;
     let schema = match function.get("parameters") {
         None => json!({"type": "object", "properties": {}}),
         Some(Value::Object(schema)) => input_schema(schema).ok_or_else(unusual)?,

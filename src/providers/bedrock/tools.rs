@@ -15,7 +15,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::model::{Content, ContentPart, Decline, DeclineCode, Message};
-use crate::providers::rules::{answer_tool_call, tool_calls};
+use crate::providers::rules::{answer_tool_call, function_tool, tool_calls};
 use crate::wire::body::Node;
 use crate::wire::pyjson::python_json;
 
@@ -45,25 +45,7 @@ fn is_valid_id(id: &str) -> bool {
 
 fn tool_spec(tool: &Value) -> Result<Value, Decline> {
     let unusual = || decline(DeclineCode::Tools, "a tool LiteLLM rewrites for Bedrock");
-    let object = tool.as_object().ok_or_else(unusual)?;
-    if object.len() != 2 || object.get("type") != Some(&json!("function")) {
-        return Err(unusual());
-    }
-    let function = object
-        .get("function")
-        .and_then(Value::as_object)
-        .ok_or_else(unusual)?;
-    if function
-        .keys()
-        .any(|key| !["name", "description", "parameters", "strict"].contains(&key.as_str()))
-    {
-        return Err(unusual());
-    }
-    let name = function
-        .get("name")
-        .and_then(Value::as_str)
-        .filter(|name| is_valid_name(name))
-        .ok_or_else(unusual)?;
+    let (name, function) = function_tool(tool, is_valid_name).ok_or_else(unusual)?;
     let schema = match function.get("parameters") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(schema)) => schema.clone(),
