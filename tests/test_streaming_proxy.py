@@ -256,6 +256,34 @@ def test_rust_in_the_body_cannot_switch_a_stream_on(
 
 
 ANTHROPIC_CASES = ("text", "pings-and-unicode", "cache-usage", "max-tokens", "tools", "long")
+BEDROCK_CASES = ("text", "unicode", "cache-usage", "tools", "long")
+_STREAM_ID = re.compile(rb'"id":"chatcmpl-[0-9a-f-]+"')
+
+
+def twin_streams(
+    proxy: ProxyProcess,
+    upstream: RecordingUpstream,
+    provider: str,
+    path: str,
+    reply: Reply,
+    **body: Any,
+) -> dict[str, tuple[str | None, list[Any], bytes]]:
+    """Per twin model: (x-litellm-rust, what the upstream received, the SSE body normalized;
+    ids are LiteLLM's own per stream, `chatcmpl-<uuid4>`, on both arms)."""
+    out = {}
+    for model in (f"rust-{provider}", f"plain-{provider}"):
+        upstream.clear()
+        upstream.set_default(path, reply)
+        resp = stream_text(proxy, model, **body)
+        assert resp.status_code == 200, resp.text
+        sent = [(r.path, r.json()) for r in upstream.requests]
+        frames = _STREAM_ID.sub(b'"id":"X"', normalized(resp, model))
+        out[model] = (resp.headers.get("x-litellm-rust"), sent, frames)
+    return out
+
+
+def usage_options(include_usage: bool | None) -> dict[str, Any]:
+    return {} if include_usage is None else {"stream_options": {"include_usage": include_usage}}
 
 
 @pytest.mark.parametrize("scenario", ANTHROPIC_CASES)
@@ -265,43 +293,26 @@ def test_anthropic_stream_bytes_match_the_plain_model(
 ) -> None:
     from tests.test_streaming import ANTHROPIC, anthropic_reply
 
-    body: dict[str, Any] = {}
-    if include_usage is not None:
-        body["stream_options"] = {"include_usage": include_usage}
-    out = {}
-    for model in ("rust-anthropic", "plain-anthropic"):
-        e2e_upstream.clear()
-        e2e_upstream.set_default("/v1/messages", anthropic_reply(ANTHROPIC[scenario]))
-        resp = stream_text(proxy, model, **body)
-        assert resp.status_code == 200, resp.text
-        sent = [r.json() for r in e2e_upstream.requests]
-        # Ids are LiteLLM's own per stream (`chatcmpl-<uuid4>`) on both arms.
-        frames = re.sub(rb'"id":"chatcmpl-[0-9a-f-]+"', b'"id":"X"', normalized(resp, model))
-        out[model] = (resp.headers.get("x-litellm-rust"), sent, frames)
+    reply = anthropic_reply(ANTHROPIC[scenario])
+    out = twin_streams(
+        proxy, e2e_upstream, "anthropic", "/v1/messages", reply, **usage_options(include_usage)
+    )
     assert out["rust-anthropic"][0] == "true" and out["plain-anthropic"][0] is None
     assert out["rust-anthropic"][1] == out["plain-anthropic"][1]
     assert out["rust-anthropic"][2] == out["plain-anthropic"][2]
 
 
-@pytest.mark.parametrize("scenario", ["text", "unicode", "cache-usage", "tools", "long"])
+@pytest.mark.parametrize("scenario", BEDROCK_CASES)
 @pytest.mark.parametrize("include_usage", [None, True])
 def test_bedrock_stream_bytes_match_the_plain_model(
     proxy: ProxyProcess, e2e_upstream: RecordingUpstream, scenario: str, include_usage: bool | None
 ) -> None:
     from tests.test_streaming import BEDROCK, bedrock_reply
 
-    body: dict[str, Any] = {}
-    if include_usage is not None:
-        body["stream_options"] = {"include_usage": include_usage}
-    out = {}
-    for model in ("rust-bedrock", "plain-bedrock"):
-        e2e_upstream.clear()
-        e2e_upstream.set_default("/converse-stream", bedrock_reply(BEDROCK[scenario]))
-        resp = stream_text(proxy, model, **body)
-        assert resp.status_code == 200, resp.text
-        sent = [(r.path, r.json()) for r in e2e_upstream.requests]
-        frames = re.sub(rb'"id":"chatcmpl-[0-9a-f-]+"', b'"id":"X"', normalized(resp, model))
-        out[model] = (resp.headers.get("x-litellm-rust"), sent, frames)
+    reply = bedrock_reply(BEDROCK[scenario])
+    out = twin_streams(
+        proxy, e2e_upstream, "bedrock", "/converse-stream", reply, **usage_options(include_usage)
+    )
     assert out["rust-bedrock"][0] == "true" and out["plain-bedrock"][0] is None
     assert out["rust-bedrock"][1] == out["plain-bedrock"][1]
     assert out["rust-bedrock"][2] == out["plain-bedrock"][2]
@@ -319,7 +330,7 @@ def test_bedrock_exception_mid_stream_ends_the_stream_like_python(
     for model in ("rust-bedrock", "plain-bedrock"):
         e2e_upstream.set_default("/converse-stream", bedrock_reply(events))
         resp = stream_text(proxy, model)
-        frames = re.sub(rb'"id":"chatcmpl-[0-9a-f-]+"', b'"id":"X"', normalized(resp, model))
+        frames = _STREAM_ID.sub(b'"id":"X"', normalized(resp, model))
         out[model] = frames.replace(model.encode(), b"M")
     assert out["rust-bedrock"] == out["plain-bedrock"]
     assert b'"error"' in out["rust-bedrock"]

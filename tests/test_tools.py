@@ -9,6 +9,7 @@ rewrites (renamed tools, inlined schemas, forced-tool structured output) decline
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import litellm
@@ -16,7 +17,7 @@ import pytest
 
 import litellm_fastpath
 from tests.conftest import comparable, deployment_kwargs, served_by_rust
-from tests.harness import RecordingUpstream, Reply
+from tests.harness import Recorded, RecordingUpstream, Reply
 
 WEATHER = {
     "type": "function",
@@ -176,9 +177,18 @@ SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 
 
+def request_body(request: Recorded) -> Any:
+    return request.json()
+
+
 async def both_arms(
-    upstream: RecordingUpstream, provider: str, call: dict[str, Any], reply: dict[str, Any] | None
+    upstream: RecordingUpstream,
+    provider: str,
+    call: dict[str, Any],
+    reply: dict[str, Any] | None,
+    sent: Callable[[Recorded], Any] = request_body,
 ) -> list[tuple[Any, list[Any]]]:
+    """The call through Rust, then through LiteLLM: (outcome, what the upstream received)."""
     out = []
     for rust in (True, False):
         upstream.clear()
@@ -190,7 +200,7 @@ async def both_arms(
             )
         except Exception as exc:
             outcome = exc
-        out.append((outcome, [r.json() for r in upstream.requests]))
+        out.append((outcome, [sent(r) for r in upstream.requests]))
     return out
 
 
@@ -579,29 +589,17 @@ ANTHROPIC_SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 
 
-async def anthropic_arms(
-    upstream: RecordingUpstream, call: dict[str, Any], reply: dict[str, Any]
-) -> list[tuple[Any, list[Any]]]:
-    out = []
-    for rust in (True, False):
-        upstream.clear()
-        upstream.enqueue(Reply(json=reply))
-        try:
-            outcome: Any = await litellm.acompletion(
-                **{**deployment_kwargs("anthropic", upstream.url), **call}, rust=rust
-            )
-        except Exception as exc:
-            outcome = exc
-        headers = ("anthropic-beta", "anthropic-version")
-        sent = [(r.json(), {h: r.headers.get(h) for h in headers}) for r in upstream.requests]
-        out.append((outcome, sent))
-    return out
+def anthropic_sent(request: Recorded) -> Any:
+    headers = ("anthropic-beta", "anthropic-version")
+    return request.json(), {h: request.headers.get(h) for h in headers}
 
 
 @pytest.mark.parametrize("shape", list(ANTHROPIC_SERVED))
 async def test_anthropic_tools_match_python(upstream: RecordingUpstream, shape: str) -> None:
     call, reply = ANTHROPIC_SERVED[shape]
-    (rust, rust_sent), (python, python_sent) = await anthropic_arms(upstream, call, reply)
+    (rust, rust_sent), (python, python_sent) = await both_arms(
+        upstream, "anthropic", call, reply, anthropic_sent
+    )
     assert litellm_fastpath.decline_counts() == {}
     assert served_by_rust(rust), view(rust)
     assert rust_sent == python_sent
@@ -740,27 +738,16 @@ BEDROCK_SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 
 
-async def bedrock_arms(
-    upstream: RecordingUpstream, call: dict[str, Any], reply: dict[str, Any]
-) -> list[tuple[Any, list[Any]]]:
-    out = []
-    for rust in (True, False):
-        upstream.clear()
-        upstream.enqueue(Reply(json=reply))
-        try:
-            outcome: Any = await litellm.acompletion(
-                **{**deployment_kwargs("bedrock", upstream.url), **call}, rust=rust
-            )
-        except Exception as exc:
-            outcome = exc
-        out.append((outcome, [(r.path, r.json()) for r in upstream.requests]))
-    return out
+def bedrock_sent(request: Recorded) -> Any:
+    return request.path, request.json()
 
 
 @pytest.mark.parametrize("shape", list(BEDROCK_SERVED))
 async def test_bedrock_tools_match_python(upstream: RecordingUpstream, shape: str) -> None:
     call, reply = BEDROCK_SERVED[shape]
-    (rust, rust_sent), (python, python_sent) = await bedrock_arms(upstream, call, reply)
+    (rust, rust_sent), (python, python_sent) = await both_arms(
+        upstream, "bedrock", call, reply, bedrock_sent
+    )
     assert litellm_fastpath.decline_counts() == {}
     assert served_by_rust(rust), view(rust)
     assert rust_sent == python_sent

@@ -75,6 +75,23 @@ pub fn headers_to_py<'py>(
     Ok(dict)
 }
 
+/// Runs `value` with the GIL on the GIL thread and hands the outcome to asyncio.
+pub fn settle_later(
+    event_loop: Py<PyAny>,
+    settle: Py<PyAny>,
+    future: Py<PyAny>,
+    value: impl FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send + 'static,
+) {
+    gil::submit(move |py| {
+        let (ok, value) = match value(py) {
+            Ok(value) => (true, value),
+            Err(err) => (false, err.into_value(py).into_any()),
+        };
+        // The loop may already be closed (its caller is gone): nobody is left to tell.
+        let _ = event_loop.call_method1(py, "call_soon_threadsafe", (settle, future, ok, value));
+    });
+}
+
 #[pymethods]
 impl PreparedCall {
     /// The provider URL this call posts to (what LiteLLM logs as `api_base`).
@@ -99,21 +116,10 @@ impl PreparedCall {
                 .catch_unwind()
                 .await;
             // Converting the answer and waking asyncio happen on the GIL thread.
-            gil::submit(move |py| {
-                let (ok, value) = match outcome {
-                    Ok(Ok(completion)) => match completion_to_py(py, completion) {
-                        Ok(value) => (true, value),
-                        Err(err) => (false, err.into_value(py).into_any()),
-                    },
-                    Ok(Err(err)) => (false, call_error_to_py(py, err).into_value(py).into_any()),
-                    Err(panic) => (false, panic_to_py(panic).into_value(py).into_any()),
-                };
-                // The loop may already be closed (its caller is gone): nobody is left to tell.
-                let _ = event_loop.call_method1(
-                    py,
-                    "call_soon_threadsafe",
-                    (settle, future, ok, value),
-                );
+            settle_later(event_loop, settle, future, move |py| match outcome {
+                Ok(Ok(completion)) => completion_to_py(py, completion),
+                Ok(Err(err)) => Err(call_error_to_py(py, err)),
+                Err(panic) => Err(panic_to_py(panic)),
             });
         });
         Ok(CallHandle {

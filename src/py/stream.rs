@@ -8,9 +8,8 @@ use futures_util::FutureExt;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use super::bridge::headers_to_py;
+use super::bridge::{headers_to_py, settle_later};
 use super::errors::{InternalError, call_error_to_py, panic_to_py, stream_error_to_py};
-use super::gil;
 use crate::http::UpstreamRequest;
 use crate::http::client::{OpenResponse, TransportError};
 use crate::runtime::{self, Engine};
@@ -140,23 +139,6 @@ async fn run_pump(
             )))
             .await;
     }
-}
-
-/// Runs `value` with the GIL on the GIL thread and hands the outcome to asyncio.
-fn settle_later(
-    event_loop: Py<PyAny>,
-    settle: Py<PyAny>,
-    future: Py<PyAny>,
-    value: impl FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send + 'static,
-) {
-    gil::submit(move |py| {
-        let (ok, value) = match value(py) {
-            Ok(value) => (true, value),
-            Err(err) => (false, err.into_value(py).into_any()),
-        };
-        // The loop may already be closed (its caller is gone): nobody is left to tell.
-        let _ = event_loop.call_method1(py, "call_soon_threadsafe", (settle, future, ok, value));
-    });
 }
 
 /// A started stream's chunks. Dropping it (or `cancel`) stops the upstream read at once.
