@@ -108,6 +108,9 @@ pub enum ResponseShape {
     Parsed(fn(&Bytes) -> Result<Value, TransformError>),
     /// An embedding response, from every answer of the call (Titan sends one request per input).
     Embedding(EmbeddingAnswer),
+    /// The provider's bytes as they came (`/v1/messages`: the caller gets `json.loads` of them,
+    /// as on LiteLLM's path).
+    Raw,
 }
 
 impl ResponseShape {
@@ -125,6 +128,7 @@ impl ResponseShape {
             }
             ResponseShape::Parsed(parse) => parse(single()?),
             ResponseShape::Embedding(answer) => answer.parse(bodies),
+            ResponseShape::Raw => Ok(Value::Null),
         }
     }
 }
@@ -133,6 +137,8 @@ impl ResponseShape {
 #[derive(Debug)]
 pub struct Completion {
     pub body: serde_json::Value,
+    /// The answer's bytes, for [`ResponseShape::Raw`].
+    pub raw: Option<Bytes>,
     pub headers: HeaderMap,
 }
 
@@ -150,6 +156,14 @@ pub async fn run(
         bodies.push(response.body);
         headers = response.headers;
     }
+    if let ResponseShape::Raw = shape {
+        let raw = bodies.pop().unwrap_or_default();
+        return Ok(Completion {
+            body: Value::Null,
+            raw: Some(raw),
+            headers,
+        });
+    }
     let size: usize = bodies.iter().map(Bytes::len).sum();
     let body = if size as u64 <= INLINE_BODY_LIMIT {
         shape.parse(&bodies)?
@@ -161,5 +175,9 @@ pub async fn run(
                 CallError::Transport(TransportError::Setup(format!("parse task failed: {err}")))
             })??
     };
-    Ok(Completion { body, headers })
+    Ok(Completion {
+        body,
+        raw: None,
+        headers,
+    })
 }

@@ -7,6 +7,7 @@
 //! instead of growing memory; dropping the receiver (client gone) ends the pump and closes the
 //! upstream connection.
 
+use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
@@ -21,11 +22,15 @@ use crate::wire::sse::{SseDecoder, SseEvent};
 pub const CHANNEL_PIECES: usize = 16;
 /// One handoff to Python carries at most about this many chunks (several pieces merged).
 const BATCH_CHUNKS: usize = 512;
+/// ... or about this many forwarded bytes.
+const BATCH_RAW_BYTES: usize = 1024 * 1024;
 
 /// What the pump hands over.
 #[derive(Debug)]
 pub enum Piece {
     Chunks(Vec<Value>),
+    /// Provider bytes forwarded as they arrived.
+    Raw(Bytes),
     /// The stream ended normally: the assembled answer.
     End(Value),
     Failed(StreamError),
@@ -35,6 +40,8 @@ pub enum Piece {
 #[derive(Debug, Default)]
 pub struct Batch {
     pub chunks: Vec<Value>,
+    /// Forwarded provider bytes, in order.
+    pub raw: Vec<u8>,
     /// Set on the last batch.
     pub end: Option<Result<Value, StreamError>>,
 }
@@ -43,13 +50,14 @@ impl Batch {
     fn add(&mut self, piece: Piece) {
         match piece {
             Piece::Chunks(chunks) => self.chunks.extend(chunks),
+            Piece::Raw(bytes) => self.raw.extend_from_slice(&bytes),
             Piece::End(answer) => self.end = Some(Ok(answer)),
             Piece::Failed(err) => self.end = Some(Err(err)),
         }
     }
 
     fn full(&self) -> bool {
-        self.end.is_some() || self.chunks.len() >= BATCH_CHUNKS
+        self.end.is_some() || self.chunks.len() >= BATCH_CHUNKS || self.raw.len() >= BATCH_RAW_BYTES
     }
 }
 
@@ -58,6 +66,7 @@ pub struct Receiver {
     rx: mpsc::Receiver<Piece>,
     /// Chunks received but not yet handed over (a batch was capped), and the end after them.
     held: std::collections::VecDeque<Value>,
+    held_raw: Vec<u8>,
     held_end: Option<Result<Value, StreamError>>,
     ended: bool,
 }
@@ -88,6 +97,7 @@ impl Receiver {
                 }
             }
             self.held.extend(batch.chunks);
+            self.held_raw = batch.raw;
             self.held_end = batch.end;
         }
         let take = self.held.len().min(limit.max(1));
@@ -98,7 +108,11 @@ impl Receiver {
             None
         };
         self.ended = end.is_some();
-        Some(Batch { chunks, end })
+        Some(Batch {
+            chunks,
+            raw: std::mem::take(&mut self.held_raw),
+            end,
+        })
     }
 }
 
@@ -109,6 +123,7 @@ pub fn channel() -> (mpsc::Sender<Piece>, Receiver) {
         Receiver {
             rx,
             held: std::collections::VecDeque::new(),
+            held_raw: Vec::new(),
             held_end: None,
             ended: false,
         },
@@ -125,10 +140,13 @@ pub async fn open(
 
 /// Reads the body to its end through `transform`, sending pieces to `tx`. Returns when the
 /// stream ends, fails, or nobody listens any more (the response is dropped: connection closed).
+/// `stop` ends it early, as if the body had ended there: the connection is closed and the
+/// transform's end (the answer so far) is still sent, for the caller's logging.
 pub async fn pump(
     mut response: OpenResponse,
     mut transform: Box<dyn StreamTransform>,
     tx: mpsc::Sender<Piece>,
+    stop: std::sync::Arc<tokio::sync::Notify>,
 ) {
     let mut decoder = match transform.framing() {
         Framing::Sse => Decoder::Sse(SseDecoder::new()),
@@ -137,14 +155,27 @@ pub async fn pump(
     let mut events = Vec::new();
     let mut chunks = Vec::new();
     let mut done = false;
+    let mut stopped = false;
     let outcome: Result<Value, StreamError> = async {
         while !done {
-            let piece = match response.next_piece().await {
+            let next = tokio::select! {
+                next = response.next_piece() => next,
+                () = stop.notified() => {
+                    stopped = true;
+                    break;
+                }
+            };
+            let piece = match next {
                 Ok(Some(piece)) => piece,
                 Ok(None) => break,
                 Err(TransportError::Disconnected(_)) if transform.saw_finish() => break,
                 Err(err) => return Err(err.into()),
             };
+            if transform.forwards_raw() && tx.send(Piece::Raw(piece.clone())).await.is_err() {
+                return Err(StreamError::Transport(TransportError::Disconnected(
+                    "stream cancelled".into(),
+                )));
+            }
             // Events decoded before a broken one still count (as in LiteLLM's decoders).
             let fed = decoder.feed(&piece, &mut events);
             for event in events.drain(..) {
@@ -166,7 +197,12 @@ pub async fn pump(
             }
         }
         if !done {
-            decoder.finish(&mut events)?;
+            // Stopped early: the event being read counts if it is whole (its lines are), as
+            // LiteLLM's logging parses what it read; a broken one is dropped.
+            let finished = decoder.finish(&mut events);
+            if !stopped {
+                finished?;
+            }
             for event in events.drain(..) {
                 if transform.event(event, &mut chunks)? == Flow::Done {
                     break;
@@ -201,6 +237,12 @@ pub async fn pump(
             Piece::Failed(err)
         }
     };
+    if stopped {
+        // The caller is gone: close the connection before handing over the end.
+        drop(response);
+        let _ = tx.send(outcome).await;
+        return;
+    }
     if tx.send(outcome).await.is_err() {
         return;
     }

@@ -28,7 +28,10 @@ def _response_cost(kwargs: dict[str, Any]) -> Any:
 
 def _model_group(kwargs: dict[str, Any]) -> Any:
     metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
-    return metadata.get("model_group")
+    # `/v1/messages` keeps it in the standard logging payload only.
+    return metadata.get("model_group") or (kwargs.get("standard_logging_object") or {}).get(
+        "model_group"
+    )
 
 
 def _usage(response_obj: Any) -> dict[str, Any] | None:

@@ -83,6 +83,51 @@ _PRIVATE: dict[str, tuple[str, str]] = {
     ),
     "StreamingChoices": ("litellm.types.utils", "StreamingChoices"),
     "Delta": ("litellm.types.utils", "Delta"),
+    # /v1/messages: LiteLLM's own rules for the small params and headers, its block rules for
+    # the logged copy, and its stream logging.
+    "ProviderConfigManager": ("litellm.utils", "ProviderConfigManager"),
+    "AnthropicMessagesRequestUtils": (
+        "litellm.llms.anthropic.pass_through.messages.utils",
+        "AnthropicMessagesRequestUtils",
+    ),
+    "ProviderSpecificHeaderUtils": (
+        "litellm.litellm_core_utils.get_provider_specific_headers",
+        "ProviderSpecificHeaderUtils",
+    ),
+    "update_headers_with_filtered_beta": (
+        "litellm.anthropic_beta_headers_manager",
+        "update_headers_with_filtered_beta",
+    ),
+    "GenericLiteLLMParams": ("litellm.types.router", "GenericLiteLLMParams"),
+    "merge_anthropic_beta_headers": (
+        "litellm.llms.anthropic.common_utils",
+        "merge_anthropic_beta_headers",
+    ),
+    "strip_empty_content_blocks_from_anthropic_messages": (
+        "litellm.llms.anthropic.common_utils",
+        "strip_empty_content_blocks_from_anthropic_messages",
+    ),
+    "strip_provider_specific_fields_from_anthropic_messages": (
+        "litellm.llms.anthropic.common_utils",
+        "strip_provider_specific_fields_from_anthropic_messages",
+    ),
+    "PassThroughStreamingHandler": (
+        "litellm.proxy.pass_through_endpoints.streaming_handler",
+        "PassThroughStreamingHandler",
+    ),
+    "PassThroughStreamContext": (
+        "litellm.proxy.pass_through_endpoints.streaming_handler",
+        "PassThroughStreamContext",
+    ),
+    "GLOBAL_PASS_THROUGH_SUCCESS_HANDLER_OBJ": (
+        "litellm.llms.anthropic.pass_through.messages.streaming_iterator",
+        "GLOBAL_PASS_THROUGH_SUCCESS_HANDLER_OBJ",
+    ),
+    "GLOBAL_LOGGING_WORKER": (
+        "litellm.litellm_core_utils.logging_worker",
+        "GLOBAL_LOGGING_WORKER",
+    ),
+    "EndpointType": ("litellm.types.passthrough_endpoints.pass_through_endpoints", "EndpointType"),
     # The proxy hook's base class.
     "CustomLogger": ("litellm.integrations.custom_logger", "CustomLogger"),
 }
@@ -142,6 +187,13 @@ def proxy_callback_capabilities() -> Any:
         return proxy_logging.callback_capabilities()
     except Exception:  # a LiteLLM change: then chunk objects, which always work
         return None
+
+
+def logging_executor() -> Any:
+    """The thread pool LiteLLM's synchronous wrapper runs success logging on."""
+    import litellm.utils
+
+    return litellm.utils.executor
 
 
 def now() -> Any:

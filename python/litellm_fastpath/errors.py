@@ -7,6 +7,7 @@ router's retries, fallbacks and cooldowns behave the same.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -14,7 +15,7 @@ import httpx
 import litellm
 
 from litellm_fastpath import _native, compat
-from litellm_fastpath.routing import EmbeddingRoute, Route
+from litellm_fastpath.routing import EmbeddingRoute, MessagesRoute, Route
 
 
 class _ProviderErrors:
@@ -148,11 +149,30 @@ class _BedrockEmbeddingErrors(_BedrockErrors):
         return _ProviderErrors.invalid_response(self, message, kind, route)
 
 
+class _BedrockMessagesErrors(_BedrockErrors):
+    """LiteLLM's `/v1/messages` handler maps every fault through `exception_type`, unlike its
+    Converse handler."""
+
+    def transport_error(self, message: str) -> Exception:
+        return _ProviderErrors.transport_error(self, message)
+
+    def timeout(self, route: Route, elapsed: float) -> Exception:
+        return _ProviderErrors.timeout(self, route, elapsed)
+
+    def invalid_response(self, message: str, kind: str, route: Route) -> Exception:
+        return _ProviderErrors.invalid_response(self, message, kind, route)
+
+
 # One entry per provider the fast path serves (the Rust side has one folder each).
 _ERRORS: dict[str, _ProviderErrors] = {
     "openai": _OpenAIErrors(),
     "anthropic": _AnthropicErrors(),
     "bedrock": _BedrockErrors(),
+}
+# `/v1/messages` handlers.
+_MESSAGES_ERRORS: dict[str, _ProviderErrors] = {
+    "anthropic": _AnthropicErrors(),
+    "bedrock": _BedrockMessagesErrors(),
 }
 # Embedding handlers that report faults in their own way.
 _EMBEDDING_ERRORS: dict[str, _ProviderErrors] = {
@@ -191,6 +211,10 @@ def invalid_param(name: str, why: str, route: Route) -> Exception:
 
 def to_litellm(err: _native.FastpathError, route: Route, elapsed: float = 0.0) -> Exception:
     registry = _EMBEDDING_ERRORS if isinstance(route, EmbeddingRoute) else _ERRORS
+    if isinstance(route, MessagesRoute):
+        registry = _MESSAGES_ERRORS
+        # LiteLLM's messages handler names the caller's model in its errors.
+        route = dataclasses.replace(route, model=route.requested_model)
     errors = registry[route.provider]
     if isinstance(err, _native.UpstreamStatusError):
         _message, status, body, headers = err.args

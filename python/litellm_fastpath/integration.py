@@ -9,6 +9,7 @@ error comes from the one provider request Rust made; nothing is retried through 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime
 import traceback
 import uuid
@@ -18,7 +19,7 @@ from typing import Any
 
 import litellm
 
-from litellm_fastpath import _native, compat, errors, routing, streaming
+from litellm_fastpath import _native, compat, errors, messages, routing, streaming
 from litellm_fastpath.bridge import await_call, settle
 
 FASTPATH_HEADERS = {"x-litellm-rust": "true", "x-litellm-fastpath": _native.__version__}
@@ -35,7 +36,7 @@ def is_installed() -> bool:
 
 def install() -> None:
     """Routes `rust=True` calls of `litellm.acompletion`/`completion`/`atranscription`/
-    `transcription`/`aembedding`/`embedding` through Rust.
+    `transcription`/`aembedding`/`embedding`/`anthropic_messages` through Rust.
 
     Idempotent. Calls without `rust=True` are passed to LiteLLM untouched. On a LiteLLM release
     the fast path is not tested with, warns once and patches nothing (see `compat`)."""
@@ -281,7 +282,7 @@ def _call_sync(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
         raise exc from None
     _record_api_window(logging_obj, start_time)
     response = kind.response(body, provider_headers, route)
-    return _succeeded(response, route, kwargs, logging_obj, start_time)
+    return _succeeded(response, route, kwargs, logging_obj, start_time, sync=True)
 
 
 async def acompletion(*args: Any, **kwargs: Any) -> Any:
@@ -308,6 +309,21 @@ def embedding(*args: Any, **kwargs: Any) -> Any:
     return _call_sync(_EMBEDDING, args, kwargs)
 
 
+async def anthropic_messages(*args: Any, **kwargs: Any) -> Any:
+    """`litellm.anthropic_messages` (the proxy's `/v1/messages`). The router keeps the function
+    it finds when it is built, so `install()` must run before any `Router` exists (the proxy
+    imports its callbacks first)."""
+    original = _originals["anthropic_messages"]
+    if kwargs.pop("rust", False) is not True:
+        return await original(*args, **kwargs)
+    for name, value in zip(messages.POSITIONAL, args, strict=False):
+        kwargs[name] = value
+    admitted = messages.admit(kwargs)
+    if admitted is None:
+        return await original(**kwargs)
+    return await messages.call(kwargs, admitted)
+
+
 _WRAPPERS: dict[str, Callable[..., Any]] = {
     "acompletion": acompletion,
     "completion": completion,
@@ -315,6 +331,7 @@ _WRAPPERS: dict[str, Callable[..., Any]] = {
     "transcription": transcription,
     "aembedding": aembedding,
     "embedding": embedding,
+    "anthropic_messages": anthropic_messages,
 }
 
 
@@ -419,6 +436,7 @@ def _succeeded(
     kwargs: dict[str, Any],
     logging_obj: Any,
     start_time: datetime.datetime,
+    sync: bool = False,
 ) -> Any:
     end_time = datetime.datetime.now()
     response._hidden_params["custom_llm_provider"] = route.provider
@@ -433,7 +451,18 @@ def _succeeded(
         start_time=start_time,
         end_time=end_time,
     )
-    _dispatch_success_logging(logging_obj, response, start_time, end_time, kwargs)
+    if sync:
+        # LiteLLM's synchronous wrapper: its success handler on its logging thread pool (there
+        # is no event loop to schedule the async callbacks on).
+        compat.logging_executor().submit(
+            contextvars.copy_context().run,
+            logging_obj.success_handler,
+            response,
+            start_time,
+            end_time,
+        )
+    else:
+        _dispatch_success_logging(logging_obj, response, start_time, end_time, kwargs)
     return response
 
 

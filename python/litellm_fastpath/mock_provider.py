@@ -1,4 +1,4 @@
-"""A local mock of the OpenAI, Anthropic and Bedrock Converse chat endpoints, for the demo,
+"""A local mock of the OpenAI, Anthropic and Bedrock chat endpoints, for the demo,
 the benchmarks and the tests.
 
 `python -m litellm_fastpath.mock_provider --port 0` listens on loopback and prints
@@ -13,7 +13,10 @@ installed), so it answers tens of thousands of requests per second:
 - `POST .../model/<id>/converse`   Bedrock Converse
 - `POST .../model/<id>/converse-stream`  Bedrock's event stream of `maxTokens` text deltas
 - `POST .../embeddings`            OpenAI embeddings (float or base64, one vector per input)
-- `POST .../model/<id>/invoke`     Bedrock embeddings (ids with `embed`): Titan text, Cohere
+- `POST .../model/<id>/invoke`     Bedrock embeddings (ids with `embed`): Titan text, Cohere;
+                                   Claude ids: the Anthropic message (Invoke's body)
+- `POST .../model/<id>/invoke-with-response-stream`  Claude's Anthropic events in Bedrock's
+                                   event stream (`max_tokens` text deltas)
 - `GET /health`                    `{"ok": true}`; anything else is a 404 JSON error.
 
 `canned_response` is the one source of these answers (the test harness's recording upstream
@@ -48,6 +51,7 @@ BEDROCK_MODEL_ID = "anthropic.claude-3-5-sonnet-20240620-v1:0"
 _CONVERSE = re.compile(r"/model/[^/]+/converse$")
 _CONVERSE_STREAM = re.compile(r"/model/[^/]+/converse-stream$")
 _INVOKE = re.compile(r"/model/([^/]+)/invoke$")
+_INVOKE_STREAM = re.compile(r"/model/([^/]+)/invoke-with-response-stream$")
 # Vector length when the request names no `dimensions` (benchmarks set 1536).
 EMBEDDING_DIMS = 16
 # Floats at the edges of float64 (subnormal, largest, smallest normal, negative zero): the first
@@ -105,6 +109,10 @@ def canned_response(
     invoke = _INVOKE.search(path)
     if invoke is not None and "embed" in invoke.group(1):
         return _bedrock_embeddings(invoke.group(1), request_body)
+    if invoke is not None and "claude" in invoke.group(1):
+        # Bedrock Invoke answers Claude with the Anthropic Messages body.
+        _status, message = canned_response(method, "/v1/messages", request_body)
+        return 200, {**message, "model": invoke.group(1)}
     return 404, {
         "error": {"type": "not_found", "message": f"no upstream route for {method} {path}"}
     }
@@ -316,6 +324,24 @@ def aws_event_frame(
     return message + struct.pack(">I", zlib.crc32(message))
 
 
+def bedrock_invoke_stream_events(pieces: list[str]) -> list[bytes]:
+    """A Bedrock Invoke Claude stream: each Anthropic event base64-encoded in a `chunk` frame,
+    usage in `amazon-bedrock-invocationMetrics` on `message_stop`."""
+    frames = []
+    for raw in anthropic_stream_events("claude", pieces):
+        event = json.loads(raw.split(b"data: ", 1)[1])
+        if event["type"] == "message_stop":
+            event["amazon-bedrock-invocationMetrics"] = {
+                "inputTokenCount": 11,
+                "outputTokenCount": len(pieces),
+                "invocationLatency": 10,
+                "firstByteLatency": 5,
+            }
+        payload = base64.b64encode(json.dumps(event, separators=(",", ":")).encode()).decode()
+        frames.append(aws_event_frame("chunk", {"bytes": payload}))
+    return frames
+
+
 def bedrock_stream_events(pieces: list[str], *, stop_reason: str = "end_turn") -> list[bytes]:
     """A Bedrock `converse-stream` answer: `messageStart`, a `contentBlockDelta` per piece,
     `contentBlockStop`, `messageStop`, `metadata` with usage."""
@@ -511,6 +537,10 @@ class MockProvider(HttpServerProtocol):
             count = (request.get("inferenceConfig") or {}).get("maxTokens") or STREAM_CHUNKS
             self._stream("", int(count), False)
             return
+        if _INVOKE_STREAM.search(self.path):
+            count = _json_request(self.body).get("max_tokens") or STREAM_CHUNKS
+            self._stream("", int(count), False)
+            return
         # Rendered once per route, model and keep-alive: the mock must never be the bottleneck.
         # Embedding answers depend on the whole request.
         embedding = self.path.endswith(("/embeddings", "/invoke"))
@@ -536,6 +566,9 @@ class MockProvider(HttpServerProtocol):
             events = anthropic_stream_events(model, stream_pieces(count))
         elif self.path.endswith("/converse-stream"):
             events = bedrock_stream_events(stream_pieces(count))
+            content_type = "application/vnd.amazon.eventstream"
+        elif self.path.endswith("/invoke-with-response-stream"):
+            events = bedrock_invoke_stream_events(stream_pieces(count))
             content_type = "application/vnd.amazon.eventstream"
         else:
             events = openai_stream_events(model, stream_pieces(count), include_usage=include_usage)

@@ -571,6 +571,20 @@ def route(kwargs: Mapping[str, Any]) -> Route | Decline:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class MessagesRoute(Route):
+    """An admitted `/v1/messages` call (`litellm.anthropic_messages`)."""
+
+    # The caller's `model`: LiteLLM's messages handler maps errors with it.
+    requested_model: str
+    stream: bool
+    # The body fields in LiteLLM's order (the large ones still the caller's objects).
+    fields: tuple[tuple[str, Any], ...]
+    headers: tuple[tuple[str, str], ...]
+    # What LiteLLM passes as its optional params (logging reads them).
+    optional_params: dict[str, Any]
+
+
 # Transcription kwargs the Rust path serves; every other non-bookkeeping kwarg declines.
 TRANSCRIPTION_PARAMS = frozenset({"language", "prompt", "temperature", "response_format"})
 _TRANSCRIPTION_RESPONSE_FORMATS = frozenset({"json", "text"})

@@ -93,6 +93,16 @@ decline_codes! {
     /// Embeddings `input` LiteLLM forwards as given (empty lists, mixed or nested shapes, token
     /// ids for Bedrock, data URLs for Cohere) or its proxy rewrites.
     EmbeddingInput => "embedding_input",
+    // `/v1/messages` requests LiteLLM rewrites in ways the fast path does not reproduce.
+    /// A top-level field (server features, thinking or sampling LiteLLM changes per model).
+    MessagesParam => "messages_param",
+    /// A content block LiteLLM rewrites, flattens or strips (server tool blocks, tool ids it
+    /// sanitizes, encrypted reasoning, Bedrock cache-control forms).
+    MessagesBlock => "messages_block",
+    /// A tool LiteLLM treats itself (server tools, Bedrock schema and name fix-ups).
+    MessagesTool => "messages_tool",
+    /// A hook, interceptor or setting that sees or changes `/v1/messages` requests in Python.
+    MessagesHook => "messages_hook",
 }
 
 /// Why a request stays on LiteLLM's Python path. `detail` names the offending field for the

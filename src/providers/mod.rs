@@ -7,6 +7,7 @@ pub mod anthropic;
 pub mod bedrock;
 pub mod chunks;
 pub mod embedding;
+pub mod messages;
 pub mod openai;
 pub mod rules;
 pub mod stream;

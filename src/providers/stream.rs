@@ -23,6 +23,11 @@ pub trait StreamTransform: Send + 'static {
     fn framing(&self) -> Framing {
         Framing::Sse
     }
+    /// The body goes to the caller as the provider sent it (`/v1/messages`): every read is
+    /// forwarded before its events reach the transform.
+    fn forwards_raw(&self) -> bool {
+        false
+    }
 }
 
 /// How a stream's body is cut into events.

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
 
 use super::errors::{InternalError, call_error_to_py, panic_to_py, transport_error_to_py};
 use super::gil;
@@ -55,8 +55,11 @@ impl PreparedCall {
 }
 
 fn completion_to_py(py: Python<'_>, completion: Completion) -> PyResult<Py<PyAny>> {
-    let body = pythonize::pythonize(py, &completion.body)
-        .map_err(|err| InternalError::new_err(format!("cannot convert the response: {err}")))?;
+    let body = match &completion.raw {
+        Some(raw) => PyBytes::new(py, raw).into_any(),
+        None => pythonize::pythonize(py, &completion.body)
+            .map_err(|err| InternalError::new_err(format!("cannot convert the response: {err}")))?,
+    };
     let headers = headers_to_py(py, &completion.headers)?;
     Ok((body, headers).into_pyobject(py)?.into_any().unbind())
 }

@@ -13,6 +13,7 @@ use crate::model::{
     Content, ContentPart, Decline, DeclineCode, EmbeddingInput, ImageUrl, Message, Role,
 };
 use crate::providers::bedrock::transcription::Audio;
+use crate::wire::body::Node;
 
 /// Structurally odd requests decline rather than fail: LiteLLM forwards, coerces or rejects
 /// them in its own way, so its Python path decides.
@@ -406,4 +407,73 @@ fn token_ids(list: &Bound<'_, PyList>) -> Option<Vec<u64>> {
             item.extract::<u64>().ok()
         })
         .collect()
+}
+
+/// Strings at most this long are copied into a `Value` (cheaper than holding the object).
+const SHARED_STR_MIN: usize = 256;
+/// Deeper documents decline (LiteLLM's `json.dumps` has its own recursion limit).
+const MAX_DEPTH: usize = 64;
+
+/// Any JSON-compatible Python value as a body `Node`: long strings stay in the Python object
+/// (no copy), dict keys keep their order. Values JSON cannot hold (NaN, non-string keys,
+/// other types) decline: LiteLLM has its own answer for them.
+pub fn document(value: &Bound<'_, PyAny>) -> Result<Node, Decline> {
+    document_at(value, 0)
+}
+
+fn document_at(value: &Bound<'_, PyAny>, depth: usize) -> Result<Node, Decline> {
+    let odd = |what: &str| Decline::new(DeclineCode::ParamType, what.to_string());
+    if depth > MAX_DEPTH {
+        return Err(odd("a value nested too deeply"));
+    }
+    if let Ok(text) = value.cast::<PyString>() {
+        let backed = PyBackedStr::try_from(text.clone())
+            .map_err(|_| odd("a string that is not valid Unicode"))?;
+        if backed.len() < SHARED_STR_MIN {
+            return Ok(Node::Value(Value::String(backed.to_string())));
+        }
+        return Ok(Node::Str(Bytes::from_owner(ReleasedWithGil::new(backed))));
+    }
+    if let Ok(dict) = value.cast::<PyDict>() {
+        let mut pairs = Vec::with_capacity(dict.len());
+        for (key, item) in dict.iter() {
+            let key = key
+                .cast::<PyString>()
+                .map_err(|_| odd("an object key that is not a string"))?
+                .to_str()
+                .map_err(|_| odd("an object key that is not valid Unicode"))?
+                .to_string();
+            pairs.push((key, document_at(&item, depth + 1)?));
+        }
+        return Ok(Node::Object(pairs));
+    }
+    if let Ok(list) = value.cast::<PyList>() {
+        let mut items = Vec::with_capacity(list.len());
+        for item in list.iter() {
+            items.push(document_at(&item, depth + 1)?);
+        }
+        return Ok(Node::Array(items));
+    }
+    if let Ok(tuple) = value.cast::<PyTuple>() {
+        // `json.dumps` writes tuples as arrays.
+        let mut items = Vec::with_capacity(tuple.len());
+        for item in tuple.iter() {
+            items.push(document_at(&item, depth + 1)?);
+        }
+        return Ok(Node::Array(items));
+    }
+    if value.is_none() {
+        return Ok(Node::Value(Value::Null));
+    }
+    if value.cast::<PyBool>().is_ok() || value.cast::<PyInt>().is_ok() {
+        return pythonize::depythonize::<Value>(value)
+            .map(Node::Value)
+            .map_err(|_| odd("an integer JSON cannot hold"));
+    }
+    if let Ok(number) = value.cast::<pyo3::types::PyFloat>() {
+        return serde_json::Number::from_f64(number.value())
+            .map(|n| Node::Value(Value::Number(n)))
+            .ok_or_else(|| odd("a number that is not finite"));
+    }
+    Err(odd("a value of a type JSON has no form for"))
 }

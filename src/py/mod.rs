@@ -27,10 +27,12 @@ mod _native {
     use crate::providers::chunks::StreamOptions;
     use crate::providers::{
         self, AwsAuth, AwsSettings, Deployment as CoreDeployment, Provider, Refusal, embedding,
+        messages,
     };
 
     #[pymodule_export]
     use super::bridge::{CallHandle, PreparedCall};
+    use super::stream::Payload;
     #[pymodule_export]
     use super::stream::{PreparedStream, StreamHandle};
 
@@ -287,6 +289,74 @@ mod _native {
                     upstream.timeout = timeout;
                 }
                 Ok(Py::new(py, PreparedStream::new(upstream, transform))?.into_any())
+            }
+            Err(Refusal::Declined(decline)) => declined(py, decline),
+            Err(Refusal::Invalid(err)) => Err(errors::transform_error_to_py(err)),
+        }
+    }
+
+    /// Admission and transform for a `/v1/messages` request, before any I/O: `fields` are the
+    /// top-level body fields in LiteLLM's order, `headers` what LiteLLM sends besides the
+    /// credential. Returns `(call, rewrote_messages)` — a `PreparedCall` (answer: the provider's
+    /// bytes) or a `PreparedStream` (bytes forwarded as they arrive), and whether LiteLLM's
+    /// block rules dropped anything from `messages` — or a `Declined`; malformed input raises
+    /// `InvalidRequestError`.
+    #[pyfunction]
+    #[pyo3(signature = (deployment, fields, headers, *, stream=false, timeout=None))]
+    fn prepare_messages(
+        py: Python<'_>,
+        deployment: &Deployment,
+        fields: Vec<(String, Bound<'_, PyAny>)>,
+        headers: Vec<(String, String)>,
+        stream: bool,
+        timeout: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        let mut body = Vec::with_capacity(fields.len());
+        for (name, value) in fields {
+            match extract::document(&value) {
+                Ok(node) => body.push((name, node)),
+                Err(decline) => return declined(py, decline),
+            }
+        }
+        let headers = headers
+            .into_iter()
+            .map(|(name, value)| {
+                let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                    InvalidRequestError::new_err(format!("invalid header name {name:?}"))
+                })?;
+                let value = HeaderValue::from_str(&value).map_err(|_| {
+                    InvalidRequestError::new_err(format!("invalid value for header {name:?}"))
+                })?;
+                Ok((header_name, value))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let request = messages::MessagesRequest {
+            fields: body,
+            stream,
+            headers,
+        };
+        let timeout = timeout.map(timeout_from_secs).transpose()?;
+        match messages::prepare(&deployment.inner, request) {
+            Ok(prepared) => {
+                let mut upstream = prepared.upstream;
+                if let Some(timeout) = timeout {
+                    upstream.timeout = timeout;
+                }
+                let call = if stream && deployment.inner.provider.as_str() == "bedrock" {
+                    let transform = Box::new(messages::stream::BedrockInvokeStream::new());
+                    let prepared =
+                        PreparedStream::with_payload(upstream, transform, Payload::MessagesSse);
+                    Py::new(py, prepared)?.into_any()
+                } else if stream {
+                    let transform = Box::new(messages::stream::AnthropicPassthrough::new());
+                    Py::new(py, PreparedStream::new(upstream, transform))?.into_any()
+                } else {
+                    Py::new(py, PreparedCall::new(upstream, ResponseShape::Raw))?.into_any()
+                };
+                Ok((call, prepared.rewrote_messages)
+                    .into_pyobject(py)?
+                    .into_any()
+                    .unbind())
             }
             Err(Refusal::Declined(decline)) => declined(py, decline),
             Err(Refusal::Invalid(err)) => Err(errors::transform_error_to_py(err)),

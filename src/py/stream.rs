@@ -12,6 +12,7 @@ use super::bridge::{headers_to_py, settle_later};
 use super::errors::{InternalError, call_error_to_py, panic_to_py, stream_error_to_py};
 use crate::http::UpstreamRequest;
 use crate::http::client::{OpenResponse, TransportError};
+use crate::providers::messages::stream::sse_frame;
 use crate::runtime::{self, Engine};
 use crate::stream::{self, Batch, Receiver, StreamError, StreamTransform};
 
@@ -20,17 +21,43 @@ struct StreamWork {
     transform: Box<dyn StreamTransform>,
 }
 
+/// What a handle's batches carry to Python.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Payload {
+    /// Chunk dicts, or SSE frames when a frame model is given.
+    Chunks,
+    /// The provider's bytes as they arrived.
+    Raw,
+    /// `/v1/messages` events as LiteLLM writes them (`event: …\ndata: {json.dumps}`).
+    MessagesSse,
+}
+
 /// A streamed request that passed admission; it can be started exactly once.
 #[pyclass(frozen, module = "litellm_fastpath._native")]
 pub struct PreparedStream {
     work: Mutex<Option<StreamWork>>,
     url: String,
+    payload: Payload,
 }
 
 impl PreparedStream {
     pub fn new(request: UpstreamRequest, transform: Box<dyn StreamTransform>) -> Self {
+        let payload = if transform.forwards_raw() {
+            Payload::Raw
+        } else {
+            Payload::Chunks
+        };
+        Self::with_payload(request, transform, payload)
+    }
+
+    pub fn with_payload(
+        request: UpstreamRequest,
+        transform: Box<dyn StreamTransform>,
+        payload: Payload,
+    ) -> Self {
         PreparedStream {
             url: request.url.clone(),
+            payload,
             work: Mutex::new(Some(StreamWork { request, transform })),
         }
     }
@@ -68,6 +95,8 @@ impl PreparedStream {
         let work = self.take()?;
         let engine = engine()?;
         let (tx, receiver) = stream::channel();
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let pump_stop = Arc::clone(&stop);
         let task_engine = Arc::clone(&engine);
         let task = engine.runtime.spawn(async move {
             let opened = AssertUnwindSafe(stream::open(&task_engine.transport, work.request))
@@ -90,9 +119,14 @@ impl PreparedStream {
             settle_later(event_loop, settle, future, move |py| {
                 Ok(headers_to_py(py, &headers)?.into_any().unbind())
             });
-            run_pump(response, work.transform, tx).await;
+            run_pump(response, work.transform, tx, pump_stop).await;
         });
-        Ok(StreamHandle::new(receiver, task.abort_handle()))
+        Ok(StreamHandle::new(
+            receiver,
+            task.abort_handle(),
+            self.payload,
+            stop,
+        ))
     }
 
     /// Opens the stream with the GIL released; returns `(handle, provider_headers)`.
@@ -113,8 +147,14 @@ impl PreparedStream {
         };
         let headers = headers_to_py(py, response.headers())?.into_any().unbind();
         let (tx, receiver) = stream::channel();
-        let task = engine.runtime.spawn(run_pump(response, work.transform, tx));
-        Ok((StreamHandle::new(receiver, task.abort_handle()), headers))
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let task = engine
+            .runtime
+            .spawn(run_pump(response, work.transform, tx, Arc::clone(&stop)));
+        Ok((
+            StreamHandle::new(receiver, task.abort_handle(), self.payload, stop),
+            headers,
+        ))
     }
 }
 
@@ -122,9 +162,10 @@ async fn run_pump(
     response: OpenResponse,
     transform: Box<dyn StreamTransform>,
     tx: tokio::sync::mpsc::Sender<stream::Piece>,
+    stop: Arc<tokio::sync::Notify>,
 ) {
     let guard_tx = tx.clone();
-    let pumped = AssertUnwindSafe(stream::pump(response, transform, tx))
+    let pumped = AssertUnwindSafe(stream::pump(response, transform, tx, stop))
         .catch_unwind()
         .await;
     if let Err(panic) = pumped {
@@ -146,13 +187,22 @@ async fn run_pump(
 pub struct StreamHandle {
     receiver: Arc<tokio::sync::Mutex<Receiver>>,
     abort: tokio::task::AbortHandle,
+    payload: Payload,
+    stop: Arc<tokio::sync::Notify>,
 }
 
 impl StreamHandle {
-    fn new(receiver: Receiver, abort: tokio::task::AbortHandle) -> Self {
+    fn new(
+        receiver: Receiver,
+        abort: tokio::task::AbortHandle,
+        payload: Payload,
+        stop: Arc<tokio::sync::Notify>,
+    ) -> Self {
         StreamHandle {
             receiver: Arc::new(tokio::sync::Mutex::new(receiver)),
             abort,
+            payload,
+            stop,
         }
     }
 }
@@ -164,11 +214,16 @@ impl Drop for StreamHandle {
 }
 
 /// `(payload, text, end)`. payload: a list of chunk dicts, or — when `frames_model` is given —
-/// `bytes` of SSE frames as the proxy writes them, with that model name; text: the content of
+/// `bytes` of SSE frames as the proxy writes them, with that model name, or the provider's
+/// bytes (`/v1/messages` streams); text: the content of
 /// the batch's chunks joined (what LiteLLM would bill on a disconnect); end: None (more to
 /// come), the whole answer as one chunk dict (the stream is over) or the exception that ended
 /// it. A handle drained past its end gives `(None, "", None)`.
-fn batch_to_py(py: Python<'_>, batch: Option<(Batch, Option<Vec<u8>>)>) -> PyResult<Py<PyAny>> {
+fn batch_to_py(
+    py: Python<'_>,
+    batch: Option<(Batch, Option<Vec<u8>>)>,
+    payload: Payload,
+) -> PyResult<Py<PyAny>> {
     let Some((batch, frames)) = batch else {
         return Ok((py.None(), "", py.None())
             .into_pyobject(py)?
@@ -180,9 +235,13 @@ fn batch_to_py(py: Python<'_>, batch: Option<(Batch, Option<Vec<u8>>)>) -> PyRes
         .iter()
         .filter_map(|chunk| chunk["choices"][0]["delta"]["content"].as_str())
         .collect();
-    let payload: Py<PyAny> = match frames {
-        Some(frames) => PyBytes::new(py, &frames).into_any().unbind(),
-        None => {
+    let payload: Py<PyAny> = match (payload, frames) {
+        (Payload::Raw, _) => PyBytes::new(py, &batch.raw).into_any().unbind(),
+        (Payload::Chunks | Payload::MessagesSse, Some(frames)) => {
+            PyBytes::new(py, &frames).into_any().unbind()
+        }
+        (Payload::MessagesSse, None) => PyBytes::new(py, b"").into_any().unbind(),
+        (Payload::Chunks, None) => {
             let list = PyList::empty(py);
             for chunk in &batch.chunks {
                 list.append(pythonize::pythonize(py, chunk).map_err(|err| {
@@ -207,8 +266,16 @@ async fn next_batch(
     receiver: Arc<tokio::sync::Mutex<Receiver>>,
     frames_model: Option<String>,
     limit: usize,
+    payload: Payload,
 ) -> Option<(Batch, Option<Vec<u8>>)> {
     let batch = receiver.lock().await.next_batch(limit).await?;
+    if payload == Payload::MessagesSse {
+        let mut frames = Vec::new();
+        for event in &batch.chunks {
+            sse_frame(event, &mut frames);
+        }
+        return Some((batch, Some(frames)));
+    }
     let frames = frames_model.map(|model| {
         let mut frames = Vec::new();
         for chunk in &batch.chunks {
@@ -235,9 +302,12 @@ impl StreamHandle {
     ) -> PyResult<()> {
         let engine = engine()?;
         let receiver = Arc::clone(&self.receiver);
+        let payload = self.payload;
         engine.runtime.spawn(async move {
-            let batch = next_batch(receiver, frames_model, limit).await;
-            settle_later(event_loop, settle, future, move |py| batch_to_py(py, batch));
+            let batch = next_batch(receiver, frames_model, limit, payload).await;
+            settle_later(event_loop, settle, future, move |py| {
+                batch_to_py(py, batch, payload)
+            });
         });
         Ok(())
     }
@@ -249,9 +319,15 @@ impl StreamHandle {
         let batch = py.detach(|| {
             engine
                 .runtime
-                .block_on(next_batch(receiver, None, usize::MAX))
+                .block_on(next_batch(receiver, None, usize::MAX, self.payload))
         });
-        batch_to_py(py, batch)
+        batch_to_py(py, batch, self.payload)
+    }
+
+    /// Ends the stream here: the upstream connection is closed, and the next batches carry what
+    /// was read so far and the end (the answer up to now, for logging a partial stream).
+    fn stop(&self) {
+        self.stop.notify_one();
     }
 
     /// Stops the stream: the upstream connection is closed, buffered chunks are dropped.
