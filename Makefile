@@ -7,14 +7,14 @@ WHEEL_VENV ?= target/venv-wheel
 # LiteLLM otherwise fetches its model price map from the internet at import.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup build demo test lint rust-test py-test wheel wheel-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-soak bench-streaming clean
+.PHONY: setup build demo test lint rust-test py-test wheel wheel-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-soak bench-streaming bench-messages clean
 
 $(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
 setup: $(PY)
-	$(PY) -m pip install -q '$(LITELLM)' maturin pytest pytest-timeout pytest-asyncio ruff mypy
+	$(PY) -m pip install -q '$(LITELLM)' maturin pytest pytest-timeout pytest-asyncio ruff mypy 'anthropic>=0.69,<1'
 	$(MAKE) build
 
 build: $(PY)
@@ -59,7 +59,7 @@ wheel-test: wheel
 
 test: setup lint rust-test py-test wheel-test
 
-bench: bench-inprocess bench-gateway bench-media bench-sha256 bench-streaming
+bench: bench-inprocess bench-gateway bench-media bench-sha256 bench-streaming bench-messages
 
 bench-inprocess: $(PY)
 	$(PY) -m benches.inprocess
@@ -82,6 +82,10 @@ bench-sha256: $(PY)
 bench-streaming: $(PY)
 	$(PY) -m pip install -q matplotlib
 	for provider in openai anthropic bedrock; do $(PY) -m benches.streaming --provider $$provider; done
+
+bench-messages: $(PY)
+	$(PY) -m pip install -q matplotlib
+	$(PY) -m benches.messages
 
 # Not part of `bench`: 10 minutes per arm (~22 min in all).
 bench-soak: $(PY)
