@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any
@@ -33,6 +32,7 @@ from benches._common import (
     percentile,
     write_results,
 )
+from benches.streaming import run_client
 
 ANTHROPIC_MODEL = "claude-sonnet-4-5"
 BEDROCK_MODEL = "anthropic.claude-3-5-sonnet-20240620-v1:0"
@@ -170,54 +170,7 @@ async def bench_in_process(url: str, args: Any) -> list[dict[str, Any]]:
 
 
 # -- through the proxy, streaming ------------------------------------------------------------------
-
-
-async def _one_stream(client: Any, url: str, body: dict[str, Any], headers: dict[str, str]) -> Any:
-    start = time.perf_counter()
-    first = None
-    events = 0
-    async with client.stream("POST", url, json=body, headers=headers) as resp:
-        resp.raise_for_status()
-        async for line in resp.aiter_lines():
-            if not line.startswith("event: "):
-                continue
-            if first is None:
-                first = time.perf_counter() - start
-            events += 1
-    return {"first": first, "events": events}
-
-
-async def _client(spec: dict[str, Any]) -> dict[str, Any]:
-    import httpx
-
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        body = {
-            "model": spec["model"],
-            "messages": [{"role": "user", "content": "hi"}],
-            "stream": True,
-            "max_tokens": spec["events"],
-        }
-        headers = {"Authorization": f"Bearer {spec['key']}"} if spec.get("key") else {}
-        results: list[Any] = []
-
-        async def worker() -> None:
-            for _ in range(spec["rounds"]):
-                results.append(await _one_stream(client, spec["url"], body, headers))
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(spec["concurrency"])))
-        return {"streams": results, "wall": time.perf_counter() - started}
-
-
-def run_client(spec: dict[str, Any]) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "benches.messages", "--client", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(out.stdout)
+# The clients are `benches.streaming`'s (own process; the time to the first `data:` line).
 
 
 def _proxy(mock_url: str, native: bool) -> Any:
@@ -255,15 +208,15 @@ def bench_streaming(mock_url: str, quick: bool) -> dict[str, Any]:
         direct = {"url": f"{mock_url}/v1/messages", "model": ANTHROPIC_MODEL}
         # Warm-up at full concurrency: first requests pay one-time imports and connection setup.
         for arm in targets:
-            run_client(spec(arm, events=200, concurrency=20, rounds=2))
+            run_client(spec(arm, chunks=200, concurrency=20, rounds=2))
         for rep in range(reps):
-            d = run_client({**direct, "events": 200, "concurrency": 20, "rounds": rounds})
+            d = run_client({**direct, "chunks": 200, "concurrency": 20, "rounds": rounds})
             firsts["direct"] += [s["first"] for s in d["streams"]]
             for arm in targets:
                 log(f"rep {rep} {arm}: 20 concurrent streams")
                 pids = process_tree(targets[arm][0].pid)
                 cpu0 = cpu_seconds(pids)
-                r = run_client(spec(arm, events=200, concurrency=20, rounds=rounds))
+                r = run_client(spec(arm, chunks=200, concurrency=20, rounds=rounds))
                 cpu_per_stream[arm].append((cpu_seconds(pids) - cpu0) * 1e3 / len(r["streams"]))
                 firsts[arm] += [s["first"] for s in r["streams"]]
     out: dict[str, Any] = {}
@@ -364,9 +317,6 @@ def plot(data: dict[str, Any]) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--client"]:
-        print(json.dumps(asyncio.run(_client(json.loads(argv[1])))))
-        return 0
     parser = arg_parser(__doc__ or "", "a short run: fewer calls and streams")
     args = parser.parse_args(argv)
     from litellm_fastpath.mock_provider import ServerProcess

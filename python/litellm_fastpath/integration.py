@@ -19,7 +19,7 @@ from typing import Any
 
 import litellm
 
-from litellm_fastpath import _native, compat, errors, messages, routing, streaming
+from litellm_fastpath import _native, calls, compat, errors, messages, routing, streaming
 from litellm_fastpath.bridge import await_call, settle
 
 FASTPATH_HEADERS = {"x-litellm-rust": "true", "x-litellm-fastpath": _native.__version__}
@@ -250,9 +250,9 @@ async def _call_async(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]
     try:
         body, provider_headers = await await_call(prepared)
     except _native.FastpathError as err:
-        _record_api_window(logging_obj, start_time)
-        raise await _failed(err, route, kwargs, logging_obj, start_time) from None
-    _record_api_window(logging_obj, start_time)
+        calls.record_api_window(logging_obj, start_time)
+        raise await calls.failed(err, route, kwargs, logging_obj, start_time) from None
+    calls.record_api_window(logging_obj, start_time)
     response = kind.response(body, provider_headers, route)
     return _succeeded(response, route, kwargs, logging_obj, start_time)
 
@@ -276,11 +276,11 @@ def _call_sync(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     try:
         body, provider_headers = prepared.send_blocking()
     except _native.FastpathError as err:
-        _record_api_window(logging_obj, start_time)
-        exc = _annotated(errors.to_litellm(err, route, _elapsed(start_time)), kwargs)
+        calls.record_api_window(logging_obj, start_time)
+        exc = calls.annotated(errors.to_litellm(err, route, calls.elapsed(start_time)), kwargs)
         _log_failure_sync(logging_obj, exc, start_time)
         raise exc from None
-    _record_api_window(logging_obj, start_time)
+    calls.record_api_window(logging_obj, start_time)
     response = kind.response(body, provider_headers, route)
     return _succeeded(response, route, kwargs, logging_obj, start_time, sync=True)
 
@@ -351,9 +351,9 @@ async def _start_stream(
         handle.cancel()
         raise
     except _native.FastpathError as err:
-        _record_api_window(logging_obj, start_time)
-        raise await _failed(err, route, kwargs, logging_obj, start_time) from None
-    _record_api_window(logging_obj, start_time)
+        calls.record_api_window(logging_obj, start_time)
+        raise await calls.failed(err, route, kwargs, logging_obj, start_time) from None
+    calls.record_api_window(logging_obj, start_time)
     logging_obj.stream = True
     logging_obj.model_call_details["stream"] = True
     stream = streaming.FastStream(
@@ -369,15 +369,6 @@ async def _start_stream(
         end_time=datetime.datetime.now(),
     )
     return stream
-
-
-def _record_api_window(logging_obj: Any, start_time: datetime.datetime) -> None:
-    """The provider call's duration, from which LiteLLM derives `x-litellm-overhead-duration-ms`.
-
-    Admission and the Rust transform take microseconds, so the call's window starts at
-    `start_time`."""
-    if logging_obj is not None:
-        compat.set_duration_in_model_call_details(logging_obj, start_time, datetime.datetime.now())
 
 
 def _logging_obj(
@@ -481,32 +472,6 @@ def _dispatch_success_logging(
         is_completion_with_fallbacks=kwargs.get("fallbacks") is not None,
         is_litellm_internal_call=False,
     )
-
-
-def _annotated(exc: Exception, kwargs: Mapping[str, Any]) -> Exception:
-    """LiteLLM's wrapper tags failures with the call's timeout (the proxy's `x-litellm-timeout`)."""
-    exc.timeout = kwargs.get("timeout")  # type: ignore[attr-defined]
-    return exc
-
-
-async def _failed(
-    err: _native.FastpathError,
-    route: routing.Route,
-    kwargs: Mapping[str, Any],
-    logging_obj: Any,
-    start_time: datetime.datetime,
-) -> Exception:
-    exc = _annotated(errors.to_litellm(err, route, _elapsed(start_time)), kwargs)
-    if logging_obj is not None:
-        end_time = datetime.datetime.now()
-        tb = traceback.format_exc()
-        logging_obj.failure_handler(exc, tb, start_time, end_time)
-        await logging_obj.async_failure_handler(exc, tb, start_time, end_time)
-    return exc
-
-
-def _elapsed(start_time: datetime.datetime) -> float:
-    return (datetime.datetime.now() - start_time).total_seconds()
 
 
 def _log_failure_sync(logging_obj: Any, exc: Exception, start_time: datetime.datetime) -> None:

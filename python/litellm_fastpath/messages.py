@@ -17,7 +17,6 @@ import asyncio
 import datetime
 import functools
 import json
-import traceback
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
@@ -25,7 +24,7 @@ from typing import Any, cast
 import httpx
 import litellm
 
-from litellm_fastpath import _native, compat, errors, routing
+from litellm_fastpath import _native, calls, compat, errors, routing
 from litellm_fastpath.bridge import await_call, settle
 
 # `anthropic_messages`'s positional parameters, in order.
@@ -425,32 +424,6 @@ def _logging_obj(
     return logging_obj
 
 
-def _record_window(logging_obj: Any, start_time: datetime.datetime) -> None:
-    if logging_obj is not None:
-        compat.set_duration_in_model_call_details(logging_obj, start_time, datetime.datetime.now())
-
-
-async def _failed(
-    err: _native.FastpathError,
-    route: routing.MessagesRoute,
-    kwargs: Mapping[str, Any],
-    logging_obj: Any,
-    start_time: datetime.datetime,
-) -> Exception:
-    exc = errors.to_litellm(err, route, _elapsed(start_time))
-    exc.timeout = kwargs.get("timeout")  # type: ignore[attr-defined]
-    if logging_obj is not None:
-        end_time = datetime.datetime.now()
-        tb = traceback.format_exc()
-        logging_obj.failure_handler(exc, tb, start_time, end_time)
-        await logging_obj.async_failure_handler(exc, tb, start_time, end_time)
-    return exc
-
-
-def _elapsed(start_time: datetime.datetime) -> float:
-    return (datetime.datetime.now() - start_time).total_seconds()
-
-
 def _answer(raw: bytes, route: routing.MessagesRoute) -> Any:
     """`json.loads` of the provider's bytes, as LiteLLM's `raw_response.json()`."""
     try:
@@ -474,9 +447,9 @@ async def call(kwargs: dict[str, Any], admitted: tuple[routing.MessagesRoute, An
     try:
         body, provider_headers = await await_call(prepared)
     except _native.FastpathError as err:
-        _record_window(logging_obj, start_time)
-        raise await _failed(err, route, kwargs, logging_obj, start_time) from None
-    _record_window(logging_obj, start_time)
+        calls.record_api_window(logging_obj, start_time)
+        raise await calls.failed(err, route, kwargs, logging_obj, start_time) from None
+    calls.record_api_window(logging_obj, start_time)
     raw = cast(bytes, body)  # a `/v1/messages` call answers with the provider's bytes
     answer = _answer(raw, route)
     if kwargs.get("proxy_server_request") is not None:
@@ -670,10 +643,10 @@ async def _start_stream(
     except BaseException as err:
         handle.cancel()
         if isinstance(err, _native.FastpathError):
-            _record_window(logging_obj, start_time)
-            raise await _failed(err, route, kwargs, logging_obj, start_time) from None
+            calls.record_api_window(logging_obj, start_time)
+            raise await calls.failed(err, route, kwargs, logging_obj, start_time) from None
         raise
-    _record_window(logging_obj, start_time)
+    calls.record_api_window(logging_obj, start_time)
     if logging_obj is not None:
         logging_obj.model_call_details["stream"] = True
     stream = MessagesStream(handle, route, logging_obj, provider_headers, start_time)

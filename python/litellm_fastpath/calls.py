@@ -1,0 +1,48 @@
+"""What every fast-path call does around the provider call, as LiteLLM's `client` wrapper does
+it: record the call's window for LiteLLM's overhead header, and report a failure through
+LiteLLM's logging."""
+
+from __future__ import annotations
+
+import datetime
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+from litellm_fastpath import _native, compat, errors, routing
+
+
+def elapsed(start_time: datetime.datetime) -> float:
+    return (datetime.datetime.now() - start_time).total_seconds()
+
+
+def record_api_window(logging_obj: Any, start_time: datetime.datetime) -> None:
+    """The provider call's duration, from which LiteLLM derives `x-litellm-overhead-duration-ms`.
+
+    Admission and the Rust transform take microseconds, so the call's window starts at
+    `start_time`."""
+    if logging_obj is not None:
+        compat.set_duration_in_model_call_details(logging_obj, start_time, datetime.datetime.now())
+
+
+def annotated(exc: Exception, kwargs: Mapping[str, Any]) -> Exception:
+    """LiteLLM's wrapper tags failures with the call's timeout (the proxy's `x-litellm-timeout`)."""
+    exc.timeout = kwargs.get("timeout")  # type: ignore[attr-defined]
+    return exc
+
+
+async def failed(
+    err: _native.FastpathError,
+    route: routing.Route,
+    kwargs: Mapping[str, Any],
+    logging_obj: Any,
+    start_time: datetime.datetime,
+) -> Exception:
+    """LiteLLM's exception for `err`, after LiteLLM's failure logging saw it."""
+    exc = annotated(errors.to_litellm(err, route, elapsed(start_time)), kwargs)
+    if logging_obj is not None:
+        end_time = datetime.datetime.now()
+        tb = traceback.format_exc()
+        logging_obj.failure_handler(exc, tb, start_time, end_time)
+        await logging_obj.async_failure_handler(exc, tb, start_time, end_time)
+    return exc
