@@ -741,3 +741,43 @@ async def test_a_closed_stream_is_logged_with_what_was_read(
     rust_log, plain_log = logged
     assert rust_log["prompt_tokens"] == plain_log["prompt_tokens"] == 11
     assert rust_log["response_cost"] > 0 and plain_log["response_cost"] > 0
+
+
+ODD: dict[str, dict[str, Any]] = {
+    "empty_messages": {"messages": [], "max_tokens": 64},
+    "content_none": {"messages": [{"role": "user", "content": None}], "max_tokens": 64},
+    "no_content": {"messages": [{"role": "user"}], "max_tokens": 64},
+    "no_role": {"messages": [{"content": "hi"}], "max_tokens": 64},
+    "block_not_an_object": {"messages": [{"role": "user", "content": ["hi"]}], "max_tokens": 64},
+    "block_without_type": {
+        "messages": [{"role": "user", "content": [{"text": "hi"}]}],
+        "max_tokens": 64,
+    },
+    "message_not_an_object": {"messages": ["hi"], "max_tokens": 64},
+    "max_tokens_float": hi(max_tokens=10.5),
+    "max_tokens_zero": hi(max_tokens=0),
+    "max_tokens_negative": hi(max_tokens=-5),
+    "max_tokens_string": hi(max_tokens="64"),
+    "system_number": hi(system=5),
+    "tools_not_a_list": hi(tools={"name": "t"}),
+    "metadata_not_an_object": hi(metadata="m"),
+    "metadata_user_id_number": hi(metadata={"user_id": 5}),
+    "stream_string": hi(stream="yes"),
+    "temperature_string": hi(temperature="hot"),
+    "top_k_float": hi(top_k=2.5),
+    "thinking_string": hi(thinking="on"),
+    "deeply_nested_tool_input": hi(tools=[{**cases.tool(0), "input_schema": {"a": [[[[[[1]]]]]]}}]),
+    "non_string_key": {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "a", 1: 2}]}],
+        "max_tokens": 9,
+    },
+    "lone_surrogate": hi(messages=[{"role": "user", "content": "bad \ud800 text"}]),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(ODD))
+async def test_odd_requests_get_litellms_answer(upstream: RecordingUpstream, shape: str) -> None:
+    replies = [Reply(json=cases.answer()), Reply(json=cases.answer())]
+    (rust, rust_sent, _), (plain, plain_sent, _) = await both(upstream, ODD[shape], *replies)
+    assert [sent(r) for r in rust_sent] == [sent(r) for r in plain_sent]
+    assert view(rust) == view(plain)
