@@ -3,8 +3,9 @@
 Starts the package's mock provider (`litellm_fastpath.mock_provider`) and a real LiteLLM proxy on
 loopback, with two models of the same deployment: `plain` (served by LiteLLM's Python path) and
 `fast` (`rust: true`). Sends N interleaved chat requests to each and prints which path served them
-and how long they took; then the same for streamed answers (200 chunks, whole stream timed) and
-for an embeddings deployment (`plain-embed`, `fast-embed`).
+and how long they took; then the same for streamed answers (200 chunks, whole stream timed), for
+an embeddings deployment (`plain-embed`, `fast-embed`) and for Anthropic's `/v1/messages`
+(`plain-claude`, `fast-claude`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ WORKLOADS = (
         {"input": ["Say hello", "to the fast path"]},
         ("plain-embed", "fast-embed"),
     ),
+    (
+        "Anthropic Messages API",
+        "/v1/messages",
+        {"messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 64},
+        ("plain-claude", "fast-claude"),
+    ),
 )
 
 
@@ -62,12 +69,15 @@ def free_port() -> int:
 def write_config(workdir: Path, mock_url: str) -> Path:
     deployment = deployment_kwargs("openai", mock_url)
     embedding = embedding_deployment_kwargs("openai", mock_url)
+    claude = deployment_kwargs("anthropic", mock_url)
     config = {
         "model_list": [
             {"model_name": "plain", "litellm_params": deployment},
             {"model_name": "fast", "litellm_params": {**deployment, "rust": True}},
             {"model_name": "plain-embed", "litellm_params": embedding},
             {"model_name": "fast-embed", "litellm_params": {**embedding, "rust": True}},
+            {"model_name": "plain-claude", "litellm_params": claude},
+            {"model_name": "fast-claude", "litellm_params": {**claude, "rust": True}},
         ],
         "litellm_settings": {"callbacks": ["litellm_fastpath.proxy.accelerator"]},
         "general_settings": {"master_key": MASTER_KEY},
