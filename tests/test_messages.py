@@ -439,6 +439,16 @@ async def test_a_stalled_stream_times_out_like_litellm(upstream: RecordingUpstre
     assert type(rust) is type(plain)
 
 
+async def test_a_stream_timeout_wins_for_streams_like_litellm(upstream: RecordingUpstream) -> None:
+    raw = cases.text_stream(3)
+    replies = [sse(raw, action="stall"), sse(raw, action="stall")]
+    call = hi(stream=True, timeout=30, stream_timeout=0.5)
+    (rust, _, declines), (plain, _, _) = await both(upstream, call, *replies)
+    assert declines == {}
+    assert isinstance(rust, Exception) and isinstance(plain, Exception)
+    assert type(rust) is type(plain)
+
+
 async def test_closing_a_stream_closes_the_upstream_connection(upstream: RecordingUpstream) -> None:
     raw = cases.text_stream(200)
     upstream.enqueue(sse(raw, action="trickle", pieces=200, delay_s=0.05))

@@ -247,7 +247,9 @@ def route_messages(kwargs: Mapping[str, Any]) -> routing.MessagesRoute | routing
         if "claude" not in upstream_model or "/" in upstream_model:
             # Converse, Mantle, Claude Platform, ARNs: other LiteLLM routes.
             return routing.Decline("bedrock_route", "not a Bedrock Invoke Claude model")
-    timeout = routing._timeout(kwargs)
+    # LiteLLM's messages handler: a deployment's `stream_timeout` wins for streams.
+    stream_timeout = kwargs.get("stream_timeout") if stream is True else None
+    timeout = routing._timeout(kwargs if stream_timeout is None else {"timeout": stream_timeout})
     if isinstance(timeout, routing.Decline):
         return timeout
     # Extra headers join LiteLLM's header merge below, not the deployment's fixed headers.
