@@ -46,7 +46,8 @@ class Workload:
 
 
 def workloads() -> dict[str, Workload]:
-    """Chat per provider (named after it) and embeddings (`embed-*`, one input, 1,536 dims)."""
+    """Chat per provider (named after it), `/v1/messages` (`messages`) and embeddings
+    (`embed-*`, one input, 1,536 dims)."""
     from litellm_fastpath import mock_provider as mock
 
     def chat(provider: str) -> Callable[[str], dict[str, Any]]:
@@ -83,6 +84,15 @@ def workloads() -> dict[str, Workload]:
             f"/model/{mock.BEDROCK_MODEL_ID}/converse",
             {"messages": [{"role": "user", "content": [{"text": text}]}]},
         ),
+        # The Anthropic Messages API (`/v1/messages`) on the same Anthropic deployment.
+        "messages": Workload(
+            "messages",
+            "/v1/messages",
+            {"messages": MESSAGES, "max_tokens": 64},
+            chat("anthropic"),
+            "/v1/messages",
+            {"model": "claude-sonnet-4-5", "messages": MESSAGES, "max_tokens": 64},
+        ),
         "embed-openai": Workload(
             "embed-openai",
             "/embeddings",
@@ -110,7 +120,15 @@ def workloads() -> dict[str, Workload]:
     }
 
 
-WORKLOAD_NAMES = ("openai", "anthropic", "bedrock", "embed-openai", "embed-cohere", "embed-titan")
+WORKLOAD_NAMES = (
+    "openai",
+    "anthropic",
+    "bedrock",
+    "messages",
+    "embed-openai",
+    "embed-cohere",
+    "embed-titan",
+)
 
 
 # Every litellm import must see this, or it fetches the cost map from the network.
