@@ -773,6 +773,7 @@ ODD: dict[str, dict[str, Any]] = {
     "metadata_not_an_object": hi(metadata="m"),
     "metadata_user_id_number": hi(metadata={"user_id": 5}),
     "stream_string": hi(stream="yes"),
+    "stream_none": hi(stream=None),
     "temperature_string": hi(temperature="hot"),
     "top_k_float": hi(top_k=2.5),
     "thinking_string": hi(thinking="on"),

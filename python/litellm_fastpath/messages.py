@@ -239,7 +239,8 @@ def route_messages(kwargs: Mapping[str, Any]) -> routing.MessagesRoute | routing
         # LiteLLM's own error (or its coercion) for a missing or odd max_tokens.
         return routing.Decline("messages_param", "max_tokens is not an integer")
     stream = kwargs.get("stream")
-    if stream not in (None, True, False):
+    if stream not in (None, True, False) or ("stream" in kwargs and stream is None):
+        # An explicit `stream=None` leaves `stream` out of LiteLLM's body (absent: `false`).
         return routing.Decline("stream", "stream is not a boolean")
     if provider == "bedrock":
         if upstream_model.startswith("invoke/"):
