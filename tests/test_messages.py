@@ -792,3 +792,28 @@ async def test_odd_requests_get_litellms_answer(upstream: RecordingUpstream, sha
     (rust, rust_sent, _), (plain, plain_sent, _) = await both(upstream, ODD[shape], *replies)
     assert [sent(r) for r in rust_sent] == [sent(r) for r in plain_sent]
     assert view(rust) == view(plain)
+
+
+async def test_a_stream_is_logged_once_its_reader_is_done(
+    upstream: RecordingUpstream, recorder: Recorder
+) -> None:
+    # The proxy sends its cost headers after the first chunk: logging must not land before the
+    # reader is through (on LiteLLM's path its generator logs on its way out).
+    raw = cases.text_stream(1)
+    for rust in (True, False):
+        call_id = f"reader-done-{rust}"
+        upstream.enqueue(sse(raw))
+        stream = await litellm.anthropic_messages(
+            **anthropic_deployment(upstream.url),
+            **hi(stream=True),
+            litellm_call_id=call_id,
+            rust=rust,
+        )
+        got = b""
+        while len(got) < len(raw):
+            got += await stream.__anext__()
+        await asyncio.sleep(0.3)
+        assert not [kw for kw, _ in recorder.successes if kw.get("litellm_call_id") == call_id]
+        with pytest.raises(StopAsyncIteration):
+            await stream.__anext__()
+        await _logged_once(recorder, call_id)

@@ -505,6 +505,9 @@ class MessagesStream:
         self._first_at: datetime.datetime | None = None
         self._ended = False
         self._failure: BaseException | None = None
+        # The end of a stream read to its end, logged once the caller has taken the last bytes
+        # (as LiteLLM's generator logs on its way out, after the proxy sent its headers).
+        self._transcript: str | None = None
         self._hidden_params: dict[str, Any] = {
             _STREAM_HIDDEN_PARAMS: {
                 **compat.process_response_headers(dict(provider_headers)),
@@ -545,7 +548,7 @@ class MessagesStream:
                 if isinstance(end, BaseException):
                     self._failure = self._failed(end)
                 else:
-                    self._log(end)
+                    self._transcript = end
             if payload:
                 if self._first_at is None:
                     self._first_at = datetime.datetime.now()
@@ -553,7 +556,13 @@ class MessagesStream:
             failure, self._failure = self._failure, None
             if failure is not None:
                 raise failure
+        self._log_read_stream()
         raise StopAsyncIteration
+
+    def _log_read_stream(self) -> None:
+        transcript, self._transcript = self._transcript, None
+        if transcript is not None:
+            self._log(transcript)
 
     def _failed(self, err: BaseException) -> BaseException:
         """What reading LiteLLM's stream raises there; its failure logging, as LiteLLM runs it."""
@@ -603,6 +612,7 @@ class MessagesStream:
         """Closes the upstream connection at once; what was read so far is logged, as LiteLLM
         logs a stream its caller closes."""
         if self._ended:
+            self._log_read_stream()
             return
         self._ended = True
         await self._stop_and_log()
