@@ -488,22 +488,32 @@ async def test_stream_logging_is_litellms(
     upstream: RecordingUpstream, recorder: Recorder, body: str
 ) -> None:
     raw = cases.text_stream(50) if body == "text" else b"".join(cases.tool_stream_events())
+    rust_log, plain_log = await _stream_logs(
+        upstream, recorder, sse(raw), anthropic_deployment(upstream.url), f"stream-{body}"
+    )
+    assert rust_log == plain_log
+    assert rust_log["response_cost"] > 0
+
+
+async def _stream_logs(
+    upstream: RecordingUpstream,
+    recorder: Recorder,
+    reply: Reply,
+    deployment: dict[str, Any],
+    label: str,
+) -> list[dict[str, Any]]:
+    """A stream read to its end on each arm: the comparable logging payload of each (Rust first)."""
     payloads = []
     for rust in (True, False):
-        upstream.enqueue(sse(raw))
-        call_id = f"stream-{body}-{rust}"
+        upstream.enqueue(reply)
+        call_id = f"{label}-{rust}"
         stream = await litellm.anthropic_messages(
-            **anthropic_deployment(upstream.url),
-            **hi(stream=True),
-            litellm_call_id=call_id,
-            rust=rust,
+            **deployment, **hi(stream=True), litellm_call_id=call_id, rust=rust
         )
         async for _ in stream:
             pass
-        payloads.append(await _logged_once(recorder, call_id))
-    rust_log, plain_log = (_comparable_log(p) for p in payloads)
-    assert rust_log == plain_log
-    assert rust_log["response_cost"] > 0
+        payloads.append(_comparable_log(await _logged_once(recorder, call_id)))
+    return payloads
 
 
 async def _logged_once(recorder: Recorder, call_id: str) -> dict[str, Any]:
@@ -713,20 +723,9 @@ async def test_bedrock_stream_logging_is_litellms(
     upstream: RecordingUpstream, recorder: Recorder
 ) -> None:
     raw = cases.bedrock_invoke_stream(cases.bedrock_events(cache=True))
-    payloads = []
-    for rust in (True, False):
-        call_id = f"bedrock-stream-{rust}"
-        upstream.enqueue(event_stream(raw))
-        stream = await litellm.anthropic_messages(
-            **bedrock_deployment(upstream.url),
-            **hi(stream=True),
-            litellm_call_id=call_id,
-            rust=rust,
-        )
-        async for _ in stream:
-            pass
-        payloads.append(await _logged_once(recorder, call_id))
-    rust_log, plain_log = (_comparable_log(p) for p in payloads)
+    rust_log, plain_log = await _stream_logs(
+        upstream, recorder, event_stream(raw), bedrock_deployment(upstream.url), "bedrock-stream"
+    )
     assert rust_log == plain_log
     assert rust_log["response_cost"] > 0
 

@@ -1,6 +1,6 @@
 """What every fast-path call does around the provider call, as LiteLLM's `client` wrapper does
-it: record the call's window for LiteLLM's overhead header, and report a failure through
-LiteLLM's logging."""
+it: record the call's window for LiteLLM's overhead header, stamp the answer's metadata, and
+report the success or failure through LiteLLM's logging."""
 
 from __future__ import annotations
 
@@ -46,3 +46,39 @@ async def failed(
         logging_obj.failure_handler(exc, tb, start_time, end_time)
         await logging_obj.async_failure_handler(exc, tb, start_time, end_time)
     return exc
+
+
+def update_metadata(
+    result: Any,
+    logging_obj: Any,
+    kwargs: Mapping[str, Any],
+    start_time: datetime.datetime,
+    end_time: datetime.datetime | None = None,
+) -> None:
+    """LiteLLM's `update_response_metadata` for an answer or a stream (hidden params, timings)."""
+    compat.update_response_metadata(
+        result=result,
+        logging_obj=logging_obj,
+        model=kwargs.get("model"),
+        kwargs=kwargs,
+        start_time=start_time,
+        end_time=end_time or datetime.datetime.now(),
+    )
+
+
+def dispatch_success(
+    logging_obj: Any,
+    result: Any,
+    start_time: datetime.datetime,
+    end_time: datetime.datetime,
+    kwargs: Mapping[str, Any],
+) -> None:
+    """LiteLLM's success logging for an async call (callbacks, cost, spend)."""
+    compat.dispatch_success_logging(
+        logging_obj=logging_obj,
+        result=result,
+        start_time=start_time,
+        end_time=end_time,
+        is_completion_with_fallbacks=kwargs.get("fallbacks") is not None,
+        is_litellm_internal_call=False,
+    )

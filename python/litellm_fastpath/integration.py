@@ -360,14 +360,7 @@ async def _start_stream(
         handle, route, logging_obj, provider_headers, streaming.frames_allowed(kwargs)
     )
     stream._hidden_params["additional_headers"].update(FASTPATH_HEADERS)
-    compat.update_response_metadata(
-        result=stream,
-        logging_obj=logging_obj,
-        model=kwargs.get("model"),
-        kwargs=kwargs,
-        start_time=start_time,
-        end_time=datetime.datetime.now(),
-    )
+    calls.update_metadata(stream, logging_obj, kwargs, start_time)
     return stream
 
 
@@ -434,14 +427,7 @@ def _succeeded(
     if logging_obj is None:
         response._hidden_params["model_id"] = (kwargs.get("model_info") or {}).get("id")
         return response
-    compat.update_response_metadata(
-        result=response,
-        logging_obj=logging_obj,
-        model=kwargs.get("model"),
-        kwargs=kwargs,
-        start_time=start_time,
-        end_time=end_time,
-    )
+    calls.update_metadata(response, logging_obj, kwargs, start_time, end_time)
     if sync:
         # LiteLLM's synchronous wrapper: its success handler on its logging thread pool (there
         # is no event loop to schedule the async callbacks on).
@@ -453,25 +439,8 @@ def _succeeded(
             end_time,
         )
     else:
-        _dispatch_success_logging(logging_obj, response, start_time, end_time, kwargs)
+        calls.dispatch_success(logging_obj, response, start_time, end_time, kwargs)
     return response
-
-
-def _dispatch_success_logging(
-    logging_obj: Any,
-    response: Any,
-    start_time: datetime.datetime,
-    end_time: datetime.datetime,
-    kwargs: Mapping[str, Any],
-) -> None:
-    compat.dispatch_success_logging(
-        logging_obj=logging_obj,
-        result=response,
-        start_time=start_time,
-        end_time=end_time,
-        is_completion_with_fallbacks=kwargs.get("fallbacks") is not None,
-        is_litellm_internal_call=False,
-    )
 
 
 def _log_failure_sync(logging_obj: Any, exc: Exception, start_time: datetime.datetime) -> None:

@@ -466,22 +466,8 @@ async def call(kwargs: dict[str, Any], admitted: tuple[routing.MessagesRoute, An
     logging_obj.model_call_details["httpx_response"] = response
     logging_obj.model_call_details["response_headers"] = dict(response.headers)
     end_time = datetime.datetime.now()
-    compat.update_response_metadata(
-        result=answer,
-        logging_obj=logging_obj,
-        model=kwargs.get("model"),
-        kwargs=kwargs,
-        start_time=start_time,
-        end_time=end_time,
-    )
-    compat.dispatch_success_logging(
-        logging_obj=logging_obj,
-        result=answer,
-        start_time=start_time,
-        end_time=end_time,
-        is_completion_with_fallbacks=kwargs.get("fallbacks") is not None,
-        is_litellm_internal_call=False,
-    )
+    calls.update_metadata(answer, logging_obj, kwargs, start_time, end_time)
+    calls.dispatch_success(logging_obj, answer, start_time, end_time, kwargs)
     return answer
 
 
@@ -664,12 +650,5 @@ async def _start_stream(
         logging_obj.model_call_details["stream"] = True
     stream = MessagesStream(handle, route, logging_obj, provider_headers, start_time)
     if logging_obj is not None:
-        compat.update_response_metadata(
-            result=stream,
-            logging_obj=logging_obj,
-            model=kwargs.get("model"),
-            kwargs=kwargs,
-            start_time=start_time,
-            end_time=datetime.datetime.now(),
-        )
+        calls.update_metadata(stream, logging_obj, kwargs, start_time)
     return stream
