@@ -5,6 +5,7 @@
 
 pub mod call;
 pub mod http;
+pub mod lane;
 pub mod model;
 pub mod providers;
 pub mod runtime;

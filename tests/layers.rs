@@ -15,6 +15,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("call", 4),
     ("runtime", 4),
     ("stream", 5),
+    ("lane", 5),
     ("py", 6),
 ];
 

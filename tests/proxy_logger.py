@@ -44,6 +44,18 @@ def _usage(response_obj: Any) -> dict[str, Any] | None:
     }
 
 
+def _requester_ip(kwargs: dict[str, Any]) -> Any:
+    metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
+    return metadata.get("requester_ip_address")
+
+
+def _lane_counts() -> dict[str, int] | None:
+    """The fast lane's counts in this worker (None when the lane is off)."""
+    from litellm_fastpath import lane
+
+    return lane.counts() if lane.is_running() else None
+
+
 def _served_by_rust(response_obj: Any) -> bool:
     hidden = getattr(response_obj, "_hidden_params", None) or {}
     headers = hidden.get("additional_headers") or {}
@@ -76,6 +88,8 @@ class Recorder(CustomLogger):
                 "response_cost": _response_cost(kwargs),
                 "usage": _usage(response_obj),
                 "rust": _served_by_rust(response_obj),
+                "lane": _lane_counts(),
+                "requester_ip": _requester_ip(kwargs),
             }
         )
 
@@ -92,6 +106,7 @@ class Recorder(CustomLogger):
                 "usage": _usage(response_obj),
                 "rust": _served_by_rust(response_obj),
                 "status_code": getattr(exception, "status_code", None),
+                "lane": _lane_counts(),
                 "exception": type(exception).__name__ if exception is not None else None,
             }
         )

@@ -22,11 +22,23 @@ __all__ = [
     "UpstreamTimeoutError",
     "__version__",
     "decline_codes",
+    "lane_backlog",
+    "lane_claim",
+    "lane_configure",
+    "lane_counts",
+    "lane_forget_keys",
+    "lane_next_replays",
+    "lane_replayed",
+    "lane_set_cooling",
+    "lane_set_groups",
+    "lane_set_key",
+    "lane_stop",
     "prepare_chat",
     "prepare_chat_stream",
     "prepare_embedding",
     "prepare_messages",
     "prepare_transcription",
+    "start_lane",
 ]
 
 __version__: Final[str]
@@ -158,3 +170,25 @@ def prepare_messages(
     timeout: float | None = None,
 ) -> tuple[PreparedCall | PreparedStream, bool] | Declined: ...
 def decline_codes() -> list[str]: ...
+def start_lane(listen_fd: int, app_socket: str) -> None: ...
+def lane_stop() -> None: ...
+def lane_configure(
+    enabled: bool, headers: list[tuple[str, str]], openai_headers: list[str]
+) -> None: ...
+def lane_set_groups(groups: dict[str, list[tuple[Any, ...]]]) -> None: ...
+def lane_set_cooling(groups: list[str]) -> None: ...
+def lane_set_key(
+    key_hash: str,
+    groups: list[str] | None,
+    expires_at: float | None,
+    valid_for: float,
+    spend: float,
+) -> None: ...
+def lane_forget_keys() -> None: ...
+def lane_claim(ticket: str) -> tuple[str, bool, PreparedCall] | None: ...
+def lane_counts() -> dict[str, int]: ...
+def lane_backlog() -> int: ...
+def lane_next_replays(
+    event_loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], settle: Any
+) -> None: ...
+def lane_replayed() -> None: ...

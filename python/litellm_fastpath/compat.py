@@ -44,6 +44,16 @@ _PRIVATE: dict[str, tuple[str, str]] = {
         "_set_duration_in_model_call_details",
     ),
     "function_setup": ("litellm.utils", "function_setup"),
+    # The fast lane: what the proxy answers with, and how it judges keys.
+    "STATIC_SECURITY_HEADERS": (
+        "litellm.proxy.middleware.security_headers_middleware",
+        "STATIC_SECURITY_HEADERS",
+    ),
+    "OPENAI_RESPONSE_HEADERS": ("litellm.types.utils", "OPENAI_RESPONSE_HEADERS"),
+    "LITELLM_PROXY_MASTER_KEY_ALIAS": ("litellm.constants", "LITELLM_PROXY_MASTER_KEY_ALIAS"),
+    "can_key_call_model": ("litellm.proxy.auth.auth_checks", "can_key_call_model"),
+    "user_api_key_auth": ("litellm.proxy.auth.user_api_key_auth", "user_api_key_auth"),
+    "proxy_chat_completion": ("litellm.proxy.proxy_server", "chat_completion"),
     "Rules": ("litellm.utils", "Rules"),
     "dispatch_success_logging": ("litellm.utils", "_dispatch_success_logging"),
     # Embeddings: the OpenAI answer -> EmbeddingResponse step, and Cohere's token count.
@@ -187,6 +197,11 @@ def proxy_callback_capabilities() -> Any:
         return proxy_logging.callback_capabilities()
     except Exception:  # a LiteLLM change: then chunk objects, which always work
         return None
+
+
+def proxy_server() -> Any:
+    """The proxy's module: its globals (router, settings, key cache, master key, app)."""
+    return importlib.import_module("litellm.proxy.proxy_server")
 
 
 def logging_executor() -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 
 import litellm
 
-from litellm_fastpath import _native, calls, compat, errors, messages, routing, streaming
+from litellm_fastpath import _native, calls, compat, errors, lane, messages, routing, streaming
 from litellm_fastpath.bridge import await_call, settle
 
 FASTPATH_HEADERS = {"x-litellm-rust": "true", "x-litellm-fastpath": _native.__version__}
@@ -247,8 +247,10 @@ async def _call_async(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]
         return await _start_stream(route, prepared, kwargs)
     start_time = datetime.datetime.now()
     logging_obj = _logging_obj(kwargs, route, prepared, start_time, kind.async_name)
+    # A request the fast lane served, replayed through the proxy: its outcome is known.
+    call = lane.claimed_call() if lane.is_running() else None
     try:
-        body, provider_headers = await await_call(prepared)
+        body, provider_headers = await await_call(call or prepared)
     except _native.FastpathError as err:
         calls.record_api_window(logging_obj, start_time)
         raise await calls.failed(err, route, kwargs, logging_obj, start_time) from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from litellm_fastpath import compat
+from litellm_fastpath import compat, lane
 from litellm_fastpath.integration import install
 
 
@@ -19,6 +19,7 @@ class FastpathAccelerator(compat.CustomLogger):
     async def async_pre_call_hook(
         self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any
     ) -> dict[str, Any]:
+        await lane.note_request(user_api_key_dict, data, call_type)
         data.pop("rust", None)
         for nested in ("litellm_params", "metadata", "litellm_metadata"):
             inner = data.get(nested)
@@ -29,3 +30,5 @@ class FastpathAccelerator(compat.CustomLogger):
 
 install()
 accelerator = FastpathAccelerator()
+# With `fastpath_lane: true`, the lane takes the proxy's socket now, before uvicorn binds it.
+lane.take_over()

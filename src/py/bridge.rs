@@ -16,13 +16,20 @@ use crate::http::UpstreamRequest;
 use crate::http::client::Transport;
 use crate::runtime;
 
-struct Work {
-    requests: Vec<UpstreamRequest>,
-    shape: ResponseShape,
+enum Work {
+    Call {
+        requests: Vec<UpstreamRequest>,
+        shape: ResponseShape,
+    },
+    /// The fast lane already called the provider; this is the outcome (see `lane`).
+    Done(Box<Result<Completion, CallError>>),
 }
 
 async fn run(transport: &Transport, work: Work) -> Result<Completion, CallError> {
-    call::run(transport, work.requests, &work.shape).await
+    match work {
+        Work::Call { requests, shape } => call::run(transport, requests, &shape).await,
+        Work::Done(outcome) => *outcome,
+    }
 }
 
 /// A request that passed admission; it can be started exactly once.
@@ -41,7 +48,15 @@ impl PreparedCall {
     pub fn sequence(requests: Vec<UpstreamRequest>, shape: ResponseShape) -> Self {
         PreparedCall {
             url: requests.first().map(|r| r.url.clone()).unwrap_or_default(),
-            work: Mutex::new(Some(Work { requests, shape })),
+            work: Mutex::new(Some(Work::Call { requests, shape })),
+        }
+    }
+
+    /// A call whose provider outcome is already known (the fast lane's ticket).
+    pub fn done(outcome: Result<Completion, CallError>, url: String) -> Self {
+        PreparedCall {
+            url,
+            work: Mutex::new(Some(Work::Done(Box::new(outcome)))),
         }
     }
 

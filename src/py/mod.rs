@@ -5,6 +5,7 @@ mod bridge;
 mod errors;
 mod extract;
 mod gil;
+mod lane;
 mod stream;
 
 use pyo3::prelude::*;
@@ -32,6 +33,11 @@ mod _native {
 
     #[pymodule_export]
     use super::bridge::{CallHandle, PreparedCall};
+    #[pymodule_export]
+    use super::lane::{
+        lane_backlog, lane_claim, lane_configure, lane_counts, lane_forget_keys, lane_next_replays,
+        lane_replayed, lane_set_cooling, lane_set_groups, lane_set_key, lane_stop, start_lane,
+    };
     use super::stream::Payload;
     #[pymodule_export]
     use super::stream::{PreparedStream, StreamHandle};

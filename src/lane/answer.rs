@@ -1,0 +1,287 @@
+//! The client's answer, as the proxy writes it: LiteLLM's `ModelResponse` for the provider's
+//! body, serialized as the proxy serializes it, and the proxy's `x-litellm-*` headers.
+//!
+//! Only answers of a shape known here are written by the lane; for any other the proxy writes
+//! the answer itself (the lane replays the call's outcome through it, see `mod.rs`).
+
+use http::HeaderMap;
+use serde_json::{Map, Value, json};
+
+use super::table::{LaneDeployment, Pricing, Settings};
+use crate::wire::pyjson::python_float;
+
+/// What a served answer cost, as LiteLLM's cost calculator works it out for linear prices.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cost {
+    pub input: f64,
+    pub output: f64,
+    pub total: f64,
+}
+
+/// The proxy's JSON body for an OpenAI `chat.completion` of the usual shape (text answers,
+/// plain usage), or None when the shape is not one the lane writes.
+pub fn chat_body(completion: &Value, model_group: &str) -> Option<(Vec<u8>, Usage)> {
+    let fields = completion.as_object()?;
+    let mut system_fingerprint = None;
+    for (name, value) in fields {
+        match name.as_str() {
+            "id" | "created" | "model" | "object" | "choices" | "usage" => {}
+            "system_fingerprint" => system_fingerprint = Some(value),
+            // LiteLLM's own additions, left out of the body when null.
+            "moderation" | "service_tier" if value.is_null() => {}
+            _ => return None,
+        }
+    }
+    let id = fields.get("id")?.as_str()?;
+    let created = fields.get("created")?.as_i64()?;
+    if fields.get("object")?.as_str()? != "chat.completion" {
+        return None;
+    }
+    let usage = Usage::parse(fields.get("usage")?)?;
+    let choices = fields
+        .get("choices")?
+        .as_array()?
+        .iter()
+        .map(choice)
+        .collect::<Option<Vec<_>>>()?;
+    let mut body = Map::new();
+    body.insert("id".into(), json!(id));
+    body.insert("created".into(), json!(created));
+    body.insert("model".into(), json!(model_group));
+    body.insert("object".into(), json!("chat.completion"));
+    match system_fingerprint {
+        Some(Value::String(fingerprint)) => {
+            body.insert("system_fingerprint".into(), json!(fingerprint));
+        }
+        Some(Value::Null) | None => {}
+        Some(_) => return None,
+    }
+    body.insert("choices".into(), Value::Array(choices));
+    body.insert(
+        "usage".into(),
+        json!({
+            "completion_tokens": usage.completion_tokens,
+            "prompt_tokens": usage.prompt_tokens,
+            "total_tokens": usage.total_tokens,
+        }),
+    );
+    Some((serde_json::to_vec(&Value::Object(body)).ok()?, usage))
+}
+
+/// One choice with a text answer and a plain finish reason.
+fn choice(value: &Value) -> Option<Value> {
+    let fields = value.as_object()?;
+    for (name, value) in fields {
+        match name.as_str() {
+            "index" | "message" | "finish_reason" => {}
+            "logprobs" if value.is_null() => {}
+            "provider_specific_fields" if value.as_object().is_some_and(Map::is_empty) => {}
+            _ => return None,
+        }
+    }
+    let index = fields.get("index")?.as_u64()?;
+    let finish_reason = fields.get("finish_reason")?.as_str()?;
+    if !matches!(finish_reason, "stop" | "length") {
+        return None;
+    }
+    let message = fields.get("message")?.as_object()?;
+    for (name, value) in message {
+        match name.as_str() {
+            "role" | "content" => {}
+            "provider_specific_fields" if *value == json!({"refusal": null}) => {}
+            // The SDK's unset optional fields.
+            "tool_calls" | "function_call" | "audio" if value.is_null() => {}
+            _ => return None,
+        }
+    }
+    if message.get("role")?.as_str()? != "assistant" {
+        return None;
+    }
+    let content = message.get("content")?.as_str()?;
+    Some(json!({
+        "finish_reason": finish_reason,
+        "index": index,
+        "message": {
+            "content": content,
+            "role": "assistant",
+            "provider_specific_fields": {"refusal": null},
+        },
+        "provider_specific_fields": {},
+    }))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    fn parse(value: &Value) -> Option<Usage> {
+        let fields = value.as_object()?;
+        if fields.len() != 3 {
+            return None;
+        }
+        Some(Usage {
+            prompt_tokens: fields.get("prompt_tokens")?.as_u64()?,
+            completion_tokens: fields.get("completion_tokens")?.as_u64()?,
+            total_tokens: fields.get("total_tokens")?.as_u64()?,
+        })
+    }
+
+    pub fn cost(&self, pricing: Pricing) -> Cost {
+        // The same float operations as LiteLLM's `generic_cost_per_token`, in the same order.
+        let input = self.prompt_tokens as f64 * pricing.input_per_token;
+        let output = self.completion_tokens as f64 * pricing.output_per_token;
+        Cost {
+            input,
+            output,
+            total: input + output,
+        }
+    }
+}
+
+/// Timings of one served request, for the proxy's duration headers.
+#[derive(Clone, Copy, Debug)]
+pub struct Timings {
+    pub total_ms: f64,
+    pub upstream_ms: f64,
+}
+
+/// Every header the proxy sends with such an answer, in the proxy's order.
+#[allow(clippy::too_many_arguments)]
+pub fn headers(
+    settings: &Settings,
+    deployment: &LaneDeployment,
+    model_group: &str,
+    call_id: &str,
+    cost: Option<Cost>,
+    key_spend: f64,
+    timings: Timings,
+    provider_headers: &HeaderMap,
+) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::with_capacity(40);
+    let mut push = |name: &str, value: String| out.push((name.to_string(), value));
+    push("content-type", "application/json".into());
+    push("x-litellm-call-id", call_id.into());
+    for (name, value) in &deployment.headers {
+        push(name, value.clone());
+    }
+    if let Some(cost) = cost {
+        let zero = || "0.0".to_string();
+        push("x-litellm-response-cost", python_float(cost.total));
+        push("x-litellm-response-cost-original", python_float(cost.total));
+        push("x-litellm-response-cost-discount-amount", zero());
+        push("x-litellm-response-cost-margin-amount", zero());
+        push("x-litellm-response-cost-margin-percent", zero());
+        push("x-litellm-response-cost-input", python_float(cost.input));
+        push("x-litellm-response-cost-output", python_float(cost.output));
+        push("x-litellm-response-cost-tool-usage", zero());
+    }
+    let spent = cost.map_or(0.0, |cost| cost.total);
+    let updated = if spent > 0.0 {
+        key_spend + spent
+    } else {
+        key_spend
+    };
+    push("x-litellm-key-spend", python_float(updated));
+    push(
+        "x-litellm-response-duration-ms",
+        python_float(timings.total_ms),
+    );
+    let overhead = ((timings.total_ms - timings.upstream_ms) * 10_000.0).round() / 10_000.0;
+    push("x-litellm-overhead-duration-ms", python_float(overhead));
+    push("x-litellm-callback-duration-ms", "0.0".into());
+    // LiteLLM's `process_response_headers`: OpenAI's own headers as they are, then every
+    // provider header under `llm_provider-`.
+    let text = |value: &http::HeaderValue| value.to_str().ok().map(str::to_string);
+    for (name, value) in provider_headers {
+        if settings.openai_headers.contains(name.as_str())
+            && let Some(value) = text(value)
+        {
+            push(name.as_str(), value);
+        }
+    }
+    for (name, value) in provider_headers {
+        if let Some(value) = text(value) {
+            let name = name.as_str();
+            if name.starts_with("llm_provider-") {
+                push(name, value);
+            } else {
+                push(&format!("llm_provider-{name}"), value);
+            }
+        }
+    }
+    for (name, value) in &settings.headers {
+        push(name, value.clone());
+    }
+    push("x-litellm-model-group", model_group.into());
+    push("x-litellm-attempted-retries", "0".into());
+    push("x-litellm-attempted-fallbacks", "0".into());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn completion() -> Value {
+        json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000,
+            "model": "gpt-4o-mini", "system_fingerprint": "fp",
+            "choices": [{"index": 0, "finish_reason": "stop", "logprobs": null,
+                "message": {"role": "assistant", "content": "hi",
+                    "provider_specific_fields": {"refusal": null}},
+                "provider_specific_fields": {}}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+            "moderation": null, "service_tier": null,
+        })
+    }
+
+    #[test]
+    fn writes_the_proxy_body() {
+        let (body, usage) = chat_body(&completion(), "group").unwrap();
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            concat!(
+                r#"{"id":"chatcmpl-1","created":1700000000,"model":"group","object":"chat.completion","#,
+                r#""system_fingerprint":"fp","choices":[{"finish_reason":"stop","index":0,"message":"#,
+                r#"{"content":"hi","role":"assistant","provider_specific_fields":{"refusal":null}},"#,
+                r#""provider_specific_fields":{}}],"usage":{"completion_tokens":7,"prompt_tokens":11,"#,
+                r#""total_tokens":18}}"#
+            )
+        );
+        assert_eq!(usage.total_tokens, 18);
+    }
+
+    #[test]
+    fn leaves_other_shapes_to_the_proxy() {
+        let mut tools = completion();
+        tools["choices"][0]["finish_reason"] = json!("tool_calls");
+        let mut details = completion();
+        details["usage"]["prompt_tokens_details"] = json!({"cached_tokens": 3});
+        let mut refusal = completion();
+        refusal["choices"][0]["message"]["provider_specific_fields"] = json!({"refusal": "no"});
+        let mut extra = completion();
+        extra["service_tier"] = json!("default");
+        for odd in [tools, details, refusal, extra] {
+            assert!(chat_body(&odd, "group").is_none(), "{odd}");
+        }
+    }
+
+    #[test]
+    fn costs_like_litellm() {
+        let usage = Usage {
+            prompt_tokens: 11,
+            completion_tokens: 7,
+            total_tokens: 18,
+        };
+        let cost = usage.cost(Pricing {
+            input_per_token: 1.5e-07,
+            output_per_token: 6e-07,
+        });
+        assert_eq!(python_float(cost.input), "1.6499999999999999e-06");
+        assert_eq!(python_float(cost.total), "5.85e-06");
+    }
+}

@@ -1,0 +1,524 @@
+//! The fast lane (#11): in each proxy worker, Rust accepts the public connections, answers the
+//! requests it can answer exactly as the proxy would, and forwards every other request
+//! unchanged to the proxy's own uvicorn server behind it, on a private Unix socket.
+//!
+//! A request takes the lane when it is a plain chat completion for a model group the lane
+//! serves, sent with an API key LiteLLM has already judged (see `table`). The lane calls the
+//! provider once and answers. The request then waits in a queue for the proxy, which replays it
+//! in-process through its own endpoint with a ticket that hands it the provider's outcome
+//! instead of calling the provider again: so LiteLLM's auth counters, router state, logging
+//! callbacks, cost and spend tracking all run as on the normal path, after the client has its
+//! answer. An outcome whose answer the lane does not write itself (an error, an unusual shape)
+//! is forwarded to the proxy with its ticket instead, and the proxy's answer goes to the
+//! client: one provider call either way.
+
+pub mod answer;
+pub mod request;
+pub mod table;
+mod tickets;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONTENT_LENGTH};
+use http::{HeaderName, HeaderValue, Method};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use sha2::{Digest, Sha256};
+use tokio::net::{TcpListener, UnixStream};
+use tokio::sync::Notify;
+
+use crate::call::{self, CallError, Completion, ResponseShape};
+use crate::runtime::Engine;
+pub use table::{Group, LaneDeployment, Pricing, Settings, Table, Verdict};
+pub use tickets::Ticket;
+use tickets::Tickets;
+
+/// The header that carries a ticket to the proxy. Stripped from every client request.
+/// Not `x-litellm-*`: the proxy leaves those out of the headers its hooks see.
+pub const TICKET_HEADER: &str = "x-fastpath-lane-ticket";
+/// The client's address on a forwarded request (the app behind the lane sees a Unix socket
+/// peer; the Python layer puts this address back into the request). Stripped from clients'.
+pub const PEER_HEADER: &str = "x-fastpath-lane-peer";
+/// Routes the lane serves (the proxy's chat completion routes).
+const CHAT_PATHS: &[&str] = &["/chat/completions", "/v1/chat/completions"];
+/// Larger bodies go to the proxy as they stream in (the lane reads a body whole).
+const MAX_BODY_BYTES: u64 = 1 << 20;
+/// LiteLLM reads its key from these headers too; a request carrying one goes to the proxy.
+const OTHER_KEY_HEADERS: &[&str] = &[
+    "x-litellm-api-key",
+    "api-key",
+    "x-api-key",
+    "x-goog-api-key",
+    "ocp-apim-subscription-key",
+];
+/// The proxy takes a caller's call id up to this length (`MAX_LITELLM_CALL_ID_LENGTH`).
+const MAX_CALL_ID_LEN: usize = 256;
+/// Replays waiting for the proxy (each runs the proxy's per-request Python, so they keep logging
+/// and spend no more than this far behind); past this the lane sends new requests to the proxy.
+const MAX_BACKLOG: usize = 256;
+
+/// Where requests the lane does not answer go.
+#[derive(Clone, Debug)]
+pub struct App {
+    pub socket: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaneError {
+    #[error("the app behind the lane is unreachable: {0}")]
+    AppUnreachable(std::io::Error),
+    #[error("forwarding to the app failed: {0}")]
+    Forward(#[from] hyper::Error),
+}
+
+type Body = BoxBody<Bytes, hyper::Error>;
+type AppSender = hyper::client::conn::http1::SendRequest<Body>;
+
+/// A request the lane served, for the proxy to replay in-process after the client has its
+/// answer (its auth, hooks, router and logging run; its answer goes nowhere).
+#[derive(Debug)]
+pub struct Replay {
+    pub path: String,
+    /// Every header as the client sent it (values that are not text are left out), plus
+    /// `x-litellm-call-id` when the lane chose the call id.
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+    pub client: Option<SocketAddr>,
+    pub server: Option<SocketAddr>,
+    pub ticket: String,
+}
+
+/// The lane of one process.
+pub struct Lane {
+    pub table: Table,
+    app: App,
+    engine: Arc<Engine>,
+    tickets: Tickets,
+    replays: Mutex<VecDeque<Replay>>,
+    replay_ready: Notify,
+    backlog: AtomicUsize,
+    counts: Mutex<HashMap<&'static str, u64>>,
+}
+
+impl Lane {
+    pub fn new(app: App, engine: Arc<Engine>) -> Arc<Lane> {
+        Arc::new(Lane {
+            table: Table::new(),
+            app,
+            engine,
+            tickets: Tickets::default(),
+            replays: Mutex::new(VecDeque::new()),
+            replay_ready: Notify::new(),
+            backlog: AtomicUsize::new(0),
+            counts: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Requests per outcome: `served`, `replayed`, and each reason a request went to the proxy.
+    pub fn counts(&self) -> HashMap<&'static str, u64> {
+        self.counts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Served requests whose replay has not finished yet.
+    pub fn backlog(&self) -> usize {
+        self.backlog.load(Ordering::Acquire)
+    }
+
+    /// Every served request waiting for its replay, once there is at least one.
+    pub async fn next_replays(&self) -> Vec<Replay> {
+        loop {
+            {
+                let mut queue = self.replays.lock().unwrap_or_else(|p| p.into_inner());
+                if !queue.is_empty() {
+                    return queue.drain(..).collect();
+                }
+            }
+            self.replay_ready.notified().await;
+        }
+    }
+
+    /// The proxy finished one replay.
+    pub fn replayed(&self) {
+        let _ = self
+            .backlog
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    /// The outcome a ticket stands for, once.
+    pub fn claim(&self, ticket: &str) -> Option<Ticket> {
+        self.tickets.claim(ticket)
+    }
+
+    fn count(&self, what: &'static str) {
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .entry(what)
+            .or_default() += 1;
+    }
+}
+
+/// Accepts connections on `listener` until the task is dropped; each is served on its own task.
+pub async fn serve(listener: TcpListener, lane: Arc<Lane>) -> std::io::Result<()> {
+    loop {
+        let (stream, peer) = listener.accept().await?;
+        let local = stream.local_addr().ok();
+        // A 40 ms Nagle/delayed-ACK stall is the known trap for gateways.
+        let _ = stream.set_nodelay(true);
+        let lane = Arc::clone(&lane);
+        tokio::spawn(async move {
+            // The client's connection ends here; its app connection with it.
+            let _ = serve_connection(stream, lane, Addresses { peer, local }).await;
+        });
+    }
+}
+
+/// One client connection; its connection to the app opens when a request first needs it, so
+/// HTTP/1.1 keep-alive and request order carry over one to one.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    lane: Arc<Lane>,
+    addresses: Addresses,
+) -> Result<(), LaneError> {
+    let app_connection: Arc<tokio::sync::Mutex<Option<AppSender>>> = Arc::default();
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let lane = Arc::clone(&lane);
+        let app_connection = Arc::clone(&app_connection);
+        async move { Ok::<_, hyper::Error>(handle(&lane, &app_connection, request, addresses).await) }
+    });
+    hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades()
+        .await?;
+    Ok(())
+}
+
+async fn connect_app(app: &App) -> Result<AppSender, LaneError> {
+    let stream = UnixStream::connect(&app.socket)
+        .await
+        .map_err(LaneError::AppUnreachable)?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(connection.with_upgrades());
+    Ok(sender)
+}
+
+/// Sends one request to the app on the connection's own app connection.
+async fn forward(
+    lane: &Lane,
+    app_connection: &tokio::sync::Mutex<Option<AppSender>>,
+    request: Request<Body>,
+) -> Response<Body> {
+    let mut slot = app_connection.lock().await;
+    if slot.as_ref().is_none_or(|sender| sender.is_closed()) {
+        *slot = connect_app(&lane.app).await.ok();
+    }
+    let Some(sender) = slot.as_mut() else {
+        return bad_gateway();
+    };
+    if sender.ready().await.is_err() {
+        *slot = None;
+        return bad_gateway();
+    }
+    match sender.send_request(request).await {
+        Ok(response) => response.map(BodyExt::boxed),
+        Err(_) => {
+            *slot = None;
+            bad_gateway()
+        }
+    }
+}
+
+fn bad_gateway() -> Response<Body> {
+    let mut response = Response::new(full(Bytes::from_static(
+        b"the proxy behind the fast lane is unreachable",
+    )));
+    *response.status_mut() = hyper::StatusCode::BAD_GATEWAY;
+    response
+}
+
+fn full(bytes: Bytes) -> Body {
+    Full::new(bytes).map_err(|never| match never {}).boxed()
+}
+
+/// Why a request went to the proxy rather than the lane (each is counted).
+mod reason {
+    pub const OFF: &str = "lane_off";
+    pub const BODY: &str = "lane_body";
+    pub const AUTH: &str = "lane_auth";
+    pub const MODEL: &str = "lane_model";
+    pub const ACCESS: &str = "lane_access";
+    pub const COOLDOWN: &str = "lane_cooldown";
+    pub const BACKLOG: &str = "lane_backlog";
+    pub const PARAM: &str = "lane_param";
+    pub const HEADER: &str = "lane_header";
+}
+
+/// The client's and our own address on a connection (what the proxy's request object shows).
+#[derive(Clone, Copy, Debug)]
+struct Addresses {
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+}
+
+async fn handle(
+    lane: &Arc<Lane>,
+    app_connection: &tokio::sync::Mutex<Option<AppSender>>,
+    request: Request<Incoming>,
+    addresses: Addresses,
+) -> Response<Body> {
+    let (mut parts, body) = request.into_parts();
+    // Only the lane hands out tickets and says who the client is.
+    parts.headers.remove(TICKET_HEADER);
+    parts.headers.remove(PEER_HEADER);
+    set_header(&mut parts.headers, PEER_HEADER, &addresses.peer.to_string());
+    if !is_chat_request(&parts) {
+        return forward(
+            lane,
+            app_connection,
+            Request::from_parts(parts, body.boxed()),
+        )
+        .await;
+    }
+    let Ok(collected) = body.collect().await else {
+        // The client went away mid-body: nobody is left to answer.
+        return bad_gateway();
+    };
+    let body = collected.to_bytes();
+    match serve_chat(lane, &parts, &body, addresses).await {
+        Served::Answer(response) => response,
+        Served::ToProxy(why) => {
+            lane.count(why);
+            forward(lane, app_connection, Request::from_parts(parts, full(body))).await
+        }
+        Served::Replay(ticket) => {
+            lane.count("replayed");
+            let mut request = Request::from_parts(parts, full(body));
+            set_header(request.headers_mut(), TICKET_HEADER, &ticket.id);
+            if ticket.call_id_added {
+                set_header(request.headers_mut(), "x-litellm-call-id", &ticket.call_id);
+            }
+            forward(lane, app_connection, request).await
+        }
+    }
+}
+
+/// POST to a chat route, with a sized body the lane may read whole and a bearer key only.
+fn is_chat_request(parts: &http::request::Parts) -> bool {
+    let sized = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok())
+        .is_some_and(|length| length <= MAX_BODY_BYTES);
+    parts.method == Method::POST
+        && parts.uri.query().is_none()
+        && CHAT_PATHS.contains(&parts.uri.path())
+        && sized
+}
+
+enum Served {
+    Answer(Response<Body>),
+    ToProxy(&'static str),
+    /// The provider was called; the proxy answers with this ticket's outcome.
+    Replay(tickets::Issued),
+}
+
+async fn serve_chat(
+    lane: &Arc<Lane>,
+    parts: &http::request::Parts,
+    body: &Bytes,
+    addresses: Addresses,
+) -> Served {
+    let settings = lane.table.settings();
+    if !settings.enabled {
+        return Served::ToProxy(reason::OFF);
+    }
+    if has_proxy_options(&parts.headers) {
+        return Served::ToProxy(reason::HEADER);
+    }
+    let Some(key_hash) = bearer_key_hash(&parts.headers) else {
+        return Served::ToProxy(reason::AUTH);
+    };
+    let Ok(request) = request::parse(body) else {
+        return Served::ToProxy(reason::BODY);
+    };
+    let Some(group) = lane.table.group(&request.model) else {
+        return Served::ToProxy(reason::MODEL);
+    };
+    let Some(verdict) = lane.table.verdict(&key_hash) else {
+        return Served::ToProxy(reason::AUTH);
+    };
+    match verdict.admits(&request.model, SystemTime::now()) {
+        Ok(()) => {}
+        Err(table::KeyRefusal::Model) => return Served::ToProxy(reason::ACCESS),
+        Err(_) => return Served::ToProxy(reason::AUTH),
+    }
+    if lane.table.is_cooling(&request.model) {
+        return Served::ToProxy(reason::COOLDOWN);
+    }
+    if lane.backlog() >= MAX_BACKLOG {
+        return Served::ToProxy(reason::BACKLOG);
+    }
+    let deployment = lane.table.pick(&group);
+    let mut chat = request.chat;
+    for (name, value) in &deployment.params {
+        chat.params
+            .entry(name.clone())
+            .or_insert_with(|| value.clone());
+    }
+    let Ok(mut upstream) = crate::providers::prepare(&deployment.deployment, &chat) else {
+        // Declined or invalid: the proxy's own path answers (with LiteLLM's 400 if invalid).
+        return Served::ToProxy(reason::PARAM);
+    };
+    upstream.timeout = deployment.timeout;
+    let call_id = call_id(&parts.headers);
+    let started = Instant::now();
+    let shape = ResponseShape::ChatCompletion(Arc::clone(&deployment.deployment));
+    let outcome = call::run(&lane.engine.transport, vec![upstream], &shape).await;
+    let upstream_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let answer = match &outcome {
+        Ok(completion) => answer::chat_body(&completion.body, &request.model),
+        Err(_) => None,
+    };
+    let Some((answer_body, usage)) = answer else {
+        return Served::Replay(lane.tickets.issue(&deployment.id, call_id, outcome));
+    };
+    let Ok(completion) = outcome else {
+        unreachable!("an answer is only written for a completion");
+    };
+    let cost = deployment.pricing.map(|pricing| usage.cost(pricing));
+    let timings = answer::Timings {
+        total_ms: started.elapsed().as_secs_f64() * 1000.0,
+        upstream_ms,
+    };
+    let headers = answer::headers(
+        &settings,
+        &deployment,
+        &request.model,
+        &call_id.0,
+        cost,
+        verdict.current_spend(),
+        timings,
+        &completion.headers,
+    );
+    if let Some(cost) = cost {
+        lane.table.add_spend(&key_hash, cost.total);
+    }
+    let response = answer_response(answer_body, headers);
+    let issued = lane.tickets.issue(&deployment.id, call_id, Ok(completion));
+    enqueue_replay(lane, parts, body, issued, addresses);
+    lane.count("served");
+    Served::Answer(response)
+}
+
+fn answer_response(body: Vec<u8>, headers: Vec<(String, String)>) -> Response<Body> {
+    let mut response = Response::new(full(Bytes::from(body)));
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            response.headers_mut().append(name, value);
+        }
+    }
+    response
+}
+
+/// The client's call id (`x-litellm-call-id`, as the proxy takes it) or a new one.
+fn call_id(headers: &http::HeaderMap) -> (String, bool) {
+    let given = headers
+        .get("x-litellm-call-id")
+        .and_then(|value| value.to_str().ok())
+        .filter(|id| !id.is_empty() && id.len() <= MAX_CALL_ID_LEN);
+    match given {
+        Some(id) => (id.to_string(), false),
+        None => (tickets::uuid4(), true),
+    }
+}
+
+/// Headers through which a caller asks the proxy for something (sessions, tags, end users,
+/// CORS): their requests go to the proxy. Only the call id (`x-litellm-call-id`) is taken.
+fn has_proxy_options(headers: &http::HeaderMap) -> bool {
+    headers.keys().any(|name| {
+        let name = name.as_str();
+        (name.starts_with("x-litellm-") && name != "x-litellm-call-id")
+            || name.starts_with("litellm-")
+            || name == "origin"
+    })
+}
+
+/// SHA-256 (hex) of the bearer key, as LiteLLM's `hash_token`; None when the request carries
+/// its key any other way.
+fn bearer_key_hash(headers: &http::HeaderMap) -> Option<String> {
+    if OTHER_KEY_HEADERS
+        .iter()
+        .any(|name| headers.contains_key(*name))
+    {
+        return None;
+    }
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let value = values.next()?.to_str().ok()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let key = value.strip_prefix("Bearer ")?;
+    if key.is_empty() || key.trim() != key {
+        return None;
+    }
+    let digest = Sha256::digest(key.as_bytes());
+    Some(digest.iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+fn set_header(headers: &mut http::HeaderMap, name: &'static str, value: &str) {
+    if let Ok(value) = HeaderValue::from_str(value) {
+        headers.insert(name, value);
+    }
+}
+
+fn enqueue_replay(
+    lane: &Lane,
+    parts: &http::request::Parts,
+    body: &Bytes,
+    issued: tickets::Issued,
+    addresses: Addresses,
+) {
+    let mut headers: Vec<(String, String)> = parts
+        .headers
+        .iter()
+        .filter(|(name, _)| name.as_str() != PEER_HEADER)
+        .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_string())))
+        .collect();
+    if issued.call_id_added {
+        headers.push(("x-litellm-call-id".into(), issued.call_id));
+    }
+    let replay = Replay {
+        path: parts.uri.path().to_string(),
+        headers,
+        body: body.clone(),
+        client: Some(addresses.peer),
+        server: addresses.local,
+        ticket: issued.id,
+    };
+    lane.backlog.fetch_add(1, Ordering::AcqRel);
+    lane.replays
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push_back(replay);
+    lane.replay_ready.notify_one();
+}
+
+/// A served completion's outcome, as a ticket holds it.
+pub type Outcome = Result<Completion, CallError>;

@@ -1,0 +1,147 @@
+//! A chat request body, as the lane takes it: a strict subset of what the fast path serves.
+//! Anything outside it (streams, tools, odd types, LiteLLM's own options) goes to the proxy.
+
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use crate::model::{ChatRequest, Content, Message, Role};
+
+/// Params the lane passes on as given; LiteLLM forwards each unchanged to every provider the
+/// lane serves (the provider transform still judges them).
+const PARAMS: &[&str] = &[
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "stop",
+];
+
+/// LiteLLM trims `stop` to this many sequences (`validate_openai_optional_params`).
+const MAX_STOP_SEQUENCES: usize = 4;
+
+/// The parts of a body the lane reads.
+#[derive(Debug)]
+pub struct LaneRequest {
+    pub model: String,
+    pub chat: ChatRequest,
+}
+
+/// Why a body stays with the proxy (counted as `lane_body`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct NotForLane(pub &'static str);
+
+pub fn parse(body: &[u8]) -> Result<LaneRequest, NotForLane> {
+    let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {
+        return Err(NotForLane("not a JSON object"));
+    };
+    let mut model = None;
+    let mut messages = None;
+    let mut params = Map::new();
+    for (name, value) in fields {
+        match name.as_str() {
+            "model" => model = value.as_str().map(str::to_string),
+            "messages" => messages = Some(chat_messages(&value)?),
+            "stream" if value == Value::Bool(false) || value.is_null() => {}
+            _ if PARAMS.contains(&name.as_str()) => {
+                if value.is_null() {
+                    // LiteLLM drops None-valued params.
+                    continue;
+                }
+                params.insert(name, param(value)?);
+            }
+            _ => return Err(NotForLane("a field the lane does not take")),
+        }
+    }
+    let model = model.ok_or(NotForLane("model is not a string"))?;
+    let messages = messages.ok_or(NotForLane("no messages"))?;
+    Ok(LaneRequest {
+        model,
+        chat: ChatRequest { messages, params },
+    })
+}
+
+fn param(value: Value) -> Result<Value, NotForLane> {
+    match value {
+        Value::Number(_) | Value::String(_) => Ok(value),
+        Value::Array(items)
+            if items.len() <= MAX_STOP_SEQUENCES && items.iter().all(Value::is_string) =>
+        {
+            Ok(Value::Array(items))
+        }
+        _ => Err(NotForLane("a param of a type the lane does not take")),
+    }
+}
+
+/// Text-only conversations: `{"role": "system"|"user"|"assistant", "content": "<text>"}`.
+fn chat_messages(value: &Value) -> Result<Vec<Message>, NotForLane> {
+    let items = value
+        .as_array()
+        .filter(|items| !items.is_empty())
+        .ok_or(NotForLane("messages is not a non-empty list"))?;
+    items
+        .iter()
+        .map(|item| {
+            let fields = item
+                .as_object()
+                .filter(|fields| fields.len() == 2)
+                .ok_or(NotForLane("a message with fields besides role and content"))?;
+            let role = match fields.get("role").and_then(Value::as_str) {
+                Some("system") => Role::System,
+                Some("user") => Role::User,
+                Some("assistant") => Role::Assistant,
+                _ => return Err(NotForLane("a message role the lane does not take")),
+            };
+            let text = fields
+                .get("content")
+                .and_then(Value::as_str)
+                .filter(|text| !text.is_empty())
+                .ok_or(NotForLane("message content that is not text"))?;
+            Ok(Message::new(
+                role,
+                Content::Text(Bytes::copy_from_slice(text.as_bytes())),
+            ))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takes_plain_text_chat() {
+        let body = br#"{"model":"m","messages":[{"role":"system","content":"be brief"},
+            {"role":"user","content":"hi"}],"temperature":0.2,"max_tokens":5,"stop":["x"],
+            "stream":false,"seed":null}"#;
+        let request = parse(body).unwrap();
+        assert_eq!(request.model, "m");
+        assert_eq!(request.chat.messages.len(), 2);
+        assert_eq!(request.chat.params.len(), 3);
+    }
+
+    #[test]
+    fn leaves_everything_else_to_the_proxy() {
+        for body in [
+            &br#"not json"#[..],
+            br#"[1]"#,
+            br#"{"model":"m"}"#,
+            br#"{"model":1,"messages":[{"role":"user","content":"hi"}]}"#,
+            br#"{"model":"m","messages":[]}"#,
+            br#"{"model":"m","messages":[{"role":"tool","content":"x"}]}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":[]}]}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":""}]}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":"x","name":"a"}]}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[]}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"metadata":{}}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"user":"u"}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":true}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]}"#,
+        ] {
+            assert!(parse(body).is_err(), "{}", String::from_utf8_lossy(body));
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! What the lane knows, all of it handed over by the Python layer from LiteLLM's own state: the
+//! model groups it serves, the API keys LiteLLM has already judged, and the headers the proxy
+//! adds. Requests only read it; Python replaces pieces of it when LiteLLM's state changes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value};
+
+use crate::providers::Deployment;
+
+/// One deployment of a lane group, with what the proxy says about it in its headers.
+#[derive(Debug)]
+pub struct LaneDeployment {
+    /// The router's id for it (`x-litellm-model-id`).
+    pub id: String,
+    pub deployment: Arc<Deployment>,
+    /// Request params from the deployment's `litellm_params` (a request's own params win).
+    pub params: Map<String, Value>,
+    pub timeout: Duration,
+    /// Headers the proxy sends for every answer of this deployment (model id, name, API base).
+    pub headers: Vec<(String, String)>,
+    /// LiteLLM's price per prompt and per completion token, when its cost is linear in them.
+    pub pricing: Option<Pricing>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pricing {
+    pub input_per_token: f64,
+    pub output_per_token: f64,
+}
+
+/// A model group the lane serves: every deployment in it is one the lane can call.
+#[derive(Debug)]
+pub struct Group {
+    pub deployments: Vec<Arc<LaneDeployment>>,
+    /// LiteLLM's simple-shuffle weights, one per deployment (empty: uniform).
+    pub weights: Vec<f64>,
+}
+
+/// What LiteLLM decided about an API key, valid until `valid_until` (LiteLLM's key cache TTL).
+#[derive(Clone, Debug)]
+pub struct Verdict {
+    /// Groups the key may call (None: every group).
+    pub groups: Option<HashSet<String>>,
+    /// The key's own expiry (`expires`), if any.
+    pub expires_at: Option<SystemTime>,
+    pub valid_until: SystemTime,
+    /// The key's spend as LiteLLM last reported it (`x-litellm-key-spend` adds each answer's
+    /// cost to it, as the proxy does).
+    pub spend: f64,
+    /// What the lane served on the key since (its replays bring LiteLLM's figure up to date).
+    pub spend_since: f64,
+}
+
+impl Verdict {
+    pub fn admits(&self, group: &str, now: SystemTime) -> Result<(), KeyRefusal> {
+        if now >= self.valid_until {
+            return Err(KeyRefusal::Stale);
+        }
+        if self.expires_at.is_some_and(|expires| now >= expires) {
+            return Err(KeyRefusal::Expired);
+        }
+        if let Some(groups) = &self.groups
+            && !groups.contains(group)
+        {
+            return Err(KeyRefusal::Model);
+        }
+        Ok(())
+    }
+
+    /// The key's spend with what the lane served since LiteLLM last reported it.
+    pub fn current_spend(&self) -> f64 {
+        self.spend + self.spend_since
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyRefusal {
+    Stale,
+    Expired,
+    Model,
+}
+
+/// The proxy-wide part: headers every answer carries.
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    /// Added to every answer (version, the app's security and CORS headers, the fast path's).
+    pub headers: Vec<(String, String)>,
+    /// Provider headers LiteLLM passes on under their own name (OpenAI's rate-limit headers);
+    /// every provider header is passed on as `llm_provider-<name>` too.
+    pub openai_headers: HashSet<String>,
+    /// Whether requests may take the lane at all.
+    pub enabled: bool,
+}
+
+#[derive(Default)]
+pub struct Table {
+    groups: RwLock<Arc<HashMap<String, Arc<Group>>>>,
+    cooling: RwLock<Arc<HashSet<String>>>,
+    keys: RwLock<HashMap<String, Verdict>>,
+    settings: RwLock<Arc<Settings>>,
+    seed: AtomicU64,
+}
+
+impl Table {
+    pub fn set_groups(&self, groups: HashMap<String, Arc<Group>>) {
+        *write(&self.groups) = Arc::new(groups);
+    }
+
+    pub fn set_cooling(&self, groups: HashSet<String>) {
+        *write(&self.cooling) = Arc::new(groups);
+    }
+
+    pub fn set_settings(&self, settings: Settings) {
+        *write(&self.settings) = Arc::new(settings);
+    }
+
+    pub fn settings(&self) -> Arc<Settings> {
+        Arc::clone(&read(&self.settings))
+    }
+
+    pub fn group(&self, name: &str) -> Option<Arc<Group>> {
+        read(&self.groups).get(name).cloned()
+    }
+
+    pub fn is_cooling(&self, name: &str) -> bool {
+        read(&self.cooling).contains(name)
+    }
+
+    /// Keys are stored by their SHA-256 (hex), as LiteLLM stores them.
+    pub fn set_key(&self, hash: String, verdict: Verdict) {
+        let mut keys = write(&self.keys);
+        // Bounded: stale verdicts go first, and a full table starts over (LiteLLM re-judges).
+        if keys.len() >= MAX_KEYS {
+            let now = SystemTime::now();
+            keys.retain(|_, verdict| verdict.valid_until > now);
+            if keys.len() >= MAX_KEYS {
+                keys.clear();
+            }
+        }
+        keys.insert(hash, verdict);
+    }
+
+    pub fn forget_keys(&self) {
+        write(&self.keys).clear();
+    }
+
+    pub fn verdict(&self, hash: &str) -> Option<Verdict> {
+        read(&self.keys).get(hash).cloned()
+    }
+
+    /// Adds an answer's cost to the key's spend, until LiteLLM reports the key again.
+    pub fn add_spend(&self, hash: &str, cost: f64) {
+        if let Some(verdict) = write(&self.keys).get_mut(hash) {
+            verdict.spend_since += cost;
+        }
+    }
+
+    /// The router's simple shuffle: a weighted pick when weights are set, else uniform.
+    pub fn pick(&self, group: &Group) -> Arc<LaneDeployment> {
+        let draw = self.next_random();
+        let count = group.deployments.len();
+        let total: f64 = group.weights.iter().sum();
+        if group.weights.len() == count && total > 0.0 {
+            let mut target = draw * total;
+            for (deployment, weight) in group.deployments.iter().zip(&group.weights) {
+                if target < *weight {
+                    return Arc::clone(deployment);
+                }
+                target -= weight;
+            }
+        }
+        let index = ((draw * count as f64) as usize).min(count - 1);
+        Arc::clone(&group.deployments[index])
+    }
+
+    /// A uniform draw in [0, 1) (splitmix64: routing needs spread, not secrecy).
+    fn next_random(&self) -> f64 {
+        let mut z = self
+            .seed
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+            .wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    pub fn new() -> Table {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let table = Table::default();
+        table.seed.store(nanos, Ordering::Relaxed);
+        table
+    }
+}
+
+const MAX_KEYS: usize = 100_000;
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,125 @@
+//! Tickets: a provider call's outcome, held for the proxy's replay of the request to claim once.
+
+use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::Outcome;
+
+/// Unclaimed tickets (a replay that never reached the provider step) are dropped after this.
+const TICKET_LIFETIME: Duration = Duration::from_secs(600);
+
+/// What the proxy's replay gets for a ticket.
+#[derive(Debug)]
+pub struct Ticket {
+    /// The deployment the lane called (the replay's router must pick this one).
+    pub deployment_id: String,
+    /// Whether the lane chose the call id (so the proxy's record of the client's headers
+    /// should not show it).
+    pub call_id_added: bool,
+    pub outcome: Outcome,
+}
+
+/// A ticket as the lane sends it along.
+pub struct Issued {
+    pub id: String,
+    pub call_id: String,
+    pub call_id_added: bool,
+}
+
+#[derive(Default)]
+pub struct Tickets {
+    held: Mutex<HashMap<String, (Instant, Ticket)>>,
+}
+
+impl Tickets {
+    pub fn issue(&self, deployment_id: &str, call_id: (String, bool), outcome: Outcome) -> Issued {
+        let id = random_hex(4);
+        let now = Instant::now();
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if held.len() % 1024 == 1023 {
+            held.retain(|_, (issued, _)| now.duration_since(*issued) < TICKET_LIFETIME);
+        }
+        held.insert(
+            id.clone(),
+            (
+                now,
+                Ticket {
+                    deployment_id: deployment_id.to_string(),
+                    call_id_added: call_id.1,
+                    outcome,
+                },
+            ),
+        );
+        Issued {
+            id,
+            call_id: call_id.0,
+            call_id_added: call_id.1,
+        }
+    }
+
+    pub fn claim(&self, id: &str) -> Option<Ticket> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.remove(id).map(|(_, ticket)| ticket)
+    }
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// `words` random 64-bit words as hex, from the process's SipHash keys (randomly seeded by
+/// the OS) over a counter: unpredictable to clients, who never see another's ticket anyway.
+fn random_hex(words: usize) -> String {
+    let mut out = String::with_capacity(words * 16);
+    for _ in 0..words {
+        out.push_str(&format!("{:016x}", random_u64()));
+    }
+    out
+}
+
+fn random_u64() -> u64 {
+    thread_local! {
+        static STATE: RandomState = RandomState::new();
+    }
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    STATE.with(|state| state.hash_one(count))
+}
+
+/// A random (version 4) UUID, as Python's `str(uuid.uuid4())` writes it.
+pub fn uuid4() -> String {
+    let high = random_u64();
+    let low = random_u64();
+    let bytes: [u8; 16] = {
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&high.to_be_bytes());
+        bytes[8..].copy_from_slice(&low.to_be_bytes());
+        bytes[6] = (bytes[6] & 0x0f) | 0x40;
+        bytes[8] = (bytes[8] & 0x3f) | 0x80;
+        bytes
+    };
+    let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_look_like_pythons() {
+        let id = uuid4();
+        assert_eq!(id.len(), 36);
+        assert_eq!(&id[14..15], "4");
+        assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"));
+        assert_ne!(uuid4(), id);
+    }
+}

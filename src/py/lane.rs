@@ -1,0 +1,271 @@
+//! The fast lane's binding: start it on a listening socket, and hand it LiteLLM's state.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use serde_json::{Map, Value};
+
+use super::_native::Deployment;
+use super::bridge::{PreparedCall, settle_later};
+use super::errors::{InvalidRequestError, transport_error_to_py};
+use crate::lane::{self, App, Group, Lane, LaneDeployment, Pricing, Settings, Verdict};
+use crate::runtime;
+
+struct Running {
+    pid: u32,
+    lane: Arc<Lane>,
+    accept: tokio::task::AbortHandle,
+}
+
+static LANE: Mutex<Option<Running>> = Mutex::new(None);
+
+fn running() -> PyResult<Arc<Lane>> {
+    let slot = LANE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    match slot.as_ref() {
+        Some(running) if running.pid == std::process::id() => Ok(Arc::clone(&running.lane)),
+        _ => Err(InvalidRequestError::new_err("the fast lane is not running")),
+    }
+}
+
+/// Starts the lane on the runtime: it accepts on the listening socket `listen_fd` (a duplicate
+/// is taken; the caller keeps its own) and forwards what it does not serve to the app on the
+/// Unix socket `app_socket`. Serves nothing until `lane_configure(enabled=True)`.
+#[pyfunction]
+pub fn start_lane(listen_fd: i32, app_socket: String) -> PyResult<()> {
+    use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd};
+
+    // SAFETY: the caller passes an open listening socket it keeps open for this call.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(listen_fd) };
+    let owned = borrowed
+        .try_clone_to_owned()
+        .map_err(|err| InvalidRequestError::new_err(format!("listen_fd: {err}")))?;
+    // SAFETY: `owned` is a fresh duplicate that nothing else closes.
+    let listener = unsafe { std::net::TcpListener::from_raw_fd(owned.into_raw_fd()) };
+    listener
+        .set_nonblocking(true)
+        .map_err(|err| InvalidRequestError::new_err(format!("listen_fd: {err}")))?;
+    let engine = runtime::engine().map_err(transport_error_to_py)?;
+    let lane = Lane::new(
+        App {
+            socket: app_socket.into(),
+        },
+        Arc::clone(&engine),
+    );
+    let serving = Arc::clone(&lane);
+    let accept = engine.runtime.spawn(async move {
+        if let Ok(listener) = tokio::net::TcpListener::from_std(listener) {
+            let _ = lane::serve(listener, serving).await;
+        }
+    });
+    let mut slot = LANE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(previous) = slot.take() {
+        previous.accept.abort();
+    }
+    *slot = Some(Running {
+        pid: std::process::id(),
+        lane,
+        accept: accept.abort_handle(),
+    });
+    Ok(())
+}
+
+/// Stops accepting connections (open ones are served to the end); replays keep running.
+#[pyfunction]
+pub fn lane_stop() {
+    let slot = LANE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(running) = slot.as_ref() {
+        running.accept.abort();
+    }
+}
+
+/// The proxy-wide settings: whether the lane serves, the headers every answer carries, and
+/// the provider headers LiteLLM passes on under their own names.
+#[pyfunction]
+pub fn lane_configure(
+    enabled: bool,
+    headers: Vec<(String, String)>,
+    openai_headers: Vec<String>,
+) -> PyResult<()> {
+    running()?.table.set_settings(Settings {
+        headers,
+        openai_headers: openai_headers.into_iter().collect(),
+        enabled,
+    });
+    Ok(())
+}
+
+/// One deployment, as Python hands it over.
+type Entry<'py> = (
+    Py<Deployment>,
+    String,
+    Option<f64>,
+    Bound<'py, PyDict>,
+    f64,
+    Vec<(String, String)>,
+    Option<(f64, f64)>,
+);
+
+/// Replaces the groups the lane serves: `{group: [(deployment, id, weight, params, timeout,
+/// headers, pricing)]}`.
+#[pyfunction]
+pub fn lane_set_groups(
+    py: Python<'_>,
+    groups: HashMap<String, Vec<Bound<'_, PyAny>>>,
+) -> PyResult<()> {
+    let lane = running()?;
+    let mut table = HashMap::new();
+    for (name, entries) in groups {
+        let mut deployments = Vec::with_capacity(entries.len());
+        let mut weights = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let (deployment, id, weight, params, timeout, headers, pricing): Entry<'_> =
+                entry.extract()?;
+            let params: Map<String, Value> = pythonize::depythonize(params.as_any())
+                .map_err(|err| InvalidRequestError::new_err(format!("params: {err}")))?;
+            if !(timeout > 0.0 && timeout.is_finite()) {
+                return Err(InvalidRequestError::new_err("timeout must be positive"));
+            }
+            weights.push(weight);
+            deployments.push(Arc::new(LaneDeployment {
+                id,
+                deployment: Arc::clone(&deployment.bind(py).get().inner),
+                params,
+                timeout: Duration::from_secs_f64(timeout),
+                headers,
+                pricing: pricing.map(|(input, output)| Pricing {
+                    input_per_token: input,
+                    output_per_token: output,
+                }),
+            }));
+        }
+        if deployments.is_empty() {
+            continue;
+        }
+        let weights = if weights.iter().all(Option::is_some) {
+            weights.into_iter().flatten().collect()
+        } else {
+            Vec::new()
+        };
+        table.insert(
+            name,
+            Arc::new(Group {
+                deployments,
+                weights,
+            }),
+        );
+    }
+    lane.table.set_groups(table);
+    Ok(())
+}
+
+/// The groups whose deployments the router is cooling down (the proxy serves them meanwhile).
+#[pyfunction]
+pub fn lane_set_cooling(groups: Vec<String>) -> PyResult<()> {
+    running()?
+        .table
+        .set_cooling(groups.into_iter().collect::<HashSet<_>>());
+    Ok(())
+}
+
+/// LiteLLM's verdict on a key (by its SHA-256 hex): the groups it may call (None: all), its
+/// expiry (Unix seconds), how long the verdict holds, and its spend.
+#[pyfunction]
+#[pyo3(signature = (key_hash, groups, expires_at, valid_for, spend))]
+pub fn lane_set_key(
+    key_hash: String,
+    groups: Option<Vec<String>>,
+    expires_at: Option<f64>,
+    valid_for: f64,
+    spend: f64,
+) -> PyResult<()> {
+    let at = |seconds: f64| UNIX_EPOCH + Duration::from_secs_f64(seconds.max(0.0));
+    let verdict = Verdict {
+        groups: groups.map(|groups| groups.into_iter().collect()),
+        expires_at: expires_at.map(at),
+        valid_until: SystemTime::now() + Duration::from_secs_f64(valid_for.clamp(0.0, 1e9)),
+        spend,
+        spend_since: 0.0,
+    };
+    running()?.table.set_key(key_hash, verdict);
+    Ok(())
+}
+
+#[pyfunction]
+pub fn lane_forget_keys() -> PyResult<()> {
+    running()?.table.forget_keys();
+    Ok(())
+}
+
+/// The outcome behind a ticket, once: `(deployment_id, call_id_added, call)`, where `call` is
+/// a `PreparedCall` that yields the provider's answer or error without calling it again.
+#[pyfunction]
+pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<Py<PyAny>>> {
+    let Some(ticket) = running()?.claim(ticket) else {
+        return Ok(None);
+    };
+    let call = Py::new(py, PreparedCall::done(ticket.outcome, String::new()))?;
+    Ok(Some(
+        (ticket.deployment_id, ticket.call_id_added, call)
+            .into_pyobject(py)?
+            .into_any()
+            .unbind(),
+    ))
+}
+
+/// Settles `future` (on `event_loop`, through `settle`) with every served request waiting for
+/// its replay, once there is one: `[(path, headers, body, client, server, ticket)]`, `client`
+/// and `server` as `(host, port)` or None.
+#[pyfunction]
+pub fn lane_next_replays(
+    event_loop: Py<PyAny>,
+    future: Py<PyAny>,
+    settle: Py<PyAny>,
+) -> PyResult<()> {
+    let lane = running()?;
+    let engine = runtime::engine().map_err(transport_error_to_py)?;
+    engine.runtime.spawn(async move {
+        let replays = lane.next_replays().await;
+        settle_later(event_loop, settle, future, move |py| {
+            let address = |address: Option<std::net::SocketAddr>| {
+                address.map(|a| (a.ip().to_string(), a.port()))
+            };
+            let items = replays
+                .into_iter()
+                .map(|replay| {
+                    (
+                        replay.path,
+                        replay.headers,
+                        PyBytes::new(py, &replay.body),
+                        address(replay.client),
+                        address(replay.server),
+                        replay.ticket,
+                    )
+                })
+                .collect::<Vec<_>>();
+            Ok(PyList::new(py, items)?.into_any().unbind())
+        });
+    });
+    Ok(())
+}
+
+/// The proxy finished replaying one served request.
+#[pyfunction]
+pub fn lane_replayed() -> PyResult<()> {
+    running()?.replayed();
+    Ok(())
+}
+
+/// Requests per outcome since the lane started.
+#[pyfunction]
+pub fn lane_counts() -> PyResult<HashMap<&'static str, u64>> {
+    Ok(running()?.counts())
+}
+
+/// Served requests whose replay through the proxy has not finished.
+#[pyfunction]
+pub fn lane_backlog() -> PyResult<usize> {
+    Ok(running()?.backlog())
+}

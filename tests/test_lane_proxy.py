@@ -1,0 +1,386 @@
+"""The fast lane (`fastpath_lane: true`) through the real proxy: a `rust: true` model served by
+the lane against its plain twin served by the proxy, request by request."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import REPO_ROOT, deployment_kwargs, twin_models
+from tests.harness import MASTER_KEY, ProxyProcess, RecordingUpstream, Reply
+from tests.proxy_logger import events_for
+
+pytestmark = pytest.mark.proxy
+
+HI = [{"role": "user", "content": "hi"}]
+CHAT_PATHS = ("/chat/completions", "/v1/chat/completions")
+# Headers that differ on every call, or by transport.
+VOLATILE_HEADERS = {
+    "date",
+    "content-length",
+    "x-litellm-call-id",
+    "x-litellm-model-id",
+    "x-litellm-model-group",
+    "x-litellm-response-duration-ms",
+    "x-litellm-overhead-duration-ms",
+    "x-litellm-key-spend",
+    "llm_provider-date",
+}
+FASTPATH_HEADERS = {"x-litellm-rust", "x-litellm-fastpath"}
+
+
+def lane_proxy(
+    upstream: RecordingUpstream, log: Path, *, workers: int = 1, **settings: Any
+) -> ProxyProcess:
+    pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    return ProxyProcess(
+        twin_models("openai", deployment_kwargs("openai", upstream.url)),
+        litellm_settings={
+            "callbacks": ["litellm_fastpath.proxy.accelerator", "tests.proxy_logger.recorder"],
+            "fastpath_lane": True,
+        },
+        router_settings={"num_retries": 0},
+        workers=workers,
+        extra_env={"PYTHONPATH": pythonpath, "FASTPATH_TEST_CALLBACK_LOG": str(log)},
+        **settings,
+    )
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[RecordingUpstream]:
+    with RecordingUpstream() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("lane") / "events.jsonl"
+    path.touch()
+    return path
+
+
+@pytest.fixture(scope="module")
+def proxy(upstream: RecordingUpstream, log: Path) -> Iterator[ProxyProcess]:
+    with lane_proxy(upstream, log) as server:
+        # The first request of a key goes through the proxy, which hands the lane its verdict.
+        assert server.post("/chat/completions", json={"model": "plain-openai", "messages": HI})
+        yield server
+
+
+def lane_counts(log: Path) -> dict[str, int]:
+    """The lane's counts as the last logged event saw them."""
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    return next((e["lane"] for e in reversed(events) if e.get("lane") is not None), {})
+
+
+def call(proxy: ProxyProcess, upstream: RecordingUpstream, model: str, **body: Any) -> Any:
+    before = len(upstream.requests)
+    response = proxy.post(body.pop("path", "/chat/completions"), json={"model": model, **body})
+    return response, upstream.requests[before:]
+
+
+def stable_headers(response: httpx.Response) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in response.headers.items()
+        if k not in VOLATILE_HEADERS and k not in FASTPATH_HEADERS
+    }
+
+
+@pytest.mark.parametrize("path", CHAT_PATHS)
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"max_tokens": 5, "temperature": 0.2, "stop": ["x"], "seed": 3}],
+    ids=["plain", "params"],
+)
+def test_the_lane_answers_as_the_proxy_does(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, path: str, params: dict
+) -> None:
+    messages = [{"role": "system", "content": "be brief"}, *HI]
+    served_before = lane_counts(log).get("served", 0)
+    plain, plain_sent = call(
+        proxy, upstream, "plain-openai", path=path, messages=messages, **params
+    )
+    rust, rust_sent = call(proxy, upstream, "rust-openai", path=path, messages=messages, **params)
+    assert plain.status_code == rust.status_code == 200
+    assert len(plain_sent) == len(rust_sent) == 1
+    assert plain_sent[0].json() == rust_sent[0].json()
+    assert {**plain.json(), "model": None} == {**rust.json(), "model": None}
+    assert rust.json()["model"] == "rust-openai"
+    assert stable_headers(plain) == stable_headers(rust)
+    assert rust.headers["x-litellm-rust"] == "true"
+    assert rust.headers["x-litellm-model-group"] == "rust-openai"
+    assert float(rust.headers["x-litellm-response-cost"]) > 0
+    assert events_for(log, "rust-openai", 1)
+    assert lane_counts(log).get("served", 0) > served_before
+
+
+def test_a_callers_call_id_is_kept(proxy: ProxyProcess, upstream: RecordingUpstream) -> None:
+    for model in ("plain-openai", "rust-openai"):
+        response = proxy.post(
+            "/chat/completions",
+            json={"model": model, "messages": HI},
+            headers={"x-litellm-call-id": "call-123"},
+        )
+        assert response.headers["x-litellm-call-id"] == "call-123"
+
+
+def test_every_served_request_is_logged_once(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path
+) -> None:
+    before = len(events_for(log, "rust-openai", 0))
+    upstream_before = len(upstream.requests)
+    total = 400
+
+    def one(_: int) -> httpx.Response:
+        return proxy.post("/chat/completions", json={"model": "rust-openai", "messages": HI})
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(one, range(total)))
+    assert [r.status_code for r in responses] == [200] * total
+    assert all(r.headers["x-litellm-rust"] == "true" for r in responses)
+    # One provider call per request: the replays through the proxy never call it again.
+    assert len(upstream.requests) - upstream_before == total
+    events = events_for(log, "rust-openai", before + total, timeout=60)
+    assert len(events) - before == total
+    assert all(e["event"] == "success" and e["response_cost"] > 0 for e in events[before:])
+
+
+@pytest.mark.parametrize("status", [429, 500])
+def test_upstream_errors_are_the_proxys(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, status: int
+) -> None:
+    error = {"error": {"message": "nope", "type": "x", "param": None, "code": str(status)}}
+    answers = {}
+    for model in ("plain-openai", "rust-openai"):
+        upstream.enqueue(Reply(status=status, json=error))
+        response, sent = call(proxy, upstream, model, messages=HI)
+        assert len(sent) == 1
+        answers[model] = response
+    plain, rust = answers["plain-openai"], answers["rust-openai"]
+    assert plain.status_code == rust.status_code == status
+    assert plain.text.replace("plain-openai", "rust-openai") == rust.text
+    failures = [e for e in events_for(log, "rust-openai", 1) if e["event"] == "failure"]
+    assert failures and failures[-1]["status_code"] == status
+    assert lane_counts(log).get("replayed", 0) >= 1
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": HI, "stream": True},
+        {"messages": HI, "tools": [{"type": "function", "function": {"name": "f"}}]},
+        {"messages": HI, "metadata": {"tags": ["a"]}},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
+        {"messages": HI, "max_tokens": "five"},
+        {"messages": "hi"},
+    ],
+    ids=["stream", "tools", "metadata", "parts", "bad-max-tokens", "bad-messages"],
+)
+def test_requests_the_lane_does_not_take_get_the_proxys_answer(
+    proxy: ProxyProcess, upstream: RecordingUpstream, body: dict
+) -> None:
+    plain, plain_sent = call(proxy, upstream, "plain-openai", **body)
+    rust, rust_sent = call(proxy, upstream, "rust-openai", **body)
+    assert plain.status_code == rust.status_code
+    assert len(plain_sent) == len(rust_sent)
+    if not body.get("stream") and plain.status_code == 200:
+        assert {**plain.json(), "model": None} == {**rust.json(), "model": None}
+
+
+def test_bad_keys_get_the_proxys_answer(proxy: ProxyProcess, upstream: RecordingUpstream) -> None:
+    for headers in ({"Authorization": "Bearer sk-wrong"}, {"Authorization": "sk-wrong"}):
+        answers = [
+            proxy.post("/chat/completions", json={"model": m, "messages": HI}, headers=headers)
+            for m in ("plain-openai", "rust-openai")
+        ]
+        # This DB-less proxy answers 400 for an unknown key, 500 for a malformed header.
+        assert answers[0].status_code == answers[1].status_code >= 400
+        assert answers[0].text == answers[1].text
+
+
+def test_a_client_cannot_send_a_ticket(proxy: ProxyProcess, upstream: RecordingUpstream) -> None:
+    response, sent = call(proxy, upstream, "rust-openai", messages=HI)
+    assert response.status_code == 200
+    forged = proxy.post(
+        "/chat/completions",
+        json={"model": "rust-openai", "messages": HI, "stream": True},
+        headers={"x-fastpath-lane-ticket": "0" * 64},
+    )
+    assert forged.status_code == 200
+    assert len(sent) == 1
+
+
+def test_litellm_sees_the_clients_address(proxy: ProxyProcess, log: Path) -> None:
+    """Forwarded over the lane's Unix socket or replayed, a request keeps its client address; a
+    client cannot claim another one through the lane's header."""
+    for model in ("plain-openai", "rust-openai"):
+        before = len(events_for(log, model, 0))
+        for headers in ({}, {"x-fastpath-lane-peer": "10.9.9.9:1"}):
+            response = proxy.post(
+                "/chat/completions", json={"model": model, "messages": HI}, headers=headers
+            )
+            assert response.status_code == 200
+        events = events_for(log, model, before + 2)[before:]
+        assert [e["requester_ip"] for e in events] == ["127.0.0.1", "127.0.0.1"]
+
+
+def test_other_routes_pass_through(proxy: ProxyProcess) -> None:
+    assert proxy.request("GET", "/health/liveliness").status_code == 200
+    models = proxy.request("GET", "/v1/models").json()
+    assert {m["id"] for m in models["data"]} >= {"plain-openai", "rust-openai"}
+
+
+def test_served_requests_are_logged_before_the_worker_exits(
+    upstream: RecordingUpstream, tmp_path: Path
+) -> None:
+    log = tmp_path / "events.jsonl"
+    log.touch()
+    with lane_proxy(upstream, log) as proxy:
+        proxy.post("/chat/completions", json={"model": "plain-openai", "messages": HI})
+        with httpx.Client(base_url=proxy.url, trust_env=False) as client:
+            for _ in range(200):
+                response = client.post(
+                    "/chat/completions",
+                    json={"model": "rust-openai", "messages": HI},
+                    headers={"Authorization": f"Bearer {MASTER_KEY}"},
+                )
+                assert response.headers["x-litellm-rust"] == "true"
+        # SIGTERM right away: the worker replays what it served before it exits.
+        proxy.stop(term_timeout=40)
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sum(e.get("model_group") == "rust-openai" for e in events) == 200
+
+
+def test_two_workers_share_the_port(upstream: RecordingUpstream, tmp_path: Path) -> None:
+    log = tmp_path / "events.jsonl"
+    log.touch()
+    with lane_proxy(upstream, log, workers=2) as proxy:
+        answers = []
+        for _ in range(20):
+            for model in ("plain-openai", "rust-openai"):
+                answers.append(
+                    proxy.post("/chat/completions", json={"model": model, "messages": HI})
+                )
+        assert all(a.status_code == 200 for a in answers)
+        assert events_for(log, "rust-openai", 20, timeout=30)
+
+
+# -- virtual keys: the lane against the normal path, key by key --------------------------------
+
+
+@pytest.fixture(scope="module")
+def key_proxies(upstream: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """Two proxies with the same seeded keys (`tests.lane_keys`): lane on, and lane off."""
+    pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    proxies = []
+    for lane in (True, False):
+        log = tmp_path_factory.mktemp("keys") / "events.jsonl"
+        log.touch()
+        settings: dict[str, Any] = {
+            "callbacks": [
+                "litellm_fastpath.proxy.accelerator",
+                "tests.proxy_logger.recorder",
+                "tests.lane_keys.seeder",
+            ]
+        }
+        if lane:
+            settings["fastpath_lane"] = True
+        proxies.append(
+            ProxyProcess(
+                twin_models("openai", deployment_kwargs("openai", upstream.url)),
+                litellm_settings=settings,
+                router_settings={"num_retries": 0},
+                extra_env={"PYTHONPATH": pythonpath, "FASTPATH_TEST_CALLBACK_LOG": str(log)},
+            )
+        )
+        proxies[-1].log_file = log  # type: ignore[attr-defined]
+    try:
+        for proxy in proxies:
+            proxy.start()
+        for proxy in proxies:  # until the keys are seeded (just after startup)
+            for _ in range(100):
+                seeded = proxy.post(
+                    "/chat/completions",
+                    json={"model": "plain-openai", "messages": HI},
+                    headers={"Authorization": "Bearer sk-lane-plain-only"},
+                )
+                if seeded.status_code == 200:
+                    break
+                time.sleep(0.1)
+        yield proxies
+    finally:
+        for proxy in proxies:
+            proxy.stop()
+            proxy._cleanup_tmp()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "sk-lane-any-model",
+        "sk-lane-plain-only",
+        "sk-lane-rust-only",
+        "sk-lane-over-budget",
+        "sk-lane-with-budget",
+        "sk-lane-expired",
+        "sk-lane-rate-limited",
+        "sk-lane-blocked",
+        "sk-lane-unknown",
+    ],
+)
+def test_virtual_keys_get_the_normal_paths_answer(key_proxies: list, key: str) -> None:
+    lane, normal = key_proxies
+    headers = {"Authorization": f"Bearer {key}"}
+    for model in ("rust-openai", "plain-openai"):
+        # Twice: the first request of a key teaches the lane its verdict.
+        for attempt in range(3):
+            answers = [
+                p.post("/chat/completions", json={"model": model, "messages": HI}, headers=headers)
+                for p in (lane, normal)
+            ]
+            assert answers[0].status_code == answers[1].status_code, (model, attempt)
+            if answers[0].status_code == 200:
+                assert {**answers[0].json(), "id": None} == {**answers[1].json(), "id": None}
+                assert stable_headers(answers[0]) == {
+                    k: v for k, v in stable_headers(answers[1]).items()
+                }
+            else:
+                # An expired key's message carries the time of the check.
+                lane_text, normal_text = (
+                    re.sub(r"current time [^']*", "", a.text) for a in answers
+                )
+                assert lane_text == normal_text
+
+
+def test_the_lane_serves_keys_it_can_judge_and_only_those(key_proxies: list) -> None:
+    lane = key_proxies[0]
+
+    def served_after(key: str, model: str = "rust-openai") -> int:
+        for _ in range(3):
+            response = lane.post(
+                "/chat/completions",
+                json={"model": model, "messages": HI},
+                headers={"Authorization": f"Bearer {key}"},
+            )
+        events_for(lane.log_file, model, 1)
+        return lane_counts(lane.log_file).get("served", 0), response
+
+    before, _ = served_after("sk-lane-any-model")
+    after, response = served_after("sk-lane-any-model")
+    assert after >= before + 3 and response.status_code == 200
+    # Budgets (LiteLLM reserves spend per request) and limits stay with the proxy's checks.
+    for key in ("sk-lane-with-budget", "sk-lane-rate-limited"):
+        before, _ = served_after(key)
+        after, response = served_after(key)
+        assert response.status_code == 200
+        assert after == before, key
