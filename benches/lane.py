@@ -23,6 +23,7 @@ from typing import Any
 from benches._common import (
     AUTH,
     MESSAGES,
+    RESULTS,
     RUST_HEADER,
     arg_parser,
     cpu_seconds,
@@ -120,7 +121,12 @@ def highest(run: Any, rates: list[float]) -> tuple[float, list[dict]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = arg_parser(__doc__ or "", "shorter steps")
+    parser.add_argument("--replot", action="store_true", help="redraw from results/lane.json")
     args = parser.parse_args(argv)
+    if args.replot:
+        data = json.loads((RESULTS / "lane.json").read_text())
+        write_results("lane", render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
+        return 0
     secs = 4.0 if args.quick else 8.0
     reps = 1 if args.quick else 3
     data: dict[str, Any] = {"machine": machine()}
@@ -164,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             data["latency"] = {"direct": base, "added": added, "steps": latency}
             log("highest rate at p99 <= 50 ms")
             python_rates = [40, 60, 80, 100, 120, 140, 160]
-            lane_rates = [100, 200, 400, 600, 800, 1000, 1200, 1500]
+            lane_rates = [100, 150, 200, 250, 300, 350, 400, 500, 600, 800]
             rates = {}
             for arm, ladder in (
                 ("python", python_rates),
@@ -201,8 +207,31 @@ def main(argv: list[str] | None = None) -> int:
             lane2.stop(term_timeout=60)
             lane2.__exit__(None, None, None)
         data["rates"]["lane_2_workers"] = {"max": best2, "steps": steps2}
-    write_results("lane", render(data), data)
+    write_results("lane", render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
     return 0
+
+
+PLOT_ALT = "p99 latency against offered rate, one worker: Python, rust: true, lane"
+
+
+def plot(data: dict[str, Any], plt: Any) -> Any:
+    """p99 per offered rate for each arm (one worker, and the lane with two)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for arm, label in (
+        ("python", "plain model"),
+        ("rust", "rust: true"),
+        ("lane", "lane"),
+        ("lane_2_workers", "lane, 2 workers"),
+    ):
+        steps = data["rates"][arm]["steps"]
+        ax.plot([s["rate"] for s in steps], [s["lat"]["p99"] for s in steps], "o-", label=label)
+    ax.axhline(P99_BAR_MS, color="grey", linestyle=":", label="p99 50 ms")
+    ax.set_xlabel("offered rate (req/s, open loop)")
+    ax.set_ylabel("p99 latency (ms, log)")
+    ax.set_yscale("log")
+    ax.legend()
+    ax.set_title("Through the proxy: p99 against rate")
+    return fig
 
 
 def render(data: dict[str, Any]) -> str:

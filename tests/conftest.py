@@ -46,16 +46,30 @@ def twin_models(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def logged_proxy(model_list: list[dict[str, Any]], callback_log: Path) -> ProxyProcess:
-    """The real proxy with the accelerator and `tests.proxy_logger` (events in `callback_log`);
-    router retries off, since the tests count upstream requests per call."""
+def logged_proxy(
+    model_list: list[dict[str, Any]],
+    callback_log: Path,
+    *,
+    callbacks: tuple[str, ...] = (),
+    workers: int = 1,
+    **litellm_settings: Any,
+) -> ProxyProcess:
+    """The real proxy with the accelerator and `tests.proxy_logger` (events in `callback_log`),
+    plus `callbacks` and `litellm_settings`; router retries off, since the tests count upstream
+    requests per call."""
     pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     return ProxyProcess(
         model_list,
         litellm_settings={
-            "callbacks": ["litellm_fastpath.proxy.accelerator", "tests.proxy_logger.recorder"]
+            "callbacks": [
+                "litellm_fastpath.proxy.accelerator",
+                "tests.proxy_logger.recorder",
+                *callbacks,
+            ],
+            **litellm_settings,
         },
         router_settings={"num_retries": 0},
+        workers=workers,
         extra_env={"PYTHONPATH": pythonpath, "FASTPATH_TEST_CALLBACK_LOG": str(callback_log)},
     )
 

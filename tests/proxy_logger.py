@@ -90,6 +90,7 @@ class Recorder(CustomLogger):
                 "rust": _served_by_rust(response_obj),
                 "lane": _lane_counts(),
                 "requester_ip": _requester_ip(kwargs),
+                "payload": kwargs.get("standard_logging_object"),
             }
         )
 

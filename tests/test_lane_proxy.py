@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import REPO_ROOT, deployment_kwargs, twin_models
+from tests.conftest import deployment_kwargs, logged_proxy, twin_models
 from tests.harness import MASTER_KEY, ProxyProcess, RecordingUpstream, Reply
 from tests.proxy_logger import events_for
 
@@ -38,21 +37,9 @@ VOLATILE_HEADERS = {
 FASTPATH_HEADERS = {"x-litellm-rust", "x-litellm-fastpath"}
 
 
-def lane_proxy(
-    upstream: RecordingUpstream, log: Path, *, workers: int = 1, **settings: Any
-) -> ProxyProcess:
-    pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
-    return ProxyProcess(
-        twin_models("openai", deployment_kwargs("openai", upstream.url)),
-        litellm_settings={
-            "callbacks": ["litellm_fastpath.proxy.accelerator", "tests.proxy_logger.recorder"],
-            "fastpath_lane": True,
-        },
-        router_settings={"num_retries": 0},
-        workers=workers,
-        extra_env={"PYTHONPATH": pythonpath, "FASTPATH_TEST_CALLBACK_LOG": str(log)},
-        **settings,
-    )
+def lane_proxy(upstream: RecordingUpstream, log: Path, *, workers: int = 1) -> ProxyProcess:
+    models = twin_models("openai", deployment_kwargs("openai", upstream.url))
+    return logged_proxy(models, log, workers=workers, fastpath_lane=True)
 
 
 @pytest.fixture(scope="module")
@@ -281,29 +268,15 @@ def test_two_workers_share_the_port(upstream: RecordingUpstream, tmp_path: Path)
 @pytest.fixture(scope="module")
 def key_proxies(upstream: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """Two proxies with the same seeded keys (`tests.lane_keys`): lane on, and lane off."""
-    pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    models = twin_models("openai", deployment_kwargs("openai", upstream.url))
     proxies = []
     for lane in (True, False):
         log = tmp_path_factory.mktemp("keys") / "events.jsonl"
         log.touch()
-        settings: dict[str, Any] = {
-            "callbacks": [
-                "litellm_fastpath.proxy.accelerator",
-                "tests.proxy_logger.recorder",
-                "tests.lane_keys.seeder",
-            ]
-        }
-        if lane:
-            settings["fastpath_lane"] = True
-        proxies.append(
-            ProxyProcess(
-                twin_models("openai", deployment_kwargs("openai", upstream.url)),
-                litellm_settings=settings,
-                router_settings={"num_retries": 0},
-                extra_env={"PYTHONPATH": pythonpath, "FASTPATH_TEST_CALLBACK_LOG": str(log)},
-            )
-        )
-        proxies[-1].log_file = log  # type: ignore[attr-defined]
+        settings = {"fastpath_lane": True} if lane else {}
+        proxy = logged_proxy(models, log, callbacks=("tests.lane_keys.seeder",), **settings)
+        proxy.log_file = log  # type: ignore[attr-defined]
+        proxies.append(proxy)
     try:
         for proxy in proxies:
             proxy.start()
@@ -384,3 +357,63 @@ def test_the_lane_serves_keys_it_can_judge_and_only_those(key_proxies: list) -> 
         after, response = served_after(key)
         assert response.status_code == 200
         assert after == before, key
+
+
+# Standard logging payload fields that differ per call (ids, clocks, durations).
+VOLATILE_PAYLOAD = {
+    "id",
+    "trace_id",
+    "litellm_call_id",
+    "startTime",
+    "endTime",
+    "completionStartTime",
+    "response_time",
+    "api_base_response_time",
+    "queue_time_seconds",
+    "start_time",
+    "end_time",
+    "created_at",
+    "arrival_time",
+    "x-litellm-call-id",
+    "x-litellm-response-duration-ms",
+    "x-litellm-overhead-duration-ms",
+    "litellm_overhead_time_ms",
+    "timings",
+    "llm_provider-date",
+    "date",
+    "host",  # each proxy's own port
+}
+
+
+def without_volatile(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: without_volatile(v) for k, v in value.items() if k not in VOLATILE_PAYLOAD}
+    if isinstance(value, list):
+        return [without_volatile(v) for v in value]
+    return value
+
+
+def test_lane_served_requests_log_what_the_normal_path_logs(key_proxies: list) -> None:
+    """The same requests to the same `rust: true` deployment, lane on and lane off: the same
+    standard logging payloads, field by field (but ids and clocks)."""
+    payloads = []
+    for proxy in key_proxies:
+        before = len(events_for(proxy.log_file, "rust-openai", 0))
+        for key in ("sk-lane-any-model", "sk-lane-any-model", "sk-lane-rust-only"):
+            response = proxy.post(
+                "/v1/chat/completions",
+                json={"model": "rust-openai", "messages": HI, "max_tokens": 9},
+                headers={"Authorization": f"Bearer {key}", "x-litellm-call-id": "c"},
+            )
+            assert response.status_code == 200
+        events = events_for(proxy.log_file, "rust-openai", before + 3)[before:]
+        payloads.append([without_volatile(e["payload"]) for e in events])
+    lane, normal = payloads
+    assert len(lane) == len(normal) == 3
+    for lane_payload, normal_payload in zip(lane, normal, strict=True):
+        differing = {
+            k
+            for k in lane_payload.keys() | normal_payload.keys()
+            if lane_payload.get(k) != normal_payload.get(k)
+        }
+        assert not differing, {k: (lane_payload.get(k), normal_payload.get(k)) for k in differing}
