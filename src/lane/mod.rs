@@ -336,41 +336,42 @@ enum Served {
     Replay(tickets::Issued),
 }
 
-async fn serve_chat(
-    lane: &Arc<Lane>,
+/// A request the lane takes: where it goes and what it sends.
+struct Admitted {
+    model_group: String,
+    key_hash: String,
+    key_spend: f64,
+    deployment: Arc<LaneDeployment>,
+    upstream: crate::http::UpstreamRequest,
+}
+
+/// Everything the lane checks before any I/O; the reason (counted) when the proxy should serve.
+fn admit(
+    lane: &Lane,
     parts: &http::request::Parts,
     body: &Bytes,
-    addresses: Addresses,
-) -> Served {
-    let settings = lane.table.settings();
-    if !settings.enabled {
-        return Served::ToProxy(reason::OFF);
+) -> Result<Admitted, &'static str> {
+    if !lane.table.settings().enabled {
+        return Err(reason::OFF);
     }
     if has_proxy_options(&parts.headers) {
-        return Served::ToProxy(reason::HEADER);
+        return Err(reason::HEADER);
     }
-    let Some(key_hash) = bearer_key_hash(&parts.headers) else {
-        return Served::ToProxy(reason::AUTH);
-    };
-    let Ok(request) = request::parse(body) else {
-        return Served::ToProxy(reason::BODY);
-    };
-    let Some(group) = lane.table.group(&request.model) else {
-        return Served::ToProxy(reason::MODEL);
-    };
-    let Some(verdict) = lane.table.verdict(&key_hash) else {
-        return Served::ToProxy(reason::AUTH);
-    };
-    match verdict.admits(&request.model, SystemTime::now()) {
-        Ok(()) => {}
-        Err(table::KeyRefusal::Model) => return Served::ToProxy(reason::ACCESS),
-        Err(_) => return Served::ToProxy(reason::AUTH),
-    }
+    let key_hash = bearer_key_hash(&parts.headers).ok_or(reason::AUTH)?;
+    let request = request::parse(body).map_err(|_| reason::BODY)?;
+    let group = lane.table.group(&request.model).ok_or(reason::MODEL)?;
+    let verdict = lane.table.verdict(&key_hash).ok_or(reason::AUTH)?;
+    verdict
+        .admits(&request.model, SystemTime::now())
+        .map_err(|refusal| match refusal {
+            table::KeyRefusal::Model => reason::ACCESS,
+            table::KeyRefusal::Stale | table::KeyRefusal::Expired => reason::AUTH,
+        })?;
     if lane.table.is_cooling(&request.model) {
-        return Served::ToProxy(reason::COOLDOWN);
+        return Err(reason::COOLDOWN);
     }
     if lane.backlog() >= MAX_BACKLOG {
-        return Served::ToProxy(reason::BACKLOG);
+        return Err(reason::BACKLOG);
     }
     let deployment = lane.table.pick(&group);
     let mut chat = request.chat;
@@ -379,38 +380,64 @@ async fn serve_chat(
             .entry(name.clone())
             .or_insert_with(|| value.clone());
     }
-    let Ok(mut upstream) = crate::providers::prepare(&deployment.deployment, &chat) else {
-        // Declined or invalid: the proxy's own path answers (with LiteLLM's 400 if invalid).
-        return Served::ToProxy(reason::PARAM);
-    };
+    // Declined or invalid: the proxy's own path answers (with LiteLLM's 400 if invalid).
+    let mut upstream =
+        crate::providers::prepare(&deployment.deployment, &chat).map_err(|_| reason::PARAM)?;
     upstream.timeout = deployment.timeout;
+    Ok(Admitted {
+        model_group: request.model,
+        key_hash,
+        key_spend: verdict.current_spend(),
+        deployment,
+        upstream,
+    })
+}
+
+async fn serve_chat(
+    lane: &Arc<Lane>,
+    parts: &http::request::Parts,
+    body: &Bytes,
+    addresses: Addresses,
+) -> Served {
+    let received = Instant::now();
+    let admitted = match admit(lane, parts, body) {
+        Ok(admitted) => admitted,
+        Err(why) => return Served::ToProxy(why),
+    };
+    let Admitted {
+        model_group,
+        key_hash,
+        key_spend,
+        deployment,
+        upstream,
+    } = admitted;
     let call_id = call_id(&parts.headers);
-    let started = Instant::now();
+    let called = Instant::now();
     let shape = ResponseShape::ChatCompletion(Arc::clone(&deployment.deployment));
     let outcome = call::run(&lane.engine.transport, vec![upstream], &shape).await;
-    let upstream_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let answer = match &outcome {
-        Ok(completion) => answer::chat_body(&completion.body, &request.model),
-        Err(_) => None,
-    };
-    let Some((answer_body, usage)) = answer else {
-        return Served::Replay(lane.tickets.issue(&deployment.id, call_id, outcome));
-    };
-    let Ok(completion) = outcome else {
-        unreachable!("an answer is only written for a completion");
+    let upstream_ms = called.elapsed().as_secs_f64() * 1000.0;
+    // An error, or an answer of a shape the lane does not write: the proxy answers.
+    let (completion, answer_body, usage) = match outcome {
+        Ok(completion) => match answer::chat_body(&completion.body, &model_group) {
+            Some((answer_body, usage)) => (completion, answer_body, usage),
+            None => {
+                return Served::Replay(lane.tickets.issue(&deployment.id, call_id, Ok(completion)));
+            }
+        },
+        Err(err) => return Served::Replay(lane.tickets.issue(&deployment.id, call_id, Err(err))),
     };
     let cost = deployment.pricing.map(|pricing| usage.cost(pricing));
     let timings = answer::Timings {
-        total_ms: started.elapsed().as_secs_f64() * 1000.0,
+        total_ms: received.elapsed().as_secs_f64() * 1000.0,
         upstream_ms,
     };
     let headers = answer::headers(
-        &settings,
+        &lane.table.settings(),
         &deployment,
-        &request.model,
+        &model_group,
         &call_id.0,
         cost,
-        verdict.current_spend(),
+        key_spend,
         timings,
         &completion.headers,
     );
