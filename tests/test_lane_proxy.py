@@ -6,6 +6,8 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import re
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -417,3 +419,58 @@ def test_lane_served_requests_log_what_the_normal_path_logs(key_proxies: list) -
             if lane_payload.get(k) != normal_payload.get(k)
         }
         assert not differing, {k: (lane_payload.get(k), normal_payload.get(k)) for k in differing}
+
+
+class _StallingUpstream:
+    """A provider that reads a request and never answers; it notes when each connection's
+    request arrived and when the other side closed it."""
+
+    def __init__(self) -> None:
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(16)
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        self.connections: list[dict[str, float]] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._hold, args=(conn,), daemon=True).start()
+
+    def _hold(self, conn: socket.socket) -> None:
+        with conn:
+            record = {"request": time.monotonic()} if conn.recv(65536) else {}
+            self.connections.append(record)
+            while True:
+                try:
+                    if not conn.recv(65536):
+                        break
+                except OSError:
+                    break
+            record["closed"] = time.monotonic()
+
+
+def test_a_client_that_leaves_cancels_the_provider_call(tmp_path: Path) -> None:
+    upstream = _StallingUpstream()
+    log = tmp_path / "events.jsonl"
+    log.touch()
+    models = twin_models("openai", deployment_kwargs("openai", upstream.url))
+    with logged_proxy(models, log, fastpath_lane=True) as proxy:
+        body = {"model": "rust-openai", "messages": HI}
+        with pytest.raises(httpx.TimeoutException):  # the proxy's path; the lane learns the key
+            proxy.post("/chat/completions", json=body, timeout=1.0)
+        time.sleep(0.5)
+        already = len(upstream.connections)
+        left_at = time.monotonic()
+        with pytest.raises(httpx.TimeoutException):  # the lane's path
+            proxy.post("/chat/completions", json=body, timeout=1.0)
+        left_at += 1.0
+        time.sleep(1.0)
+        served = [c for c in upstream.connections[already:] if "request" in c]
+        assert served, "the lane never called the provider"
+        assert all(c.get("closed", float("inf")) - left_at < 0.5 for c in served)
+    upstream.server.close()
