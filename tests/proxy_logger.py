@@ -116,6 +116,12 @@ class Recorder(CustomLogger):
 recorder = Recorder()
 
 
+def read_events(log: Path) -> list[dict[str, Any]]:
+    """Every event written so far; a line still being written (no newline yet) is left out."""
+    complete = log.read_text().rpartition("\n")[0]
+    return [json.loads(line) for line in complete.splitlines()]
+
+
 def events_for(log: Path, model_group: str, count: int, timeout: float = 10.0) -> list[dict]:
     """The events of `model_group` in `log`, once there are at least `count` of them.
 
@@ -123,12 +129,10 @@ def events_for(log: Path, model_group: str, count: int, timeout: float = 10.0) -
     grace period afterwards catches a duplicate event that would otherwise be missed."""
     deadline = time.monotonic() + timeout
     while True:
-        lines = log.read_text().splitlines()
-        events = [e for e in map(json.loads, lines) if e.get("model_group") == model_group]
+        events = [e for e in read_events(log) if e.get("model_group") == model_group]
         if len(events) >= count:
             time.sleep(0.5)
-            lines = log.read_text().splitlines()
-            return [e for e in map(json.loads, lines) if e.get("model_group") == model_group]
+            return [e for e in read_events(log) if e.get("model_group") == model_group]
         if time.monotonic() > deadline:
             return events
         time.sleep(0.05)

@@ -78,6 +78,7 @@ _forced_deployment: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "litellm_fastpath_lane_deployment", default=None
 )
 _lane_groups: frozenset[str] = frozenset()
+_status = ""  # what the lane last logged about itself
 _background: set[asyncio.Task[None]] = set()
 # Replays running at once: they run the proxy's per-request Python, one at a time on its loop
 # anyway; a few in flight overlap their awaits.
@@ -257,18 +258,20 @@ def _router_state(router: Any) -> tuple[Any, ...]:
 
 
 def _configure(router: Any) -> None:
-    global _lane_groups
+    global _lane_groups, _status
     why_off = _why_off(router)
     groups = {} if why_off else _groups(router)
+    if frozenset(groups) != _lane_groups:
+        # Verdicts list the groups a key may call, as they were when LiteLLM judged it.
+        _native.lane_forget_group_lists()
     _lane_groups = frozenset(groups)
     _install_forced_pick(router)
     _native.lane_set_groups(groups)
-    _native.lane_forget_keys()
     _native.lane_configure(why_off is None, _answer_headers(), list(_openai_headers()))
-    if why_off:
-        logger.warning("fastpath_lane: off (%s)", why_off)
-    else:
-        logger.warning("fastpath_lane: serving model groups %s", sorted(groups))
+    status = f"off ({why_off})" if why_off else f"serving model groups {sorted(groups)}"
+    if status != _status:
+        logger.warning("fastpath_lane: %s", status)
+        _status = status
 
 
 def _why_off(router: Any) -> str | None:
@@ -397,8 +400,6 @@ def _entry(deployment: Mapping[str, Any]) -> tuple[Any, ...] | None:
     route = routing.route(kwargs)
     if isinstance(route, routing.Decline) or isinstance(route, routing.StreamRoute):
         return None
-    if route.provider != "openai":
-        return None  # the lane writes OpenAI-compatible answers only, so far
     pricing = _pricing(route.provider, route.model)
     if pricing is None:
         return None
@@ -425,7 +426,8 @@ def _pricing(provider: str, model: str) -> tuple[float, float] | None:
         prices = (float(info["input_cost_per_token"]), float(info["output_cost_per_token"]))
     except Exception:  # unknown model or price: the proxy serves it
         return None
-    for prompt, completion in ((11, 7), (1000, 1), (1, 1000), (120_000, 30_000)):
+    # Up to a million prompt tokens: tiered prices (`*_above_200k_tokens`) show up here.
+    for prompt, completion in ((11, 7), (1000, 1), (1, 1000), (120_000, 30_000), (1_000_000, 1)):
         expected = litellm.cost_per_token(
             model=model,
             custom_llm_provider=provider,

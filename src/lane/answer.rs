@@ -18,9 +18,24 @@ pub struct Cost {
     pub total: f64,
 }
 
-/// The proxy's JSON body for an OpenAI `chat.completion` of the usual shape (text answers,
-/// plain usage), or None when the shape is not one the lane writes.
-pub fn chat_body(completion: &Value, model_group: &str) -> Option<(Vec<u8>, Usage)> {
+/// The proxy's JSON body for a chat answer of the usual shape (text answers, no cache tokens),
+/// or None when the shape is not one the lane writes. OpenAI answers carry their own id and
+/// time; for Anthropic and Bedrock LiteLLM makes them up, and so does the lane (`minted`).
+pub fn chat_body(
+    provider: &str,
+    completion: &Value,
+    model_group: &str,
+    minted: (&str, i64),
+) -> Option<(Vec<u8>, Usage)> {
+    match provider {
+        "openai" => openai_body(completion, model_group),
+        "anthropic" | "bedrock" => converted_body(completion, model_group, minted),
+        _ => None,
+    }
+}
+
+/// An OpenAI `chat.completion`, as LiteLLM's `ModelResponse` for it serializes.
+fn openai_body(completion: &Value, model_group: &str) -> Option<(Vec<u8>, Usage)> {
     let fields = completion.as_object()?;
     let mut system_fingerprint = None;
     for (name, value) in fields {
@@ -66,6 +81,127 @@ pub fn chat_body(completion: &Value, model_group: &str) -> Option<(Vec<u8>, Usag
         }),
     );
     Some((serde_json::to_vec(&Value::Object(body)).ok()?, usage))
+}
+
+/// An answer LiteLLM converted from Anthropic's or Bedrock's (Rust did the same conversion):
+/// `ModelResponse` leaves out the fields that are None, here and in the usage details.
+fn converted_body(
+    completion: &Value,
+    model_group: &str,
+    (id, created): (&str, i64),
+) -> Option<(Vec<u8>, Usage)> {
+    let fields = completion.as_object()?;
+    let known = |name: &str| {
+        // `id` and `created` are the lane's own (see `mint_id`).
+        matches!(
+            name,
+            "object" | "model" | "choices" | "usage" | "id" | "created"
+        )
+    };
+    if fields.keys().any(|name| !known(name))
+        || fields.get("object")?.as_str()? != "chat.completion"
+    {
+        return None;
+    }
+    let (usage, usage_json) = converted_usage(fields.get("usage")?)?;
+    let choices = fields
+        .get("choices")?
+        .as_array()?
+        .iter()
+        .map(converted_choice)
+        .collect::<Option<Vec<_>>>()?;
+    let body = json!({
+        "id": id,
+        "created": created,
+        "model": model_group,
+        "object": "chat.completion",
+        "choices": choices,
+        "usage": usage_json,
+    });
+    Some((serde_json::to_vec(&body).ok()?, usage))
+}
+
+fn converted_choice(value: &Value) -> Option<Value> {
+    let fields = value.as_object()?;
+    if fields
+        .keys()
+        .any(|name| !matches!(name.as_str(), "index" | "finish_reason" | "message"))
+    {
+        return None;
+    }
+    let finish_reason = fields.get("finish_reason")?.as_str()?;
+    if !matches!(finish_reason, "stop" | "length") {
+        return None;
+    }
+    let message = fields.get("message")?.as_object()?;
+    if message.keys().any(|name| {
+        !matches!(
+            name.as_str(),
+            "role" | "content" | "provider_specific_fields"
+        )
+    }) || message.get("role")?.as_str()? != "assistant"
+    {
+        return None;
+    }
+    let mut out = Map::new();
+    out.insert("content".into(), json!(message.get("content")?.as_str()?));
+    out.insert("role".into(), json!("assistant"));
+    if let Some(extra) = message.get("provider_specific_fields") {
+        // A plain dict on the message: kept as it is, nulls included.
+        out.insert(
+            "provider_specific_fields".into(),
+            extra.as_object()?.clone().into(),
+        );
+    }
+    Some(json!({
+        "finish_reason": finish_reason,
+        "index": fields.get("index")?.as_u64()?,
+        "message": out,
+    }))
+}
+
+/// The usage LiteLLM computed, without its None fields; answers that read or wrote the prompt
+/// cache are left to the proxy (their cost is not linear in the token counts).
+fn converted_usage(value: &Value) -> Option<(Usage, Value)> {
+    let fields = value.as_object()?;
+    let usage = Usage {
+        prompt_tokens: fields.get("prompt_tokens")?.as_u64()?,
+        completion_tokens: fields.get("completion_tokens")?.as_u64()?,
+        total_tokens: fields.get("total_tokens")?.as_u64()?,
+    };
+    for cache in ["cache_creation_input_tokens", "cache_read_input_tokens"] {
+        if fields
+            .get(cache)
+            .is_some_and(|tokens| tokens.as_u64() != Some(0))
+        {
+            return None;
+        }
+    }
+    let mut out = Map::new();
+    out.insert("completion_tokens".into(), json!(usage.completion_tokens));
+    out.insert("prompt_tokens".into(), json!(usage.prompt_tokens));
+    out.insert("total_tokens".into(), json!(usage.total_tokens));
+    for (name, value) in fields {
+        match (name.as_str(), value) {
+            ("prompt_tokens" | "completion_tokens" | "total_tokens", _) | (_, Value::Null) => {}
+            ("completion_tokens_details" | "prompt_tokens_details", Value::Object(details)) => {
+                let kept: Map<String, Value> = details
+                    .iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                if kept.values().any(|v| !v.is_u64()) {
+                    return None;
+                }
+                out.insert(name.clone(), Value::Object(kept));
+            }
+            ("cache_creation_input_tokens" | "cache_read_input_tokens", Value::Number(_)) => {
+                out.insert(name.clone(), value.clone());
+            }
+            _ => return None,
+        }
+    }
+    Some((usage, Value::Object(out)))
 }
 
 /// One choice with a text answer and a plain finish reason.
@@ -241,7 +377,7 @@ mod tests {
 
     #[test]
     fn writes_the_proxy_body() {
-        let (body, usage) = chat_body(&completion(), "group").unwrap();
+        let (body, usage) = chat_body("openai", &completion(), "group", ("x", 1)).unwrap();
         assert_eq!(
             String::from_utf8(body).unwrap(),
             concat!(
@@ -266,8 +402,40 @@ mod tests {
         let mut extra = completion();
         extra["service_tier"] = json!("default");
         for odd in [tools, details, refusal, extra] {
-            assert!(chat_body(&odd, "group").is_none(), "{odd}");
+            assert!(
+                chat_body("openai", &odd, "group", ("x", 1)).is_none(),
+                "{odd}"
+            );
         }
+    }
+
+    #[test]
+    fn writes_litellms_body_for_converted_answers() {
+        let converted = json!({
+            "object": "chat.completion", "model": "claude",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant",
+                "content": "hi", "provider_specific_fields": {"citations": null}}}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18,
+                "completion_tokens_details": {"reasoning_tokens": 0, "text_tokens": 7},
+                "prompt_tokens_details": {"audio_tokens": null, "cached_tokens": 0},
+                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "speed": null},
+        });
+        let (body, _) = chat_body("anthropic", &converted, "g", ("chatcmpl-1", 5)).unwrap();
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            concat!(
+                r#"{"id":"chatcmpl-1","created":5,"model":"g","object":"chat.completion","#,
+                r#""choices":[{"finish_reason":"stop","index":0,"message":{"content":"hi","#,
+                r#""role":"assistant","provider_specific_fields":{"citations":null}}}],"#,
+                r#""usage":{"completion_tokens":7,"prompt_tokens":11,"total_tokens":18,"#,
+                r#""completion_tokens_details":{"reasoning_tokens":0,"text_tokens":7},"#,
+                r#""prompt_tokens_details":{"cached_tokens":0},"#,
+                r#""cache_creation_input_tokens":0,"cache_read_input_tokens":0}}"#
+            )
+        );
+        let mut cached = converted.clone();
+        cached["usage"]["cache_read_input_tokens"] = json!(3);
+        assert!(chat_body("bedrock", &cached, "g", ("x", 1)).is_none());
     }
 
     #[test]

@@ -178,10 +178,18 @@ pub async fn serve(listener: TcpListener, lane: Arc<Lane>) -> std::io::Result<()
         let local = stream.local_addr().ok();
         // A 40 ms Nagle/delayed-ACK stall is the known trap for gateways.
         let _ = stream.set_nodelay(true);
+        let Ok((stream, watch)) = watched(stream) else {
+            continue;
+        };
         let lane = Arc::clone(&lane);
+        let connection = Connection {
+            peer,
+            local,
+            watch: Arc::new(watch),
+        };
         tokio::spawn(async move {
             // The client's connection ends here; its app connection with it.
-            let _ = serve_connection(stream, lane, Addresses { peer, local }).await;
+            let _ = serve_connection(stream, lane, connection).await;
         });
     }
 }
@@ -191,13 +199,14 @@ pub async fn serve(listener: TcpListener, lane: Arc<Lane>) -> std::io::Result<()
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     lane: Arc<Lane>,
-    addresses: Addresses,
+    connection: Connection,
 ) -> Result<(), LaneError> {
     let app_connection: Arc<tokio::sync::Mutex<Option<AppSender>>> = Arc::default();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let lane = Arc::clone(&lane);
         let app_connection = Arc::clone(&app_connection);
-        async move { Ok::<_, hyper::Error>(handle(&lane, &app_connection, request, addresses).await) }
+        let connection = connection.clone();
+        async move { Ok::<_, hyper::Error>(handle(&lane, &app_connection, request, &connection).await) }
     });
     hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(stream), service)
@@ -266,24 +275,56 @@ mod reason {
     pub const HEADER: &str = "lane_header";
 }
 
-/// The client's and our own address on a connection (what the proxy's request object shows).
-#[derive(Clone, Copy, Debug)]
-struct Addresses {
+/// A client connection: its and our address (what the proxy's request object shows), and a
+/// second handle on its socket to notice the client leaving while the lane waits for the
+/// provider (hyper reads nothing from a connection while its request is being served).
+#[derive(Clone, Debug)]
+struct Connection {
     peer: SocketAddr,
     local: Option<SocketAddr>,
+    watch: Arc<std::net::TcpStream>,
+}
+
+impl Connection {
+    /// Resolves once the client has closed its side of the connection (or it broke).
+    async fn closed(&self) {
+        let mut probe = [0u8; 1];
+        loop {
+            tokio::time::sleep(CLIENT_CHECK_INTERVAL).await;
+            // Non-blocking (the socket is tokio's): WouldBlock means open and quiet.
+            match self.watch.peek(&mut probe) {
+                Ok(0) => return,
+                Err(err) if err.kind() != std::io::ErrorKind::WouldBlock => return,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The socket, and a duplicate of it for `Connection::closed`.
+fn watched(
+    stream: tokio::net::TcpStream,
+) -> std::io::Result<(tokio::net::TcpStream, std::net::TcpStream)> {
+    let stream = stream.into_std()?;
+    let watch = stream.try_clone()?;
+    Ok((tokio::net::TcpStream::from_std(stream)?, watch))
 }
 
 async fn handle(
     lane: &Arc<Lane>,
     app_connection: &tokio::sync::Mutex<Option<AppSender>>,
     request: Request<Incoming>,
-    addresses: Addresses,
+    connection: &Connection,
 ) -> Response<Body> {
     let (mut parts, body) = request.into_parts();
     // Only the lane hands out tickets and says who the client is.
     parts.headers.remove(TICKET_HEADER);
     parts.headers.remove(PEER_HEADER);
-    set_header(&mut parts.headers, PEER_HEADER, &addresses.peer.to_string());
+    set_header(
+        &mut parts.headers,
+        PEER_HEADER,
+        &connection.peer.to_string(),
+    );
     if !is_chat_request(&parts) {
         return forward(
             lane,
@@ -297,8 +338,12 @@ async fn handle(
         return bad_gateway();
     };
     let body = collected.to_bytes();
-    match serve_chat(lane, &parts, &body, addresses).await {
+    match serve_chat(lane, &parts, &body, connection).await {
         Served::Answer(response) => response,
+        Served::Gone => {
+            lane.count("client_gone");
+            bad_gateway()
+        }
         Served::ToProxy(why) => {
             lane.count(why);
             forward(lane, app_connection, Request::from_parts(parts, full(body))).await
@@ -334,6 +379,8 @@ enum Served {
     ToProxy(&'static str),
     /// The provider was called; the proxy answers with this ticket's outcome.
     Replay(tickets::Issued),
+    /// The client left while the lane waited for the provider.
+    Gone,
 }
 
 /// A request the lane takes: where it goes and what it sends.
@@ -397,7 +444,7 @@ async fn serve_chat(
     lane: &Arc<Lane>,
     parts: &http::request::Parts,
     body: &Bytes,
-    addresses: Addresses,
+    connection: &Connection,
 ) -> Served {
     let received = Instant::now();
     let admitted = match admit(lane, parts, body) {
@@ -414,16 +461,25 @@ async fn serve_chat(
     let call_id = call_id(&parts.headers);
     let called = Instant::now();
     let shape = ResponseShape::ChatCompletion(Arc::clone(&deployment.deployment));
-    let outcome = call::run(&lane.engine.transport, vec![upstream], &shape).await;
+    let outcome = tokio::select! {
+        outcome = call::run(&lane.engine.transport, vec![upstream], &shape) => outcome,
+        // Dropping the call closes the provider connection; nobody is left to answer.
+        () = connection.closed() => return Served::Gone,
+    };
     let upstream_ms = called.elapsed().as_secs_f64() * 1000.0;
     // An error, or an answer of a shape the lane does not write: the proxy answers.
     let (completion, answer_body, usage) = match outcome {
-        Ok(completion) => match answer::chat_body(&completion.body, &model_group) {
-            Some((answer_body, usage)) => (completion, answer_body, usage),
-            None => {
-                return Served::Replay(lane.tickets.issue(&deployment.id, call_id, Ok(completion)));
+        Ok(mut completion) => {
+            let minted = mint_id(&mut completion);
+            let provider = deployment.deployment.provider.as_str();
+            match answer::chat_body(provider, &completion.body, &model_group, minted.as_ref()) {
+                Some((answer_body, usage)) => (completion, answer_body, usage),
+                None => {
+                    let issued = lane.tickets.issue(&deployment.id, call_id, Ok(completion));
+                    return Served::Replay(issued);
+                }
             }
-        },
+        }
         Err(err) => return Served::Replay(lane.tickets.issue(&deployment.id, call_id, Err(err))),
     };
     let cost = deployment.pricing.map(|pricing| usage.cost(pricing));
@@ -446,9 +502,42 @@ async fn serve_chat(
     }
     let response = answer_response(answer_body, headers);
     let issued = lane.tickets.issue(&deployment.id, call_id, Ok(completion));
-    enqueue_replay(lane, parts, body, issued, addresses);
+    enqueue_replay(lane, parts, body, issued, connection);
     lane.count("served");
     Served::Answer(response)
+}
+
+/// The id and time of an answer: the provider's (OpenAI), else new ones as LiteLLM makes them
+/// (`chatcmpl-<uuid4>`, now), also put into the completion so the proxy's replay logs them.
+fn mint_id(completion: &mut Completion) -> Minted {
+    let given = |name: &str| completion.body.get(name).cloned();
+    if let (Some(serde_json::Value::String(id)), Some(created)) = (given("id"), given("created"))
+        && let Some(created) = created.as_i64()
+    {
+        return Minted { id, created };
+    }
+    let minted = Minted {
+        id: format!("chatcmpl-{}", tickets::uuid4()),
+        created: SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs() as i64),
+    };
+    if let serde_json::Value::Object(body) = &mut completion.body {
+        body.insert("id".into(), minted.id.clone().into());
+        body.insert("created".into(), minted.created.into());
+    }
+    minted
+}
+
+struct Minted {
+    id: String,
+    created: i64,
+}
+
+impl Minted {
+    fn as_ref(&self) -> (&str, i64) {
+        (&self.id, self.created)
+    }
 }
 
 fn answer_response(body: Vec<u8>, headers: Vec<(String, String)>) -> Response<Body> {
@@ -520,7 +609,7 @@ fn enqueue_replay(
     parts: &http::request::Parts,
     body: &Bytes,
     issued: tickets::Issued,
-    addresses: Addresses,
+    connection: &Connection,
 ) {
     let mut headers: Vec<(String, String)> = parts
         .headers
@@ -535,8 +624,8 @@ fn enqueue_replay(
         path: parts.uri.path().to_string(),
         headers,
         body: body.clone(),
-        client: Some(addresses.peer),
-        server: addresses.local,
+        client: Some(connection.peer),
+        server: connection.local,
         ticket: issued.id,
     };
     lane.backlog.fetch_add(1, Ordering::AcqRel);
@@ -546,6 +635,9 @@ fn enqueue_replay(
         .push_back(replay);
     lane.replay_ready.notify_one();
 }
+
+/// How often a waiting request checks that its client is still there.
+const CLIENT_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A served completion's outcome, as a ticket holds it.
 pub type Outcome = Result<Completion, CallError>;

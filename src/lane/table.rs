@@ -144,8 +144,10 @@ impl Table {
         keys.insert(hash, verdict);
     }
 
-    pub fn forget_keys(&self) {
-        write(&self.keys).clear();
+    /// Forgets the verdicts that list the groups a key may call (worked out against the groups
+    /// served then); verdicts for keys that may call every group stay.
+    pub fn forget_group_lists(&self) {
+        write(&self.keys).retain(|_, verdict| verdict.groups.is_none());
     }
 
     pub fn verdict(&self, hash: &str) -> Option<Verdict> {

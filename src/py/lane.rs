@@ -193,9 +193,10 @@ pub fn lane_set_key(
     Ok(())
 }
 
+/// Forgets the verdicts that list groups (the groups served changed); see `Table`.
 #[pyfunction]
-pub fn lane_forget_keys() -> PyResult<()> {
-    running()?.table.forget_keys();
+pub fn lane_forget_group_lists() -> PyResult<()> {
+    running()?.table.forget_group_lists();
     Ok(())
 }
 

@@ -35,8 +35,9 @@ mod _native {
     use super::bridge::{CallHandle, PreparedCall};
     #[pymodule_export]
     use super::lane::{
-        lane_backlog, lane_claim, lane_configure, lane_counts, lane_forget_keys, lane_next_replays,
-        lane_replayed, lane_set_cooling, lane_set_groups, lane_set_key, lane_stop, start_lane,
+        lane_backlog, lane_claim, lane_configure, lane_counts, lane_forget_group_lists,
+        lane_next_replays, lane_replayed, lane_set_cooling, lane_set_groups, lane_set_key,
+        lane_stop, start_lane,
     };
     use super::stream::Payload;
     #[pymodule_export]
