@@ -57,3 +57,10 @@ class Seeder(CustomLogger):
 
 _task = asyncio.get_event_loop().create_task(_after_startup())
 seeder = Seeder()
+
+
+async def custom_auth(request: Any, api_key: str) -> UserAPIKeyAuth:
+    """`general_settings.custom_auth` for the lane's tests: one accepted key."""
+    if api_key == "sk-custom-ok":
+        return UserAPIKeyAuth(api_key=api_key)
+    raise RuntimeError("custom auth refused this key")

@@ -482,3 +482,51 @@ def test_a_client_that_leaves_cancels_the_provider_call(tmp_path: Path) -> None:
         assert served, "the lane never called the provider"
         assert all(c.get("closed", float("inf")) - left_at < 0.5 for c in served)
     upstream.server.close()
+
+
+@pytest.mark.parametrize(
+    ("general", "litellm_settings"),
+    [
+        (
+            {
+                "master_key": MASTER_KEY,
+                "custom_auth": "tests.lane_keys.custom_auth",
+                "custom_auth_settings": {"mode": "auto"},
+            },
+            {},
+        ),
+        (None, {"redact_user_api_key_info": True}),
+    ],
+    ids=["custom_auth", "unknown-setting"],
+)
+def test_settings_the_lane_does_not_reproduce_keep_it_off(
+    upstream: RecordingUpstream, tmp_path: Path, general: Any, litellm_settings: dict
+) -> None:
+    """Both arms, lane on and lane off: the same answers, and the lane serves nothing."""
+    answers: list[list[tuple[int, Any]]] = []
+    for lane in (True, False):
+        log = tmp_path / f"events-{lane}.jsonl"
+        log.touch()
+        models = twin_models("openai", deployment_kwargs("openai", upstream.url))
+        settings = {**litellm_settings, **({"fastpath_lane": True} if lane else {})}
+        proxy = logged_proxy(models, log, **settings)
+        if general is not None:
+            proxy.general_settings = general
+        with proxy:
+            seen = []
+            for key in ("sk-custom-ok", MASTER_KEY, "sk-wrong"):
+                response = proxy.post(
+                    "/chat/completions",
+                    json={"model": "rust-openai", "messages": HI},
+                    headers={"Authorization": f"Bearer {key}"},
+                )
+                body = response.json() if response.status_code == 200 else response.text
+                if response.status_code == 200:
+                    body = {**body, "id": None}
+                seen.append((response.status_code, body))
+            answers.append(seen)
+            if lane:
+                assert "fastpath_lane: off" in proxy.log_text()
+                assert lane_counts(log).get("served", 0) == 0
+    assert answers[0] == answers[1]
+    assert any(status == 200 for status, _ in answers[0])

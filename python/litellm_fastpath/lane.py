@@ -38,9 +38,20 @@ DRAIN_S = 30.0
 # Proxy settings under which a request means the same on the lane as on the normal path;
 # any other `general_settings` key keeps the lane off (it may change auth or the request).
 _NEUTRAL_GENERAL_SETTINGS = frozenset({"master_key", "user_api_key_cache_ttl"})
-# `litellm_settings` the lane reproduces (the rest keep it off).
+# `litellm_settings` under which the lane's requests mean what they mean on the normal path
+# (the rest keep it off): logging, and options the fast path's own admission already reads.
 _NEUTRAL_LITELLM_SETTINGS = frozenset(
-    {"callbacks", SETTING, "success_callback", "failure_callback", "set_verbose", "json_logs"}
+    {
+        "callbacks",
+        SETTING,
+        "success_callback",
+        "failure_callback",
+        "set_verbose",
+        "json_logs",
+        "drop_params",
+        "request_timeout",
+        "num_retries",
+    }
 )
 # UserAPIKeyAuth fields that may differ from their defaults on a key the lane serves: identity,
 # spend, model access and expiry, re-applied per request in Rust. A key with anything else
@@ -79,6 +90,7 @@ _forced_deployment: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 _lane_groups: frozenset[str] = frozenset()
 _status = ""  # what the lane last logged about itself
+_litellm_settings: frozenset[str] = frozenset()  # the config file's `litellm_settings` keys
 _background: set[asyncio.Task[None]] = set()
 # Replays running at once: they run the proxy's per-request Python, one at a time on its loop
 # anyway; a few in flight overlap their awaits.
@@ -114,7 +126,11 @@ def _configured() -> bool:
     except (OSError, yaml.YAMLError):
         return False
     settings = config.get("litellm_settings") or {}
-    return isinstance(settings, Mapping) and settings.get(SETTING) is True
+    if not isinstance(settings, Mapping) or settings.get(SETTING) is not True:
+        return False
+    global _litellm_settings
+    _litellm_settings = frozenset(settings)
+    return True
 
 
 def _uvicorn_startup() -> tuple[Any, list[Any] | None] | None:
@@ -278,6 +294,9 @@ def _why_off(router: Any) -> str | None:
     """Proxy-wide settings under which no request can take the lane (None: it can)."""
     proxy_server = compat.proxy_server()
 
+    odd_litellm = sorted(_litellm_settings - _NEUTRAL_LITELLM_SETTINGS)
+    if odd_litellm:
+        return f"litellm_settings {odd_litellm}"
     general = proxy_server.general_settings or {}
     odd = sorted(set(general) - _NEUTRAL_GENERAL_SETTINGS)
     if odd:

@@ -172,9 +172,17 @@ impl Lane {
 }
 
 /// Accepts connections on `listener` until the task is dropped; each is served on its own task.
-pub async fn serve(listener: TcpListener, lane: Arc<Lane>) -> std::io::Result<()> {
+pub async fn serve(listener: TcpListener, lane: Arc<Lane>) {
     loop {
-        let (stream, peer) = listener.accept().await?;
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(_) => {
+                // Out of file descriptors, a connection reset before accept: the listener
+                // itself is fine, so keep accepting (after a pause, not in a busy loop).
+                tokio::time::sleep(ACCEPT_RETRY_PAUSE).await;
+                continue;
+            }
+        };
         let local = stream.local_addr().ok();
         // A 40 ms Nagle/delayed-ACK stall is the known trap for gateways.
         let _ = stream.set_nodelay(true);
@@ -636,6 +644,8 @@ fn enqueue_replay(
     lane.replay_ready.notify_one();
 }
 
+/// How long the listener pauses after a failed accept.
+const ACCEPT_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 /// How often a waiting request checks that its client is still there.
 const CLIENT_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
 

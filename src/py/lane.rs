@@ -57,7 +57,7 @@ pub fn start_lane(listen_fd: i32, app_socket: String) -> PyResult<()> {
     let serving = Arc::clone(&lane);
     let accept = engine.runtime.spawn(async move {
         if let Ok(listener) = tokio::net::TcpListener::from_std(listener) {
-            let _ = lane::serve(listener, serving).await;
+            lane::serve(listener, serving).await;
         }
     });
     let mut slot = LANE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
