@@ -530,3 +530,31 @@ def test_settings_the_lane_does_not_reproduce_keep_it_off(
                 assert lane_counts(log).get("served", 0) == 0
     assert answers[0] == answers[1]
     assert any(status == 200 for status, _ in answers[0])
+
+
+@pytest.mark.parametrize(
+    ("reason", "body", "headers"),
+    [
+        ("lane_header", {"messages": HI}, {"x-litellm-tags": "a"}),
+        ("lane_header", {"messages": HI}, {"Origin": "http://example.com"}),
+        ("lane_body", {"messages": HI, "user": "u-1"}, {}),
+        ("lane_body", {"messages": HI, "n": 2}, {}),
+        ("lane_auth", {"messages": HI}, {"x-api-key": "sk-other"}),
+    ],
+    ids=["litellm-header", "origin", "user", "n", "second-key-header"],
+)
+def test_each_reason_to_leave_a_request_to_the_proxy_is_counted(
+    proxy: ProxyProcess, log: Path, reason: str, body: dict, headers: dict
+) -> None:
+    before = lane_counts(log).get(reason, 0)
+    response = proxy.post(
+        "/chat/completions", json={"model": "rust-openai", **body}, headers=headers
+    )
+    plain = proxy.post("/chat/completions", json={"model": "plain-openai", **body}, headers=headers)
+    assert response.status_code == plain.status_code
+    # Both requests count: these reasons are found before the model is looked at. Counts ride
+    # on logged events: wait for one logged after both requests.
+    deadline = time.monotonic() + 10
+    while lane_counts(log).get(reason, 0) < before + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lane_counts(log).get(reason, 0) == before + 2
