@@ -594,11 +594,17 @@ async def note_request(user_api_key_dict: Any, data: dict[str, Any], call_type: 
         )
 
 
+# A key with every field at its default, per class (built once: `_verdict` runs per request).
+_DEFAULT_KEYS: dict[type, Any] = {}
+
+
 def _verdict(key: Any) -> tuple[str, float] | None:
     """(key hash, how long the verdict holds), for keys whose verdict the lane can re-apply."""
     proxy_server = compat.proxy_server()
 
-    defaults = type(key)()
+    defaults = _DEFAULT_KEYS.get(type(key))
+    if defaults is None:
+        defaults = _DEFAULT_KEYS.setdefault(type(key), type(key)())
     for field in type(key).model_fields:
         if field in _KEY_FIELDS_REAPPLIED:
             continue
