@@ -1,7 +1,9 @@
 """Streamed chat through one proxy worker: LiteLLM's Python path against the fast path.
 
-Both arms are models of one proxy (`plain-<provider>` and `rust-<provider>`, same deployment)
-served by the package's mock provider, which streams each provider's native format (OpenAI or
+Three arms: `plain` and `rust` are models of one proxy (`plain-<provider>` and `rust-<provider>`,
+same deployment), and `lane` is the `rust` model of a second, otherwise identical proxy with the
+fast lane on (`fastpath_lane: true`: Rust serves the stream before the proxy's per-request
+Python, which runs afterwards). The deployments are served by the package's mock provider, which streams each provider's native format (OpenAI or
 Anthropic SSE, Bedrock's binary event stream; `max_tokens` chunks); the clients run in their own
 process (asyncio + httpx). Arms are interleaved, step by step, in one run:
 
@@ -41,7 +43,7 @@ from benches._common import (
     write_results,
 )
 
-ARMS = ("plain", "rust")
+ARMS = ("plain", "rust", "lane")
 
 
 # -- the client process ----------------------------------------------------------------------
@@ -106,18 +108,22 @@ def run_client(spec: dict[str, Any]) -> dict[str, Any]:
 # -- the driver --------------------------------------------------------------------------------
 
 
-def _proxy(mock_url: str, paced_url: str, provider: str) -> Any:
+def _proxy(mock_url: str, paced_url: str, provider: str, lane: bool = False) -> Any:
     from litellm_fastpath.mock_provider import deployment_kwargs
     from tests.conftest import twin_models
     from tests.harness import ProxyProcess
 
     models = twin_models("fast", deployment_kwargs(provider, mock_url))
     models += twin_models("paced", deployment_kwargs(provider, paced_url))
-    return ProxyProcess(
-        models,
-        litellm_settings={"callbacks": ["litellm_fastpath.proxy.accelerator"]},
-        router_settings={"num_retries": 0},
-    )
+    settings: dict[str, Any] = {"callbacks": ["litellm_fastpath.proxy.accelerator"]}
+    if lane:
+        settings["fastpath_lane"] = True
+    return ProxyProcess(models, litellm_settings=settings, router_settings={"num_retries": 0})
+
+
+def _model(arm: str, kind: str) -> str:
+    """The model an arm streams from (the lane arm: the `rust` model, on the lane proxy)."""
+    return f"{'rust' if arm == 'lane' else arm}-{kind}"
 
 
 PACE_S = 0.020
@@ -148,17 +154,21 @@ def measure(quick: bool, provider: str) -> dict[str, Any]:
         ServerProcess() as mock,
         ServerProcess(args=("--chunk-delay-ms", "20")) as paced,
         _proxy(mock.url, paced.url, provider) as proxy,
+        _proxy(mock.url, paced.url, provider, lane=True) as lane_proxy,
     ):
-        pids = process_tree(proxy.pid)
+        proxies = {"plain": proxy, "rust": proxy, "lane": lane_proxy}
+        pids = {arm: process_tree(server.pid) for arm, server in proxies.items()}
 
-        def spec(model: str, **kw: Any) -> dict[str, Any]:
-            return {"url": f"{proxy.url}/chat/completions", "model": model, "key": MASTER_KEY, **kw}
+        def spec(arm: str, kind: str, **kw: Any) -> dict[str, Any]:
+            url = f"{proxies[arm].url}/chat/completions"
+            return {"url": url, "model": _model(arm, kind), "key": MASTER_KEY, **kw}
 
         def direct(url: str, **kw: Any) -> dict[str, Any]:
             return {"url": f"{url}/v1/chat/completions", "model": "gpt-4o-mini", **kw}
 
-        for arm in ARMS:  # warm-up
-            run_client(spec(f"{arm}-fast", chunks=100, concurrency=4, rounds=5))
+        for arm in ARMS:  # warm-up (the lane learns the key from the proxy's first request)
+            run_client(spec(arm, "fast", chunks=100, concurrency=4, rounds=5))
+        time.sleep(1)
         throughput: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
         ttft1: dict[str, list[float]] = {arm: [] for arm in (*ARMS, "direct")}
         ttft20: dict[str, list[float]] = {arm: [] for arm in (*ARMS, "direct")}
@@ -166,11 +176,11 @@ def measure(quick: bool, provider: str) -> dict[str, Any]:
         for rep in range(reps):
             for arm in ARMS:
                 log(f"rep {rep} {arm}: throughput")
-                cpu0 = cpu_seconds(pids)
+                cpu0 = cpu_seconds(pids[arm])
                 result = run_client(
-                    spec(f"{arm}-fast", chunks=1000, concurrency=8, rounds=10**6, seconds=seconds)
+                    spec(arm, "fast", chunks=1000, concurrency=8, rounds=10**6, seconds=seconds)
                 )
-                cpu = cpu_seconds(pids) - cpu0
+                cpu = cpu_seconds(pids[arm]) - cpu0
                 chunks = sum(s["chunks"] for s in result["streams"])
                 throughput[arm].append(
                     {
@@ -187,11 +197,11 @@ def measure(quick: bool, provider: str) -> dict[str, Any]:
             lag["direct"] += [_lag(s, "openai") for s in dp["streams"]]
             for arm in ARMS:
                 log(f"rep {rep} {arm}: first chunk and pacing")
-                r1 = run_client(spec(f"{arm}-fast", chunks=8, concurrency=1, rounds=rounds))
+                r1 = run_client(spec(arm, "fast", chunks=8, concurrency=1, rounds=rounds))
                 ttft1[arm] += [s["ttft"] for s in r1["streams"]]
-                r20 = run_client(spec(f"{arm}-fast", chunks=200, concurrency=20, rounds=2))
+                r20 = run_client(spec(arm, "fast", chunks=200, concurrency=20, rounds=2))
                 ttft20[arm] += [s["ttft"] for s in r20["streams"]]
-                rp = run_client(spec(f"{arm}-paced", chunks=50, concurrency=20, rounds=1))
+                rp = run_client(spec(arm, "paced", chunks=50, concurrency=20, rounds=1))
                 lag[arm] += [_lag(s, provider) for s in rp["streams"]]
         for arm in ARMS:
             best = max(throughput[arm], key=lambda s: s["chunks_per_s"])
@@ -204,15 +214,22 @@ def measure(quick: bool, provider: str) -> dict[str, Any]:
                 "paced20_last_chunk_added_p99_ms": _added(lag[arm], lag["direct"], 99),
             }
         data["raw"] = {"throughput": throughput}
+        # The lane arm's streams the proxy served itself (its first, which teaches the lane
+        # the key, and any the lane left to it): uvicorn's access log counts them.
+        data["lane"]["streams_via_proxy"] = lane_proxy.log_text().count('"POST /chat/completions')
     for arm in ARMS:
         log(f"{arm}: RSS over a fresh proxy's first 10,000-chunk stream")
-        with ServerProcess() as mock, _proxy(mock.url, mock.url, provider) as proxy:
-            pids = process_tree(proxy.pid)
-            run_client(spec_for(proxy, f"{arm}-fast", 8))
-            before = proc_status(pids)["VmRSS"]
-            run_client(spec_for(proxy, f"{arm}-fast", 10_000))
+        with (
+            ServerProcess() as mock,
+            _proxy(mock.url, mock.url, provider, lane=arm == "lane") as fresh,
+        ):
+            fresh_pids = process_tree(fresh.pid)
+            run_client(spec_for(fresh, _model(arm, "fast"), 8))
+            time.sleep(1)
+            before = proc_status(fresh_pids)["VmRSS"]
+            run_client(spec_for(fresh, _model(arm, "fast"), 10_000))
             time.sleep(0.5)
-            after = proc_status(pids)["VmRSS"]
+            after = proc_status(fresh_pids)["VmRSS"]
             data[arm]["rss_growth_mib"] = (after - before) / 2**20
     return data
 
@@ -252,13 +269,17 @@ def render(data: dict[str, Any]) -> str:
         "",
         machine_line(data["machine"]),
         "",
-        "| metric | Python | Rust | Rust/Python | bar |",
-        "|---|---:|---:|---:|---|",
+        "| metric | Python | Rust | Rust/Python | Rust, lane on | lane/Python | bar |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     for label, key, bar, digits in ROWS:
-        py, rs = data["plain"][key], data["rust"][key]
+        py, rs, ln = data["plain"][key], data["rust"][key], data["lane"][key]
         ratio = rs / py if py else float("nan")
-        lines.append(f"| {label} | {py:.{digits}f} | {rs:.{digits}f} | {ratio:.2f} | {bar} |")
+        lane_ratio = ln / py if py else float("nan")
+        lines.append(
+            f"| {label} | {py:.{digits}f} | {rs:.{digits}f} | {ratio:.2f} "
+            f"| {ln:.{digits}f} | {lane_ratio:.2f} | {bar} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -267,7 +288,10 @@ def plot(data: dict[str, Any]) -> Any:
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
         keys = [("chunks/s", "chunks_per_s"), ("CPU ms/chunk", "cpu_ms_per_chunk")]
         for ax, (title, key) in zip(axes, keys, strict=True):
-            ax.bar(["Python", "Rust"], [data["plain"][key], data["rust"][key]])
+            ax.bar(
+                ["Python", "Rust", "Rust, lane on"],
+                [data["plain"][key], data["rust"][key], data["lane"][key]],
+            )
             ax.set_title(title)
         return fig
 

@@ -1,5 +1,5 @@
 //! The core's layers point one way: model <- wire <- http <- providers <- call/runtime <- stream
-//! <- py.
+//! <- lane <- py.
 //! A module may name (`crate::x`) only its own layer or the layers below it, so a cycle between
 //! layers cannot build up unnoticed.
 
@@ -15,8 +15,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("call", 4),
     ("runtime", 4),
     ("stream", 5),
-    ("lane", 5),
-    ("py", 6),
+    ("lane", 6),
+    ("py", 7),
 ];
 
 fn rank(module: &str) -> Option<u8> {

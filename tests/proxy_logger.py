@@ -122,6 +122,12 @@ def read_events(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in complete.splitlines()]
 
 
+def lane_counts(log: Path) -> dict[str, int]:
+    """The fast lane's counts as the last logged event saw them (empty: no lane)."""
+    events = read_events(log)
+    return next((e["lane"] for e in reversed(events) if e.get("lane") is not None), {})
+
+
 def events_for(log: Path, model_group: str, count: int, timeout: float = 10.0) -> list[dict]:
     """The events of `model_group` in `log`, once there are at least `count` of them.
 

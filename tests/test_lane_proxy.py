@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import PROVIDERS, deployment_kwargs, logged_proxy, twin_models
 from tests.harness import MASTER_KEY, ProxyProcess, RecordingUpstream, Reply
-from tests.proxy_logger import events_for, read_events
+from tests.proxy_logger import events_for, lane_counts, read_events
 
 pytestmark = pytest.mark.proxy
 
@@ -62,12 +62,6 @@ def proxy(upstream: RecordingUpstream, log: Path) -> Iterator[ProxyProcess]:
         # The first request of a key goes through the proxy, which hands the lane its verdict.
         assert server.post("/chat/completions", json={"model": "plain-openai", "messages": HI})
         yield server
-
-
-def lane_counts(log: Path) -> dict[str, int]:
-    """The lane's counts as the last logged event saw them."""
-    events = read_events(log)
-    return next((e["lane"] for e in reversed(events) if e.get("lane") is not None), {})
 
 
 def call(proxy: ProxyProcess, upstream: RecordingUpstream, model: str, **body: Any) -> Any:
@@ -430,10 +424,12 @@ def test_lane_served_requests_log_what_the_normal_path_logs(key_proxies: list) -
 
 
 class _StallingUpstream:
-    """A provider that reads a request and never answers; it notes when each connection's
-    request arrived and when the other side closed it."""
+    """A provider that reads a request and never answers (or, given `first`, starts an SSE
+    stream with that event and stalls); it notes when each connection's request arrived and
+    when the other side closed it."""
 
-    def __init__(self) -> None:
+    def __init__(self, first: bytes | None = None) -> None:
+        self.first = first
         self.server = socket.socket()
         self.server.bind(("127.0.0.1", 0))
         self.server.listen(16)
@@ -453,6 +449,10 @@ class _StallingUpstream:
         with conn:
             record = {"request": time.monotonic()} if conn.recv(65536) else {}
             self.connections.append(record)
+            if record and self.first is not None:
+                head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                head += b"Transfer-Encoding: chunked\r\n\r\n"
+                conn.sendall(head + b"%x\r\n%s\r\n" % (len(self.first), self.first))
             while True:
                 try:
                     if not conn.recv(65536):
@@ -481,6 +481,68 @@ def test_a_client_that_leaves_cancels_the_provider_call(tmp_path: Path) -> None:
         served = [c for c in upstream.connections[already:] if "request" in c]
         assert served, "the lane never called the provider"
         assert all(c.get("closed", float("inf")) - left_at < 0.5 for c in served)
+    upstream.server.close()
+
+
+FIRST_EVENT = (
+    b'data: {"id":"chatcmpl-up","object":"chat.completion.chunk","created":1,"model":"m",'
+    b'"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}'
+    b"\n\n"
+)
+
+
+def test_a_client_that_leaves_mid_stream_closes_the_provider_stream(tmp_path: Path) -> None:
+    upstream = _StallingUpstream(first=FIRST_EVENT)
+    log = tmp_path / "events.jsonl"
+    log.touch()
+    models = twin_models("openai", deployment_kwargs("openai", upstream.url))
+    with logged_proxy(models, log, fastpath_lane=True) as proxy:
+        body = {"model": "rust-openai", "messages": HI}
+        with pytest.raises(httpx.TimeoutException):  # the proxy's path; the lane learns the key
+            proxy.post("/chat/completions", json=body, timeout=1.0)
+        time.sleep(0.5)
+        already = len(upstream.connections)
+        proxied = proxy.log_text().count('"POST /chat/completions')
+        headers = {"Authorization": f"Bearer {MASTER_KEY}"}
+        with httpx.Client(timeout=5) as client:
+            stream_body = {**body, "stream": True}
+            url = f"{proxy.url}/chat/completions"
+            with client.stream("POST", url, json=stream_body, headers=headers) as response:
+                assert response.headers["x-litellm-rust"] == "true"
+                first = next(response.iter_lines())
+                assert '"content":"Hel"' in first
+        left_at = time.monotonic()
+        time.sleep(1.0)
+        served = [c for c in upstream.connections[already:] if "request" in c]
+        assert len(served) == 1
+        assert served[0].get("closed", float("inf")) - left_at < 0.5
+        # The lane served it: the proxy's access log never saw it.
+        assert proxy.log_text().count('"POST /chat/completions') == proxied
+    upstream.server.close()
+
+
+def test_a_stream_that_stalls_past_the_timeout_ends_as_on_the_proxy(tmp_path: Path) -> None:
+    upstream = _StallingUpstream(first=FIRST_EVENT)
+    log = tmp_path / "events.jsonl"
+    log.touch()
+    params = {**deployment_kwargs("openai", upstream.url), "timeout": 1}
+    with logged_proxy(twin_models("openai", params), log, fastpath_lane=True) as proxy:
+        # The lane learns the key from the proxy's first request (a stream the proxy serves).
+        warm = {"model": "plain-openai", "messages": HI, "stream": True}
+        assert proxy.post("/chat/completions", json=warm, timeout=10).status_code == 200
+        bodies = {}
+        for model in ("rust-openai", "plain-openai"):
+            started = time.monotonic()
+            body = {"model": model, "messages": HI, "stream": True}
+            response = proxy.post("/chat/completions", json=body, timeout=10)
+            assert response.status_code == 200
+            assert time.monotonic() - started < 5
+            bodies[model] = re.sub(rb'"created":\d+', b"", response.content).replace(
+                model.encode(), b"M"
+            )
+        assert bodies["rust-openai"] == bodies["plain-openai"]
+        assert b'"error"' in bodies["rust-openai"] and b"Timeout" in bodies["rust-openai"]
+        assert lane_counts(log).get("served", 0) >= 1
     upstream.server.close()
 
 

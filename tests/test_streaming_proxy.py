@@ -1,5 +1,7 @@
 """Streamed chat end to end through the real LiteLLM proxy: a `rust: true` OpenAI model against
-its plain twin (same `litellm_params`), one recording upstream that streams scripted SSE.
+its plain twin (same `litellm_params`), one recording upstream that streams scripted SSE. Every
+test runs twice: on the proxy, and with the fast lane on (`fastpath_lane: true`), where the lane
+streams the `rust: true` models and the proxy the plain ones.
 
 The client must get the same bytes (SSE frames, in order; only `created`, the clock, and the
 model group's name differ), the upstream the same request, and the proxy's logging one success
@@ -22,20 +24,27 @@ from litellm_fastpath.mock_provider import deployment_kwargs, openai_stream_even
 from tests.conftest import logged_proxy, twin_models
 from tests.harness import ProxyProcess, RecordingUpstream, Reply
 from tests.harness.proxy import MASTER_KEY
-from tests.proxy_logger import events_for
+from tests.proxy_logger import events_for, lane_counts
 
 pytestmark = pytest.mark.proxy
 
 _CREATED = re.compile(rb'"created":\d+')
 
 
-@pytest.fixture(scope="module")
-def proxy(e2e_upstream: RecordingUpstream, callback_log: Path) -> Iterator[ProxyProcess]:
+@pytest.fixture(scope="module", params=["proxy", "lane"])
+def proxy(
+    request: pytest.FixtureRequest, e2e_upstream: RecordingUpstream, callback_log: Path
+) -> Iterator[ProxyProcess]:
     models = twin_models("openai", deployment_kwargs("openai", e2e_upstream.url))
     models += twin_models("anthropic", deployment_kwargs("anthropic", e2e_upstream.url))
     models += twin_models("bedrock", deployment_kwargs("bedrock", e2e_upstream.url))
-    server = logged_proxy(models, callback_log)
+    settings = {"fastpath_lane": True} if request.param == "lane" else {}
+    server = logged_proxy(models, callback_log, **settings)
     with server:
+        if request.param == "lane":
+            # The lane learns the master key's verdict from the proxy's first request.
+            e2e_upstream.set_default("/chat/completions", sse_reply(SCENARIOS["mock-3"]))
+            assert stream_text(server, "plain-openai").status_code == 200
         yield server
 
 
@@ -334,3 +343,17 @@ def test_bedrock_exception_mid_stream_ends_the_stream_like_python(
         out[model] = frames.replace(model.encode(), b"M")
     assert out["rust-bedrock"] == out["plain-bedrock"]
     assert b'"error"' in out["rust-bedrock"]
+
+
+def test_the_lane_served_the_rust_streams(
+    request: pytest.FixtureRequest, proxy: ProxyProcess, callback_log: Path
+) -> None:
+    counts = lane_counts(callback_log)
+    if request.node.callspec.params["proxy"] == "lane":
+        # Every rust stream of this module that got a first chunk (the counts are the last
+        # logged event's); the others: the 429 (replayed) and the `rust` fields (bodies).
+        assert counts.get("served", 0) >= 45, counts
+        assert counts.get("replayed") == 1 and counts.get("lane_body") == 2, counts
+        assert not {"lane_stream", "lane_param", "lane_auth"} & set(counts), counts
+    else:
+        assert counts == {}

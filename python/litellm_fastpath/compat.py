@@ -54,6 +54,10 @@ _PRIVATE: dict[str, tuple[str, str]] = {
     "can_key_call_model": ("litellm.proxy.auth.auth_checks", "can_key_call_model"),
     "user_api_key_auth": ("litellm.proxy.auth.user_api_key_auth", "user_api_key_auth"),
     "proxy_chat_completion": ("litellm.proxy.proxy_server", "chat_completion"),
+    "model_deployments_support_stream_options": (
+        "litellm.proxy.common_request_processing",
+        "_model_deployments_support_stream_options",
+    ),
     "Rules": ("litellm.utils", "Rules"),
     "dispatch_success_logging": ("litellm.utils", "_dispatch_success_logging"),
     # Embeddings: the OpenAI answer -> EmbeddingResponse step, and Cohere's token count.

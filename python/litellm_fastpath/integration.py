@@ -346,7 +346,9 @@ async def _start_stream(
     logging_obj = _logging_obj(kwargs, route, prepared, start_time, "acompletion", required=True)
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
-    handle = prepared.start(loop, future, settle)
+    # A stream the fast lane served, replayed through the proxy: it yields what the lane read.
+    claimed = lane.claimed_call() if lane.is_running() else None
+    handle = (claimed or prepared).start(loop, future, settle)
     try:
         provider_headers = await future
     except asyncio.CancelledError:

@@ -95,6 +95,8 @@ _background: set[asyncio.Task[None]] = set()
 # Replays running at once: they run the proxy's per-request Python, one at a time on its loop
 # anyway; a few in flight overlap their awaits.
 REPLAY_CONCURRENCY = 8
+# LiteLLM's `REPEATED_STREAMING_CHUNK_LIMIT` default, the one the lane's streams apply.
+_DEFAULT_REPEAT_LIMIT = 100
 
 
 def is_running() -> bool:
@@ -380,8 +382,18 @@ def _groups(router: Any) -> dict[str, list[tuple[Any, ...]]]:
         entries = [_entry(deployment) for deployment in deployments]
         if all(entry is not None for entry in entries):
             weights = _weights(deployments)
+            # The proxy asks every stream of the group for usage when all its models take
+            # `stream_options` (and drops the usage chunk the client did not ask for).
+            usage_asked = compat.model_deployments_support_stream_options(
+                model=name, llm_router=router, team_id=None
+            )
             served[name] = [
-                (*entry[:2], weight, *entry[2:])
+                (
+                    *entry[:2],
+                    weight,
+                    *entry[2:-1],
+                    None if entry[-1] is None else bool(usage_asked),
+                )
                 for entry, weight in zip(entries, weights, strict=True)
                 if entry is not None
             ]
@@ -410,7 +422,8 @@ def _weights(deployments: list[dict[str, Any]]) -> list[float | None]:
 
 
 def _entry(deployment: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """(Deployment, id, params, timeout, headers, pricing) for a deployment the lane can call."""
+    """(Deployment, id, params, timeout, headers, pricing, streams) for a deployment the lane
+    can call; `streams` is None when its streams stay with the proxy."""
     params = dict(deployment.get("litellm_params") or {})
     info = deployment.get("model_info") or {}
     if params.pop("rust", None) is not True or any("cost" in key for key in info):
@@ -428,6 +441,13 @@ def _entry(deployment: Mapping[str, Any]) -> tuple[Any, ...] | None:
     if api_base:
         headers.append(("x-litellm-model-api-base", api_base.split("?")[0]))
     headers.append(("x-litellm-version", compat.litellm_version() or ""))
+    stream_route = routing.route({**kwargs, "stream": True})
+    streams = (
+        isinstance(stream_route, routing.StreamRoute)
+        and stream_route.timeout == route.timeout
+        # The lane applies LiteLLM's default repetition guard.
+        and litellm.REPEATED_STREAMING_CHUNK_LIMIT == _DEFAULT_REPEAT_LIMIT
+    )
     return (
         route.deployment,
         model_id,
@@ -435,6 +455,7 @@ def _entry(deployment: Mapping[str, Any]) -> tuple[Any, ...] | None:
         route.timeout,
         headers,
         pricing,
+        True if streams else None,
     )
 
 
@@ -504,6 +525,7 @@ async def _replay_served() -> None:
 
 async def _replay(record: tuple[Any, ...]) -> None:
     path, headers, body, client, server, ticket = record
+    tail: list[bytes] = []
     try:
         claimed = _native.lane_claim(ticket)
         if claimed is None:
@@ -523,12 +545,23 @@ async def _replay(record: tuple[Any, ...]) -> None:
         )
         from starlette.responses import Response
 
-        await compat.proxy_chat_completion(
+        answer = await compat.proxy_chat_completion(
             request=request, fastapi_response=Response(), model=None, user_api_key_dict=key
         )
+        frames = getattr(answer, "body_iterator", None)
+        if frames is not None:
+            # A stream: reading it runs LiteLLM's end-of-stream logging. Past the first
+            # chunk's frame (the lane wrote the client's) is the end the lane may wait for.
+            first = True
+            async for frame in frames:
+                if first:
+                    first = False
+                    continue
+                tail.append(frame.encode() if isinstance(frame, str) else bytes(frame))
     except Exception as err:  # LiteLLM logged it; the client has its answer
         logger.debug("fastpath_lane: replay ended with %s", type(err).__name__)
     finally:
+        _native.lane_stream_tail(ticket, b"".join(tail))
         _native.lane_replayed()
 
 
@@ -564,7 +597,9 @@ def _request(
     async def receive() -> dict[str, Any]:
         nonlocal sent
         if sent:
-            return {"type": "http.disconnect"}
+            # As on a live connection whose client waits: nothing more (the proxy checks for a
+            # disconnect by cancelling this at once).
+            await asyncio.Event().wait()
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 

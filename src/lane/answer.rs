@@ -279,6 +279,22 @@ impl Usage {
 }
 
 /// Timings of one served request, for the proxy's duration headers.
+/// The cost headers of an answer.
+#[derive(Clone, Copy, Debug)]
+pub enum CostHeaders {
+    /// Unknown (no linear price): none.
+    Unknown,
+    Known(Cost),
+    /// A stream: the proxy writes its headers before any cost is known (zeros, and no total).
+    Stream,
+}
+
+impl From<Option<Cost>> for CostHeaders {
+    fn from(cost: Option<Cost>) -> Self {
+        cost.map_or(CostHeaders::Unknown, CostHeaders::Known)
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct Timings {
     pub total_ms: f64,
@@ -292,21 +308,38 @@ pub fn headers(
     deployment: &LaneDeployment,
     model_group: &str,
     call_id: &str,
-    cost: Option<Cost>,
+    cost: CostHeaders,
     key_spend: f64,
     timings: Timings,
     provider_headers: &HeaderMap,
 ) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::with_capacity(40);
     let mut push = |name: &str, value: String| out.push((name.to_string(), value));
-    push("content-type", "application/json".into());
+    if let CostHeaders::Stream = cost {
+        push("content-type", "text/event-stream; charset=utf-8".into());
+        push("cache-control", "no-cache".into());
+        push("x-accel-buffering", "no".into());
+    } else {
+        push("content-type", "application/json".into());
+    }
     push("x-litellm-call-id", call_id.into());
     for (name, value) in &deployment.headers {
         push(name, value.clone());
     }
-    if let Some(cost) = cost {
-        let zero = || "0.0".to_string();
-        push("x-litellm-response-cost", python_float(cost.total));
+    let zero = || "0.0".to_string();
+    let breakdown = match cost {
+        CostHeaders::Unknown => None,
+        CostHeaders::Known(cost) => {
+            push("x-litellm-response-cost", python_float(cost.total));
+            Some(cost)
+        }
+        CostHeaders::Stream => Some(Cost {
+            input: 0.0,
+            output: 0.0,
+            total: 0.0,
+        }),
+    };
+    if let Some(cost) = breakdown {
         push("x-litellm-response-cost-original", python_float(cost.total));
         push("x-litellm-response-cost-discount-amount", zero());
         push("x-litellm-response-cost-margin-amount", zero());
@@ -315,7 +348,7 @@ pub fn headers(
         push("x-litellm-response-cost-output", python_float(cost.output));
         push("x-litellm-response-cost-tool-usage", zero());
     }
-    let spent = cost.map_or(0.0, |cost| cost.total);
+    let spent = breakdown.map_or(0.0, |cost| cost.total);
     let updated = if spent > 0.0 {
         key_spend + spent
     } else {

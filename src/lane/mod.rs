@@ -11,9 +11,15 @@
 //! answer. An outcome whose answer the lane does not write itself (an error, an unusual shape)
 //! is forwarded to the proxy with its ticket instead, and the proxy's answer goes to the
 //! client: one provider call either way.
+//!
+//! Streams take the lane too (`streamed`): the lane writes the proxy's SSE frames as the
+//! provider's events arrive, and the replay hands LiteLLM the first chunk and the assembled
+//! answer. Where the end of a stream is not one the lane writes (a usage chunk, an error), the
+//! lane waits for the replay and sends the end the proxy wrote.
 
 pub mod answer;
 pub mod request;
+mod streamed;
 pub mod table;
 mod tickets;
 
@@ -37,8 +43,11 @@ use tokio::net::{TcpListener, UnixStream};
 use tokio::sync::Notify;
 
 use crate::call::{self, CallError, Completion, ResponseShape};
+use crate::http::UpstreamRequest;
+use crate::providers::chunks::StreamOptions;
 use crate::runtime::Engine;
-pub use table::{Group, LaneDeployment, Pricing, Settings, Table, Verdict};
+use crate::stream::{Piece, StreamTransform};
+pub use table::{Group, LaneDeployment, Pricing, Settings, StreamUsage, Table, Verdict};
 pub use tickets::Ticket;
 use tickets::Tickets;
 
@@ -107,6 +116,8 @@ pub struct Lane {
     replay_ready: Notify,
     backlog: AtomicUsize,
     counts: Mutex<HashMap<&'static str, u64>>,
+    /// Streams waiting for the end of the proxy's answer to their replay, by ticket.
+    tails: Mutex<HashMap<String, tokio::sync::oneshot::Sender<Bytes>>>,
 }
 
 impl Lane {
@@ -120,7 +131,21 @@ impl Lane {
             replay_ready: Notify::new(),
             backlog: AtomicUsize::new(0),
             counts: Mutex::new(HashMap::new()),
+            tails: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The end of the proxy's answer to a stream's replay (the frames after the first chunk's),
+    /// for the lane to send to the client it is still streaming to.
+    pub fn send_tail(&self, ticket: &str, tail: Bytes) {
+        let waiting = self
+            .tails
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(ticket);
+        if let Some(waiting) = waiting {
+            let _ = waiting.send(tail);
+        }
     }
 
     /// Requests per outcome: `served`, `replayed`, and each reason a request went to the proxy.
@@ -281,6 +306,7 @@ mod reason {
     pub const BACKLOG: &str = "lane_backlog";
     pub const PARAM: &str = "lane_param";
     pub const HEADER: &str = "lane_header";
+    pub const STREAM: &str = "lane_stream";
 }
 
 /// A client connection: its and our address (what the proxy's request object shows), and a
@@ -397,7 +423,18 @@ struct Admitted {
     key_hash: String,
     key_spend: f64,
     deployment: Arc<LaneDeployment>,
-    upstream: crate::http::UpstreamRequest,
+    plan: Plan,
+}
+
+/// The provider call an admitted request makes.
+enum Plan {
+    Call(UpstreamRequest),
+    Stream {
+        upstream: UpstreamRequest,
+        transform: Box<dyn StreamTransform>,
+        /// The client asked for the usage chunk (the proxy writes it; see `streamed`).
+        usage_chunk: bool,
+    },
 }
 
 /// Everything the lane checks before any I/O; the reason (counted) when the proxy should serve.
@@ -436,16 +473,71 @@ fn admit(
             .or_insert_with(|| value.clone());
     }
     // Declined or invalid: the proxy's own path answers (with LiteLLM's 400 if invalid).
-    let mut upstream =
-        crate::providers::prepare(&deployment.deployment, &chat).map_err(|_| reason::PARAM)?;
-    upstream.timeout = deployment.timeout;
+    let plan = match request.stream {
+        None => {
+            let mut upstream = crate::providers::prepare(&deployment.deployment, &chat)
+                .map_err(|_| reason::PARAM)?;
+            upstream.timeout = deployment.timeout;
+            Plan::Call(upstream)
+        }
+        Some(stream) => {
+            let usage = deployment.streams.ok_or(reason::STREAM)?;
+            let (options_value, options) = stream_options(&stream, usage);
+            let (mut upstream, transform) = crate::providers::prepare_stream(
+                &deployment.deployment,
+                &chat,
+                options_value,
+                options,
+            )
+            .map_err(|_| reason::STREAM)?;
+            upstream.timeout = deployment.timeout;
+            Plan::Stream {
+                upstream,
+                transform,
+                usage_chunk: stream.include_usage,
+            }
+        }
+    };
     Ok(Admitted {
         model_group: request.model,
         key_hash,
         key_spend: verdict.current_spend(),
         deployment,
-        upstream,
+        plan,
     })
+}
+
+/// The `stream_options` the proxy would send, and the chunk rules they imply: unless the client
+/// asked for usage, the proxy asks for it itself on models that take `stream_options`, and
+/// drops the usage chunk that brings (`_stream_usage_tracking_updates` in LiteLLM).
+fn stream_options(
+    stream: &request::StreamRequest,
+    usage: StreamUsage,
+) -> (Option<serde_json::Value>, StreamOptions) {
+    let asked = |include: bool| serde_json::json!({ "include_usage": include });
+    let mut options = StreamOptions {
+        given: stream.options_given,
+        include_usage: stream.include_usage,
+        strip_usage_artifacts: false,
+        repeat_limit: crate::providers::chunks::REPEATED_CHUNK_LIMIT,
+    };
+    if stream.include_usage {
+        return (Some(asked(true)), options);
+    }
+    if usage == StreamUsage::AlwaysAsked {
+        options.given = true;
+        options.include_usage = true;
+        options.strip_usage_artifacts = true;
+        return (Some(asked(true)), options);
+    }
+    let given = stream.options_given.then(|| {
+        if stream.explicit_usage {
+            asked(false)
+        } else {
+            serde_json::json!({})
+        }
+    });
+    (given, options)
 }
 
 async fn serve_chat(
@@ -464,9 +556,28 @@ async fn serve_chat(
         key_hash,
         key_spend,
         deployment,
-        upstream,
+        plan,
     } = admitted;
     let call_id = call_id(&parts.headers);
+    let upstream = match plan {
+        Plan::Call(upstream) => upstream,
+        Plan::Stream {
+            upstream,
+            transform,
+            usage_chunk,
+        } => {
+            let stream = streamed::Stream {
+                model_group,
+                key_spend,
+                deployment,
+                call_id,
+                usage_chunk,
+                received,
+            };
+            return streamed::serve(lane, parts, body, connection, stream, upstream, transform)
+                .await;
+        }
+    };
     let called = Instant::now();
     let shape = ResponseShape::ChatCompletion(Arc::clone(&deployment.deployment));
     let outcome = tokio::select! {
@@ -483,12 +594,16 @@ async fn serve_chat(
             match answer::chat_body(provider, &completion.body, &model_group, minted.as_ref()) {
                 Some((answer_body, usage)) => (completion, answer_body, usage),
                 None => {
-                    let issued = lane.tickets.issue(&deployment.id, call_id, Ok(completion));
+                    let outcome = Outcome::Call(Ok(completion));
+                    let issued = lane.tickets.issue(&deployment.id, call_id, outcome);
                     return Served::Replay(issued);
                 }
             }
         }
-        Err(err) => return Served::Replay(lane.tickets.issue(&deployment.id, call_id, Err(err))),
+        Err(err) => {
+            let outcome = Outcome::Call(Err(err));
+            return Served::Replay(lane.tickets.issue(&deployment.id, call_id, outcome));
+        }
     };
     let cost = deployment.pricing.map(|pricing| usage.cost(pricing));
     let timings = answer::Timings {
@@ -500,7 +615,7 @@ async fn serve_chat(
         &deployment,
         &model_group,
         &call_id.0,
-        cost,
+        answer::CostHeaders::from(cost),
         key_spend,
         timings,
         &completion.headers,
@@ -508,9 +623,11 @@ async fn serve_chat(
     if let Some(cost) = cost {
         lane.table.add_spend(&key_hash, cost.total);
     }
-    let response = answer_response(answer_body, headers);
-    let issued = lane.tickets.issue(&deployment.id, call_id, Ok(completion));
-    enqueue_replay(lane, parts, body, issued, connection);
+    let response = answer_response(full(Bytes::from(answer_body)), headers);
+    let issued = lane
+        .tickets
+        .issue(&deployment.id, call_id, Outcome::Call(Ok(completion)));
+    enqueue_replay(lane, pending_replay(parts, body, connection), issued, false);
     lane.count("served");
     Served::Answer(response)
 }
@@ -548,8 +665,8 @@ impl Minted {
     }
 }
 
-fn answer_response(body: Vec<u8>, headers: Vec<(String, String)>) -> Response<Body> {
-    let mut response = Response::new(full(Bytes::from(body)));
+fn answer_response(body: Body, headers: Vec<(String, String)>) -> Response<Body> {
+    let mut response = Response::new(body);
     for (name, value) in headers {
         if let (Ok(name), Ok(value)) = (
             HeaderName::from_bytes(name.as_bytes()),
@@ -612,35 +729,56 @@ fn set_header(headers: &mut http::HeaderMap, name: &'static str, value: &str) {
     }
 }
 
-fn enqueue_replay(
-    lane: &Lane,
+/// A served request's replay, before its ticket is known.
+struct PendingReplay {
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Bytes,
+    client: Option<SocketAddr>,
+    server: Option<SocketAddr>,
+}
+
+fn pending_replay(
     parts: &http::request::Parts,
     body: &Bytes,
-    issued: tickets::Issued,
     connection: &Connection,
-) {
-    let mut headers: Vec<(String, String)> = parts
-        .headers
-        .iter()
-        .filter(|(name, _)| name.as_str() != PEER_HEADER)
-        .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_string())))
-        .collect();
+) -> PendingReplay {
+    PendingReplay {
+        path: parts.uri.path().to_string(),
+        headers: parts
+            .headers
+            .iter()
+            .filter(|(name, _)| name.as_str() != PEER_HEADER)
+            .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_string())))
+            .collect(),
+        body: body.clone(),
+        client: Some(connection.peer),
+        server: connection.local,
+    }
+}
+
+/// Queues a replay; `first` puts it ahead of the others (a client waits for its end).
+fn enqueue_replay(lane: &Lane, pending: PendingReplay, issued: tickets::Issued, first: bool) {
+    let mut headers = pending.headers;
     if issued.call_id_added {
         headers.push(("x-litellm-call-id".into(), issued.call_id));
     }
     let replay = Replay {
-        path: parts.uri.path().to_string(),
+        path: pending.path,
         headers,
-        body: body.clone(),
-        client: Some(connection.peer),
-        server: connection.local,
+        body: pending.body,
+        client: pending.client,
+        server: pending.server,
         ticket: issued.id,
     };
     lane.backlog.fetch_add(1, Ordering::AcqRel);
-    lane.replays
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push_back(replay);
+    let mut queue = lane.replays.lock().unwrap_or_else(|p| p.into_inner());
+    if first {
+        queue.push_front(replay);
+    } else {
+        queue.push_back(replay);
+    }
+    drop(queue);
     lane.replay_ready.notify_one();
 }
 
@@ -649,5 +787,18 @@ const ACCEPT_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis
 /// How often a waiting request checks that its client is still there.
 const CLIENT_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// A served completion's outcome, as a ticket holds it.
-pub type Outcome = Result<Completion, CallError>;
+/// A provider call's outcome, as a ticket holds it.
+#[derive(Debug)]
+pub enum Outcome {
+    Call(Result<Completion, CallError>),
+    Stream(StreamOutcome),
+}
+
+/// A stream the lane opened: the provider's headers (or the error that kept it from opening),
+/// then what the replay's stream wrapper needs of it: the first chunk, and the end (the
+/// assembled answer, or the failure).
+#[derive(Debug)]
+pub struct StreamOutcome {
+    pub opened: Result<http::HeaderMap, CallError>,
+    pub pieces: Vec<Piece>,
+}

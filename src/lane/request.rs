@@ -1,5 +1,5 @@
 //! A chat request body, as the lane takes it: a strict subset of what the fast path serves.
-//! Anything outside it (streams, tools, odd types, LiteLLM's own options) goes to the proxy.
+//! Anything outside it (tools, odd types, LiteLLM's own options) goes to the proxy.
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -27,6 +27,19 @@ const MAX_STOP_SEQUENCES: usize = 4;
 pub struct LaneRequest {
     pub model: String,
     pub chat: ChatRequest,
+    /// `stream: true`: the stream's options.
+    pub stream: Option<StreamRequest>,
+}
+
+/// What a `stream: true` request asked for.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct StreamRequest {
+    /// `stream_options` was given (as `{}` or `{"include_usage": <bool>}`).
+    pub options_given: bool,
+    /// `stream_options.include_usage` is `true`.
+    pub include_usage: bool,
+    /// `include_usage` was given (as `true` or `false`).
+    pub explicit_usage: bool,
 }
 
 /// Why a body stays with the proxy (counted as `lane_body`).
@@ -40,11 +53,15 @@ pub fn parse(body: &[u8]) -> Result<LaneRequest, NotForLane> {
     let mut model = None;
     let mut messages = None;
     let mut params = Map::new();
+    let mut streamed = false;
+    let mut stream_options = None;
     for (name, value) in fields {
         match name.as_str() {
             "model" => model = value.as_str().map(str::to_string),
             "messages" => messages = Some(chat_messages(&value)?),
             "stream" if value == Value::Bool(false) || value.is_null() => {}
+            "stream" if value == Value::Bool(true) => streamed = true,
+            "stream_options" => stream_options = Some(value),
             _ if PARAMS.contains(&name.as_str()) => {
                 if value.is_null() {
                     // LiteLLM drops None-valued params.
@@ -57,9 +74,37 @@ pub fn parse(body: &[u8]) -> Result<LaneRequest, NotForLane> {
     }
     let model = model.ok_or(NotForLane("model is not a string"))?;
     let messages = messages.ok_or(NotForLane("no messages"))?;
+    let stream = match (streamed, stream_options) {
+        (false, None | Some(Value::Null)) => None,
+        (false, Some(_)) => return Err(NotForLane("stream_options without a stream")),
+        (true, options) => Some(stream_request(options)?),
+    };
     Ok(LaneRequest {
         model,
         chat: ChatRequest { messages, params },
+        stream,
+    })
+}
+
+/// `stream_options` the fast path serves: absent, null, `{}` or `{"include_usage": <bool>}`.
+fn stream_request(options: Option<Value>) -> Result<StreamRequest, NotForLane> {
+    let fields = match options {
+        None | Some(Value::Null) => return Ok(StreamRequest::default()),
+        Some(Value::Object(fields)) => fields,
+        Some(_) => return Err(NotForLane("stream_options is not an object")),
+    };
+    let include_usage = match fields.get("include_usage") {
+        None => false,
+        Some(Value::Bool(include)) => *include,
+        Some(_) => return Err(NotForLane("include_usage is not a boolean")),
+    };
+    if fields.len() > usize::from(fields.contains_key("include_usage")) {
+        return Err(NotForLane("stream_options other than include_usage"));
+    }
+    Ok(StreamRequest {
+        options_given: true,
+        include_usage,
+        explicit_usage: fields.contains_key("include_usage"),
     })
 }
 
@@ -120,6 +165,38 @@ mod tests {
         assert_eq!(request.model, "m");
         assert_eq!(request.chat.messages.len(), 2);
         assert_eq!(request.chat.params.len(), 3);
+        assert_eq!(request.stream, None);
+    }
+
+    #[test]
+    fn takes_streams_with_their_usage_option() {
+        let stream = |tail: &str| {
+            let body = format!(
+                r#"{{"model":"m","messages":[{{"role":"user","content":"hi"}}],"stream":true{tail}}}"#
+            );
+            parse(body.as_bytes()).unwrap().stream.unwrap()
+        };
+        assert_eq!(stream(""), StreamRequest::default());
+        assert_eq!(
+            stream(r#","stream_options":null"#),
+            StreamRequest::default()
+        );
+        assert_eq!(
+            stream(r#","stream_options":{"include_usage":true}"#),
+            StreamRequest {
+                options_given: true,
+                include_usage: true,
+                explicit_usage: true
+            }
+        );
+        assert_eq!(
+            stream(r#","stream_options":{}"#),
+            StreamRequest {
+                options_given: true,
+                include_usage: false,
+                explicit_usage: false
+            }
+        );
     }
 
     #[test]
@@ -134,7 +211,12 @@ mod tests {
             br#"{"model":"m","messages":[{"role":"user","content":[]}]}"#,
             br#"{"model":"m","messages":[{"role":"user","content":""}]}"#,
             br#"{"model":"m","messages":[{"role":"user","content":"x","name":"a"}]}"#,
-            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":1}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":{}}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,
+                "stream_options":{"include_usage":1}}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,
+                "stream_options":{"include_usage":true,"x":1}}"#,
             br#"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[]}"#,
             br#"{"model":"m","messages":[{"role":"user","content":"x"}],"metadata":{}}"#,
             br#"{"model":"m","messages":[{"role":"user","content":"x"}],"user":"u"}"#,

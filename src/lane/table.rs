@@ -24,6 +24,16 @@ pub struct LaneDeployment {
     pub headers: Vec<(String, String)>,
     /// LiteLLM's price per prompt and per completion token, when its cost is linear in them.
     pub pricing: Option<Pricing>,
+    /// Whether the lane streams from it: None (streams go to the proxy), or whether the proxy
+    /// asks this model for usage on every stream (it then adds `include_usage` and drops the
+    /// usage chunk the client did not ask for).
+    pub streams: Option<StreamUsage>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamUsage {
+    AsAsked,
+    AlwaysAsked,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -11,7 +11,10 @@ use serde_json::{Map, Value};
 use super::_native::Deployment;
 use super::bridge::{PreparedCall, settle_later};
 use super::errors::{InvalidRequestError, transport_error_to_py};
-use crate::lane::{self, App, Group, Lane, LaneDeployment, Pricing, Settings, Verdict};
+use super::stream::PreparedStream;
+use crate::lane::{
+    self, App, Group, Lane, LaneDeployment, Pricing, Settings, StreamUsage, Verdict,
+};
 use crate::runtime;
 
 struct Running {
@@ -106,10 +109,12 @@ type Entry<'py> = (
     f64,
     Vec<(String, String)>,
     Option<(f64, f64)>,
+    Option<bool>,
 );
 
 /// Replaces the groups the lane serves: `{group: [(deployment, id, weight, params, timeout,
-/// headers, pricing)]}`.
+/// headers, pricing, streams)]}`; `streams`: None when the lane leaves the deployment's streams
+/// to the proxy, else whether the proxy adds `include_usage` to every stream of it.
 #[pyfunction]
 pub fn lane_set_groups(
     py: Python<'_>,
@@ -121,7 +126,7 @@ pub fn lane_set_groups(
         let mut deployments = Vec::with_capacity(entries.len());
         let mut weights = Vec::with_capacity(entries.len());
         for entry in entries {
-            let (deployment, id, weight, params, timeout, headers, pricing): Entry<'_> =
+            let (deployment, id, weight, params, timeout, headers, pricing, streams): Entry<'_> =
                 entry.extract()?;
             let params: Map<String, Value> = pythonize::depythonize(params.as_any())
                 .map_err(|err| InvalidRequestError::new_err(format!("params: {err}")))?;
@@ -138,6 +143,13 @@ pub fn lane_set_groups(
                 pricing: pricing.map(|(input, output)| Pricing {
                     input_per_token: input,
                     output_per_token: output,
+                }),
+                streams: streams.map(|always| {
+                    if always {
+                        StreamUsage::AlwaysAsked
+                    } else {
+                        StreamUsage::AsAsked
+                    }
                 }),
             }));
         }
@@ -201,19 +213,35 @@ pub fn lane_forget_group_lists() -> PyResult<()> {
 }
 
 /// The outcome behind a ticket, once: `(deployment_id, call_id_added, call)`, where `call` is
-/// a `PreparedCall` that yields the provider's answer or error without calling it again.
+/// a `PreparedCall` (or, for a stream, a `PreparedStream`) that yields the provider's answer or
+/// error without calling it again.
 #[pyfunction]
 pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<Py<PyAny>>> {
     let Some(ticket) = running()?.claim(ticket) else {
         return Ok(None);
     };
-    let call = Py::new(py, PreparedCall::done(ticket.outcome, String::new()))?;
+    let call = match ticket.outcome {
+        lane::Outcome::Call(outcome) => {
+            Py::new(py, PreparedCall::done(outcome, String::new()))?.into_any()
+        }
+        lane::Outcome::Stream(outcome) => {
+            Py::new(py, PreparedStream::replayed(outcome.opened, outcome.pieces))?.into_any()
+        }
+    };
     Ok(Some(
         (ticket.deployment_id, ticket.call_id_added, call)
             .into_pyobject(py)?
             .into_any()
             .unbind(),
     ))
+}
+
+/// The end of the proxy's answer to a stream's replay (everything after its first chunk's
+/// frame), for the lane to send to the client still waiting for it.
+#[pyfunction]
+pub fn lane_stream_tail(ticket: &str, tail: &[u8]) -> PyResult<()> {
+    running()?.send_tail(ticket, bytes::Bytes::copy_from_slice(tail));
+    Ok(())
 }
 
 /// Settles `future` (on `event_loop`, through `settle`) with every served request waiting for

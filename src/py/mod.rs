@@ -37,7 +37,7 @@ mod _native {
     use super::lane::{
         lane_backlog, lane_claim, lane_configure, lane_counts, lane_forget_group_lists,
         lane_next_replays, lane_replayed, lane_set_cooling, lane_set_groups, lane_set_key,
-        lane_stop, start_lane,
+        lane_stop, lane_stream_tail, start_lane,
     };
     use super::stream::Payload;
     #[pymodule_export]

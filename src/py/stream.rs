@@ -10,15 +10,24 @@ use pyo3::types::{PyBytes, PyList};
 
 use super::bridge::{headers_to_py, settle_later};
 use super::errors::{InternalError, call_error_to_py, panic_to_py, stream_error_to_py};
+use crate::call::CallError;
 use crate::http::UpstreamRequest;
 use crate::http::client::{OpenResponse, TransportError};
 use crate::providers::messages::stream::sse_frame;
 use crate::runtime::{self, Engine};
 use crate::stream::{self, Batch, Receiver, StreamError, StreamTransform};
+use http::HeaderMap;
 
-struct StreamWork {
-    request: UpstreamRequest,
-    transform: Box<dyn StreamTransform>,
+enum StreamWork {
+    Live {
+        request: Box<UpstreamRequest>,
+        transform: Box<dyn StreamTransform>,
+    },
+    /// A stream the fast lane already read: how it opened, and the pieces to hand over.
+    Replayed {
+        opened: Result<HeaderMap, CallError>,
+        pieces: Vec<stream::Piece>,
+    },
 }
 
 /// What a handle's batches carry to Python.
@@ -58,7 +67,20 @@ impl PreparedStream {
         PreparedStream {
             url: request.url.clone(),
             payload,
-            work: Mutex::new(Some(StreamWork { request, transform })),
+            work: Mutex::new(Some(StreamWork::Live {
+                request: Box::new(request),
+                transform,
+            })),
+        }
+    }
+
+    /// A stream the fast lane served, for the proxy's replay of it: it opens as the provider's
+    /// stream did and yields `pieces` (its first chunk and its end) without calling anyone.
+    pub fn replayed(opened: Result<HeaderMap, CallError>, pieces: Vec<stream::Piece>) -> Self {
+        PreparedStream {
+            url: String::new(),
+            payload: Payload::Chunks,
+            work: Mutex::new(Some(StreamWork::Replayed { opened, pieces })),
         }
     }
 
@@ -98,8 +120,33 @@ impl PreparedStream {
         let stop = Arc::new(tokio::sync::Notify::new());
         let pump_stop = Arc::clone(&stop);
         let task_engine = Arc::clone(&engine);
+        let (request, transform) = match work {
+            StreamWork::Live { request, transform } => (request, transform),
+            StreamWork::Replayed { opened, pieces } => {
+                let task = engine.runtime.spawn(async move {
+                    let (ok, opened) = (opened.is_ok(), opened);
+                    settle_later(event_loop, settle, future, move |py| match opened {
+                        Ok(headers) => Ok(headers_to_py(py, &headers)?.into_any().unbind()),
+                        Err(err) => Err(call_error_to_py(py, err)),
+                    });
+                    if ok {
+                        for piece in pieces {
+                            if tx.send(piece).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+                return Ok(StreamHandle::new(
+                    receiver,
+                    task.abort_handle(),
+                    self.payload,
+                    stop,
+                ));
+            }
+        };
         let task = engine.runtime.spawn(async move {
-            let opened = AssertUnwindSafe(stream::open(&task_engine.transport, work.request))
+            let opened = AssertUnwindSafe(stream::open(&task_engine.transport, *request))
                 .catch_unwind()
                 .await;
             let response = match opened {
@@ -119,7 +166,7 @@ impl PreparedStream {
             settle_later(event_loop, settle, future, move |py| {
                 Ok(headers_to_py(py, &headers)?.into_any().unbind())
             });
-            run_pump(response, work.transform, tx, pump_stop).await;
+            run_pump(response, transform, tx, pump_stop).await;
         });
         Ok(StreamHandle::new(
             receiver,
@@ -131,13 +178,17 @@ impl PreparedStream {
 
     /// Opens the stream with the GIL released; returns `(handle, provider_headers)`.
     fn start_blocking(&self, py: Python<'_>) -> PyResult<(StreamHandle, Py<PyAny>)> {
-        let work = self.take()?;
+        let StreamWork::Live { request, transform } = self.take()? else {
+            return Err(InternalError::new_err(
+                "a replayed stream is read with asyncio",
+            ));
+        };
         let engine = engine()?;
         let opened = py.detach(|| {
             std::panic::catch_unwind(AssertUnwindSafe(|| {
                 engine
                     .runtime
-                    .block_on(stream::open(&engine.transport, work.request))
+                    .block_on(stream::open(&engine.transport, *request))
             }))
         });
         let response = match opened {
@@ -150,7 +201,7 @@ impl PreparedStream {
         let stop = Arc::new(tokio::sync::Notify::new());
         let task = engine
             .runtime
-            .spawn(run_pump(response, work.transform, tx, Arc::clone(&stop)));
+            .spawn(run_pump(response, transform, tx, Arc::clone(&stop)));
         Ok((
             StreamHandle::new(receiver, task.abort_handle(), self.payload, stop),
             headers,
