@@ -3,9 +3,10 @@
 Three arms: `plain` and `rust` are models of one proxy (`plain-<provider>` and `rust-<provider>`,
 same deployment), and `lane` is the `rust` model of a second, otherwise identical proxy with the
 fast lane on (`fastpath_lane: true`: Rust serves the stream before the proxy's per-request
-Python, which runs afterwards). The deployments are served by the package's mock provider, which streams each provider's native format (OpenAI or
-Anthropic SSE, Bedrock's binary event stream; `max_tokens` chunks); the clients run in their own
-process (asyncio + httpx). Arms are interleaved, step by step, in one run:
+Python, which runs afterwards). The deployments are served by the package's mock provider,
+which streams each provider's native format (OpenAI or Anthropic SSE, Bedrock's binary event
+stream; `max_tokens` chunks); the clients run in their own process (asyncio + httpx). Arms are
+interleaved, step by step, in one run:
 
 - throughput: 8 concurrent streams of 1,000 chunks, back to back, for a fixed time: chunks/s the
   worker sustains and proxy CPU per chunk;

@@ -4,6 +4,7 @@ the lane against its plain twin served by the proxy, request by request."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import re
 import socket
 import threading
@@ -462,16 +463,28 @@ class _StallingUpstream:
             record["closed"] = time.monotonic()
 
 
-def test_a_client_that_leaves_cancels_the_provider_call(tmp_path: Path) -> None:
-    upstream = _StallingUpstream()
+@contextlib.contextmanager
+def stalled_lane_proxy(
+    tmp_path: Path, first: bytes | None = None
+) -> Iterator[tuple[_StallingUpstream, ProxyProcess, Path]]:
+    """A lane proxy in front of a stalling provider, once the lane knows the master key (from
+    a first request the proxy served, and which timed out)."""
+    upstream = _StallingUpstream(first)
     log = tmp_path / "events.jsonl"
     log.touch()
     models = twin_models("openai", deployment_kwargs("openai", upstream.url))
     with logged_proxy(models, log, fastpath_lane=True) as proxy:
         body = {"model": "rust-openai", "messages": HI}
-        with pytest.raises(httpx.TimeoutException):  # the proxy's path; the lane learns the key
+        with pytest.raises(httpx.TimeoutException):
             proxy.post("/chat/completions", json=body, timeout=1.0)
         time.sleep(0.5)
+        yield upstream, proxy, log
+    upstream.server.close()
+
+
+def test_a_client_that_leaves_cancels_the_provider_call(tmp_path: Path) -> None:
+    with stalled_lane_proxy(tmp_path) as (upstream, proxy, _log):
+        body = {"model": "rust-openai", "messages": HI}
         already = len(upstream.connections)
         left_at = time.monotonic()
         with pytest.raises(httpx.TimeoutException):  # the lane's path
@@ -481,7 +494,6 @@ def test_a_client_that_leaves_cancels_the_provider_call(tmp_path: Path) -> None:
         served = [c for c in upstream.connections[already:] if "request" in c]
         assert served, "the lane never called the provider"
         assert all(c.get("closed", float("inf")) - left_at < 0.5 for c in served)
-    upstream.server.close()
 
 
 FIRST_EVENT = (
@@ -492,15 +504,8 @@ FIRST_EVENT = (
 
 
 def test_a_client_that_leaves_mid_stream_closes_the_provider_stream(tmp_path: Path) -> None:
-    upstream = _StallingUpstream(first=FIRST_EVENT)
-    log = tmp_path / "events.jsonl"
-    log.touch()
-    models = twin_models("openai", deployment_kwargs("openai", upstream.url))
-    with logged_proxy(models, log, fastpath_lane=True) as proxy:
+    with stalled_lane_proxy(tmp_path, FIRST_EVENT) as (upstream, proxy, log):
         body = {"model": "rust-openai", "messages": HI}
-        with pytest.raises(httpx.TimeoutException):  # the proxy's path; the lane learns the key
-            proxy.post("/chat/completions", json=body, timeout=1.0)
-        time.sleep(0.5)
         already = len(upstream.connections)
         proxied = proxy.log_text().count('"POST /chat/completions')
         headers = {"Authorization": f"Bearer {MASTER_KEY}"}
@@ -518,14 +523,22 @@ def test_a_client_that_leaves_mid_stream_closes_the_provider_stream(tmp_path: Pa
         assert served[0].get("closed", float("inf")) - left_at < 0.5
         # The lane served it: the proxy's access log never saw it.
         assert proxy.log_text().count('"POST /chat/completions') == proxied
-    upstream.server.close()
+        # Its replay logs what was streamed until the client left.
+        [event] = [e for e in events_for(log, "rust-openai", 1) if e["event"] == "success"]
+        assert event["payload"]["response"]["choices"][0]["message"]["content"] == "Hel"
+        assert event["response_cost"] > 0
 
 
-def test_a_stream_that_stalls_past_the_timeout_ends_as_on_the_proxy(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "timeouts", [{"timeout": 1}, {"timeout": 30, "stream_timeout": 1}], ids=["timeout", "stream"]
+)
+def test_a_stream_that_stalls_past_the_timeout_ends_as_on_the_proxy(
+    tmp_path: Path, timeouts: dict
+) -> None:
     upstream = _StallingUpstream(first=FIRST_EVENT)
     log = tmp_path / "events.jsonl"
     log.touch()
-    params = {**deployment_kwargs("openai", upstream.url), "timeout": 1}
+    params = {**deployment_kwargs("openai", upstream.url), **timeouts}
     with logged_proxy(twin_models("openai", params), log, fastpath_lane=True) as proxy:
         # The lane learns the key from the proxy's first request (a stream the proxy serves).
         warm = {"model": "plain-openai", "messages": HI, "stream": True}

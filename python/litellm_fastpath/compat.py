@@ -203,6 +203,12 @@ def proxy_callback_capabilities() -> Any:
         return None
 
 
+def router_timeout(router: Any, litellm_params: dict[str, Any], *, stream: bool) -> Any:
+    """The timeout LiteLLM's router gives a call to this deployment (`Router._get_timeout`:
+    `stream_timeout` for streams, the deployment's, the router's, then LiteLLM's default)."""
+    return router._get_timeout(kwargs={"stream": stream}, data=litellm_params)
+
+
 def proxy_server() -> Any:
     """The proxy's module: its globals (router, settings, key cache, master key, app)."""
     return importlib.import_module("litellm.proxy.proxy_server")

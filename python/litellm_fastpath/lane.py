@@ -379,7 +379,7 @@ def _groups(router: Any) -> dict[str, list[tuple[Any, ...]]]:
     for name, deployments in by_group.items():
         if name in fallbacks or name in (getattr(router, "model_group_alias", None) or {}):
             continue
-        entries = [_entry(deployment) for deployment in deployments]
+        entries = [_entry(deployment, router) for deployment in deployments]
         if all(entry is not None for entry in entries):
             weights = _weights(deployments)
             # The proxy asks every stream of the group for usage when all its models take
@@ -392,7 +392,7 @@ def _groups(router: Any) -> dict[str, list[tuple[Any, ...]]]:
                     *entry[:2],
                     weight,
                     *entry[2:-1],
-                    None if entry[-1] is None else bool(usage_asked),
+                    None if entry[-1] is None else (bool(usage_asked), entry[-1]),
                 )
                 for entry, weight in zip(entries, weights, strict=True)
                 if entry is not None
@@ -421,15 +421,25 @@ def _weights(deployments: list[dict[str, Any]]) -> list[float | None]:
     return [None] * len(deployments)
 
 
-def _entry(deployment: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """(Deployment, id, params, timeout, headers, pricing, streams) for a deployment the lane
-    can call; `streams` is None when its streams stay with the proxy."""
-    params = dict(deployment.get("litellm_params") or {})
+def _entry(deployment: Mapping[str, Any], router: Any) -> tuple[Any, ...] | None:
+    """(Deployment, id, params, timeout, headers, pricing, stream timeout) for a deployment the
+    lane can call; the stream timeout is None when its streams stay with the proxy. Timeouts
+    are the router's for the deployment, as it passes them to each call."""
+    litellm_params = dict(deployment.get("litellm_params") or {})
+    params = dict(litellm_params)
     info = deployment.get("model_info") or {}
     if params.pop("rust", None) is not True or any("cost" in key for key in info):
         return None
     kwargs = {**params, "messages": [{"role": "user", "content": "x"}]}
-    route = routing.route(kwargs)
+
+    def routed(stream: bool) -> Any:
+        call = {**kwargs, "stream": True} if stream else dict(kwargs)
+        timeout = compat.router_timeout(router, litellm_params, stream=stream)
+        if timeout is not None:
+            call["timeout"] = timeout
+        return routing.route(call)
+
+    route = routed(stream=False)
     if isinstance(route, routing.Decline) or isinstance(route, routing.StreamRoute):
         return None
     pricing = _pricing(route.provider, route.model)
@@ -441,10 +451,9 @@ def _entry(deployment: Mapping[str, Any]) -> tuple[Any, ...] | None:
     if api_base:
         headers.append(("x-litellm-model-api-base", api_base.split("?")[0]))
     headers.append(("x-litellm-version", compat.litellm_version() or ""))
-    stream_route = routing.route({**kwargs, "stream": True})
+    stream_route = routed(stream=True)
     streams = (
         isinstance(stream_route, routing.StreamRoute)
-        and stream_route.timeout == route.timeout
         # The lane applies LiteLLM's default repetition guard.
         and litellm.REPEATED_STREAMING_CHUNK_LIMIT == _DEFAULT_REPEAT_LIMIT
     )
@@ -455,7 +464,7 @@ def _entry(deployment: Mapping[str, Any]) -> tuple[Any, ...] | None:
         route.timeout,
         headers,
         pricing,
-        True if streams else None,
+        stream_route.timeout if streams else None,
     )
 
 

@@ -47,7 +47,9 @@ use crate::http::UpstreamRequest;
 use crate::providers::chunks::StreamOptions;
 use crate::runtime::Engine;
 use crate::stream::{Piece, StreamTransform};
-pub use table::{Group, LaneDeployment, Pricing, Settings, StreamUsage, Table, Verdict};
+pub use table::{
+    Group, LaneDeployment, LaneStreams, Pricing, Settings, StreamUsage, Table, Verdict,
+};
 pub use tickets::Ticket;
 use tickets::Tickets;
 
@@ -481,8 +483,8 @@ fn admit(
             Plan::Call(upstream)
         }
         Some(stream) => {
-            let usage = deployment.streams.ok_or(reason::STREAM)?;
-            let (options_value, options) = stream_options(&stream, usage);
+            let streams = deployment.streams.ok_or(reason::STREAM)?;
+            let (options_value, options) = stream_options(&stream, streams.usage);
             let (mut upstream, transform) = crate::providers::prepare_stream(
                 &deployment.deployment,
                 &chat,
@@ -490,7 +492,7 @@ fn admit(
                 options,
             )
             .map_err(|_| reason::STREAM)?;
-            upstream.timeout = deployment.timeout;
+            upstream.timeout = streams.timeout;
             Plan::Stream {
                 upstream,
                 transform,

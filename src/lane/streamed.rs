@@ -21,7 +21,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use super::answer::{self, CostHeaders, Timings};
 use super::{
     Body, Connection, LaneDeployment, Outcome, PendingReplay, Served, StreamOutcome,
-    enqueue_replay, pending_replay,
+    enqueue_replay, pending_replay, tickets,
 };
 use crate::http::UpstreamRequest;
 use crate::stream::{self, Piece, StreamError, StreamTransform};
@@ -168,13 +168,17 @@ impl Writer {
         let mut frame = Vec::new();
         stream::proxy_frame(&first_chunk, &stream.model_group, &mut frame);
         if !self.send(frame).await {
-            return self.client_gone(receiver).await;
+            return self.client_gone(stream, first_chunk, receiver).await;
         }
         while end.is_none() {
             let batch = tokio::select! {
                 batch = receiver.next_batch(usize::MAX) => batch,
-                () = self.frames.closed() => return self.client_gone(receiver).await,
-                () = self.connection.closed() => return self.client_gone(receiver).await,
+                () = self.frames.closed() => {
+                    return self.client_gone(stream, first_chunk, receiver).await;
+                }
+                () = self.connection.closed() => {
+                    return self.client_gone(stream, first_chunk, receiver).await;
+                }
             };
             let Some(batch) = batch else { break };
             let mut frames = Vec::new();
@@ -182,21 +186,13 @@ impl Writer {
                 stream::proxy_frame(chunk, &stream.model_group, &mut frames);
             }
             if !frames.is_empty() && !self.send(frames).await {
-                return self.client_gone(receiver).await;
+                return self.client_gone(stream, first_chunk, receiver).await;
             }
             end = batch.end;
         }
         let Some(end) = end else { return };
         let proxy_writes_end = end.is_err() || stream.usage_chunk;
-        let outcome = StreamOutcome {
-            opened: Ok(self.headers.clone()),
-            pieces: vec![Piece::Chunks(vec![first_chunk]), end_piece(end)],
-        };
-        let issued = self.lane.tickets.issue(
-            &stream.deployment.id,
-            stream.call_id,
-            Outcome::Stream(outcome),
-        );
+        let issued = self.issue(stream, first_chunk, end);
         if !proxy_writes_end {
             let _ = self.frames.send(Bytes::from_static(DONE)).await;
             enqueue_replay(&self.lane, self.pending, issued, false);
@@ -228,11 +224,40 @@ impl Writer {
         self.frames.send(Bytes::from(frame)).await.is_ok()
     }
 
-    /// The client left mid-stream: the provider connection is closed at once. Nothing is
-    /// replayed (the README lists this difference), as for an answer the client left.
-    async fn client_gone(self, receiver: stream::Receiver) {
-        self.stop.notify_one();
-        drop(receiver);
+    /// A ticket for the replay: the stream's first chunk and its end.
+    fn issue(
+        &self,
+        stream: Stream,
+        first_chunk: Value,
+        end: Result<Value, StreamError>,
+    ) -> tickets::Issued {
+        let outcome = StreamOutcome {
+            opened: Ok(self.headers.clone()),
+            pieces: vec![Piece::Chunks(vec![first_chunk]), end_piece(end)],
+        };
+        self.lane.tickets.issue(
+            &stream.deployment.id,
+            stream.call_id,
+            Outcome::Stream(outcome),
+        )
+    }
+
+    /// The client left mid-stream: the provider connection is closed at once, and the replay
+    /// logs what was read until then (the answer so far, as the pump hands it over on `stop`).
+    async fn client_gone(self, stream: Stream, first_chunk: Value, mut receiver: stream::Receiver) {
         self.lane.count("client_gone");
+        self.stop.notify_one();
+        let end = loop {
+            match receiver.next_batch(usize::MAX).await {
+                Some(batch) if batch.end.is_some() => break batch.end,
+                Some(_) => {}
+                None => break None,
+            }
+        };
+        drop(receiver);
+        if let Some(Ok(answer)) = end {
+            let issued = self.issue(stream, first_chunk, Ok(answer));
+            enqueue_replay(&self.lane, self.pending, issued, false);
+        }
     }
 }

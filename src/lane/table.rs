@@ -24,10 +24,17 @@ pub struct LaneDeployment {
     pub headers: Vec<(String, String)>,
     /// LiteLLM's price per prompt and per completion token, when its cost is linear in them.
     pub pricing: Option<Pricing>,
-    /// Whether the lane streams from it: None (streams go to the proxy), or whether the proxy
-    /// asks this model for usage on every stream (it then adds `include_usage` and drops the
-    /// usage chunk the client did not ask for).
-    pub streams: Option<StreamUsage>,
+    /// How the lane streams from it (None: its streams go to the proxy).
+    pub streams: Option<LaneStreams>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct LaneStreams {
+    /// Whether the proxy asks this model for usage on every stream (it then adds
+    /// `include_usage` and drops the usage chunk the client did not ask for).
+    pub usage: StreamUsage,
+    /// The router's timeout for its streams (`stream_timeout`, else the other calls').
+    pub timeout: Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use super::bridge::{PreparedCall, settle_later};
 use super::errors::{InvalidRequestError, transport_error_to_py};
 use super::stream::PreparedStream;
 use crate::lane::{
-    self, App, Group, Lane, LaneDeployment, Pricing, Settings, StreamUsage, Verdict,
+    self, App, Group, Lane, LaneDeployment, LaneStreams, Pricing, Settings, StreamUsage, Verdict,
 };
 use crate::runtime;
 
@@ -109,12 +109,13 @@ type Entry<'py> = (
     f64,
     Vec<(String, String)>,
     Option<(f64, f64)>,
-    Option<bool>,
+    Option<(bool, f64)>,
 );
 
 /// Replaces the groups the lane serves: `{group: [(deployment, id, weight, params, timeout,
 /// headers, pricing, streams)]}`; `streams`: None when the lane leaves the deployment's streams
-/// to the proxy, else whether the proxy adds `include_usage` to every stream of it.
+/// to the proxy, else whether the proxy adds `include_usage` to every stream of it, and the
+/// streams' timeout.
 #[pyfunction]
 pub fn lane_set_groups(
     py: Python<'_>,
@@ -130,7 +131,8 @@ pub fn lane_set_groups(
                 entry.extract()?;
             let params: Map<String, Value> = pythonize::depythonize(params.as_any())
                 .map_err(|err| InvalidRequestError::new_err(format!("params: {err}")))?;
-            if !(timeout > 0.0 && timeout.is_finite()) {
+            let positive = |seconds: f64| seconds > 0.0 && seconds.is_finite();
+            if !positive(timeout) || streams.is_some_and(|(_, timeout)| !positive(timeout)) {
                 return Err(InvalidRequestError::new_err("timeout must be positive"));
             }
             weights.push(weight);
@@ -144,12 +146,13 @@ pub fn lane_set_groups(
                     input_per_token: input,
                     output_per_token: output,
                 }),
-                streams: streams.map(|always| {
-                    if always {
+                streams: streams.map(|(always, timeout)| LaneStreams {
+                    usage: if always {
                         StreamUsage::AlwaysAsked
                     } else {
                         StreamUsage::AsAsked
-                    }
+                    },
+                    timeout: Duration::from_secs_f64(timeout),
                 }),
             }));
         }
