@@ -19,6 +19,13 @@ import pytest
 from tests.conftest import PROVIDERS, deployment_kwargs, logged_proxy, twin_models
 from tests.harness import MASTER_KEY, ProxyProcess, RecordingUpstream, Reply
 from tests.proxy_logger import events_for, lane_counts, read_events
+from tests.test_tools import (
+    ANTHROPIC_TOOL_USE,
+    CALLS_WEATHER,
+    CONVERSE_TOOL_USE,
+    HISTORY,
+    WEATHER,
+)
 
 pytestmark = pytest.mark.proxy
 
@@ -114,6 +121,54 @@ def test_the_lane_answers_as_the_proxy_does(
     events = events_for(log, rust_model, 1)
     assert events[-1]["payload"]["id"] == rust.json()["id"]
     assert lane_counts(log).get("served", 0) > served_before
+
+
+TOOL_ANSWERS = {
+    "openai": ("/chat/completions", CALLS_WEATHER),
+    "anthropic": ("/v1/messages", ANTHROPIC_TOOL_USE),
+    "bedrock": ("/converse", CONVERSE_TOOL_USE),
+}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("answer", ["text", "tool_call"])
+def test_tool_calling_takes_the_lane(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, provider: str, answer: str
+) -> None:
+    """Tools, a tool exchange in the history and tool params: the same upstream body and the
+    same answer (text, or a tool call the proxy writes from the lane's ticket)."""
+    path, reply = TOOL_ANSWERS[provider]
+    if answer == "tool_call":
+        upstream.set_default(path, Reply(json=reply))
+    body = {
+        "messages": HISTORY,
+        "tools": [WEATHER],
+        "tool_choice": "auto",
+        "response_format": {"type": "json_object"},
+    }
+    if provider != "bedrock":  # LiteLLM's Converse path refuses it
+        body["parallel_tool_calls"] = False
+    counts_before = lane_counts(log)
+    try:
+        plain, plain_sent = call(proxy, upstream, f"plain-{provider}", **body)
+        rust, rust_sent = call(proxy, upstream, f"rust-{provider}", **body)
+    finally:
+        upstream.set_default(path, None)
+    assert plain.status_code == rust.status_code == 200, (plain.text, rust.text)
+    assert len(plain_sent) == len(rust_sent) == 1
+    assert plain_sent[0].json() == rust_sent[0].json()
+    volatile = {"model": None, "id": None, "created": None}
+    assert {**plain.json(), **volatile} == {**rust.json(), **volatile}
+    assert stable_headers(plain) == stable_headers(rust)
+    assert rust.headers["x-litellm-rust"] == "true"
+    if answer == "tool_call":
+        assert rust.json()["choices"][0]["message"]["tool_calls"]
+    # The lane took it: served (a text answer), or replayed (a tool call the proxy writes).
+    outcome = "served" if answer == "text" else "replayed"
+    deadline = time.monotonic() + 10
+    while lane_counts(log).get(outcome, 0) <= counts_before.get(outcome, 0):
+        assert time.monotonic() < deadline, lane_counts(log)
+        time.sleep(0.05)
 
 
 def test_a_callers_call_id_is_kept(proxy: ProxyProcess, upstream: RecordingUpstream) -> None:

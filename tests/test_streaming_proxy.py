@@ -327,6 +327,25 @@ def test_bedrock_stream_bytes_match_the_plain_model(
     assert out["rust-bedrock"][2] == out["plain-bedrock"][2]
 
 
+@pytest.mark.parametrize("provider", ["anthropic", "bedrock"])
+def test_tool_call_streams_with_tool_params_match_the_plain_model(
+    proxy: ProxyProcess, e2e_upstream: RecordingUpstream, provider: str
+) -> None:
+    from tests.test_streaming import ANTHROPIC, BEDROCK, anthropic_reply, bedrock_reply
+    from tests.test_tools import HISTORY, WEATHER
+
+    if provider == "anthropic":
+        path, reply = "/v1/messages", anthropic_reply(ANTHROPIC["tools"])
+    else:
+        path, reply = "/converse-stream", bedrock_reply(BEDROCK["tools"])
+    body = {"messages": HISTORY, "tools": [WEATHER], "tool_choice": "auto"}
+    out = twin_streams(proxy, e2e_upstream, provider, path, reply, **body)
+    assert out[f"rust-{provider}"][0] == "true"
+    assert out[f"rust-{provider}"][1] == out[f"plain-{provider}"][1]
+    assert out[f"rust-{provider}"][2] == out[f"plain-{provider}"][2]
+    assert b'"tool_calls"' in out[f"rust-{provider}"][2]
+
+
 def test_bedrock_exception_mid_stream_ends_the_stream_like_python(
     proxy: ProxyProcess, e2e_upstream: RecordingUpstream
 ) -> None:

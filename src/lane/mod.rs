@@ -474,6 +474,16 @@ fn admit(
             .entry(name.clone())
             .or_insert_with(|| value.clone());
     }
+    // LiteLLM's form of a `json_schema` for Anthropic and Bedrock depends on the model (the
+    // Python layer decides it per call); the lane leaves those to the proxy.
+    let json_schema = chat
+        .params
+        .get("response_format")
+        .and_then(|format| format.get("type"))
+        .is_some_and(|kind| kind == "json_schema");
+    if json_schema && deployment.deployment.provider.as_str() != "openai" {
+        return Err(reason::PARAM);
+    }
     // Declined or invalid: the proxy's own path answers (with LiteLLM's 400 if invalid).
     let plan = match request.stream {
         None => {

@@ -1,5 +1,5 @@
 //! A chat request body, as the lane takes it: a strict subset of what the fast path serves.
-//! Anything outside it (tools, odd types, LiteLLM's own options) goes to the proxy.
+//! Anything outside it (media, odd types, LiteLLM's own options) goes to the proxy.
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -17,6 +17,15 @@ const PARAMS: &[&str] = &[
     "frequency_penalty",
     "seed",
     "stop",
+];
+
+/// Tool calling and structured output: JSON the provider transforms judge (the proxy passes
+/// them on as parsed).
+const JSON_PARAMS: &[&str] = &[
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
 ];
 
 /// LiteLLM trims `stop` to this many sequences (`validate_openai_optional_params`).
@@ -69,6 +78,11 @@ pub fn parse(body: &[u8]) -> Result<LaneRequest, NotForLane> {
                 }
                 params.insert(name, param(value)?);
             }
+            _ if JSON_PARAMS.contains(&name.as_str()) => {
+                if !value.is_null() {
+                    params.insert(name, value);
+                }
+            }
             _ => return Err(NotForLane("a field the lane does not take")),
         }
     }
@@ -120,36 +134,79 @@ fn param(value: Value) -> Result<Value, NotForLane> {
     }
 }
 
-/// Text-only conversations: `{"role": "system"|"user"|"assistant", "content": "<text>"}`.
+/// Text conversations with tool calls: `{"role": "system"|"user"|"assistant", "content":
+/// "<text>"}`, an assistant turn's `tool_calls` (then `content` may be null or absent), and
+/// `{"role": "tool", "tool_call_id": "<id>", "content": "<text>"}`.
 fn chat_messages(value: &Value) -> Result<Vec<Message>, NotForLane> {
     let items = value
         .as_array()
         .filter(|items| !items.is_empty())
         .ok_or(NotForLane("messages is not a non-empty list"))?;
-    items
-        .iter()
-        .map(|item| {
-            let fields = item
-                .as_object()
-                .filter(|fields| fields.len() == 2)
-                .ok_or(NotForLane("a message with fields besides role and content"))?;
-            let role = match fields.get("role").and_then(Value::as_str) {
-                Some("system") => Role::System,
-                Some("user") => Role::User,
-                Some("assistant") => Role::Assistant,
-                _ => return Err(NotForLane("a message role the lane does not take")),
-            };
-            let text = fields
-                .get("content")
-                .and_then(Value::as_str)
-                .filter(|text| !text.is_empty())
-                .ok_or(NotForLane("message content that is not text"))?;
-            Ok(Message::new(
-                role,
-                Content::Text(Bytes::copy_from_slice(text.as_bytes())),
-            ))
+    items.iter().map(chat_message).collect()
+}
+
+fn chat_message(item: &Value) -> Result<Message, NotForLane> {
+    let fields = item
+        .as_object()
+        .ok_or(NotForLane("a message that is not an object"))?;
+    let role = match fields.get("role").and_then(Value::as_str) {
+        Some("system") => Role::System,
+        Some("user") => Role::User,
+        Some("assistant") => Role::Assistant,
+        Some("tool") => Role::Tool,
+        _ => return Err(NotForLane("a message role the lane does not take")),
+    };
+    let tool_calls = match (role, fields.get("tool_calls")) {
+        (_, None) => None,
+        (Role::Assistant, Some(calls)) if well_formed_tool_calls(calls) => Some(calls.clone()),
+        _ => return Err(NotForLane("tool_calls the lane does not take")),
+    };
+    let tool_call_id = match (role, fields.get("tool_call_id")) {
+        (Role::Tool, Some(Value::String(id))) => Some(id.clone()),
+        (_, None) if role != Role::Tool => None,
+        _ => return Err(NotForLane("a tool_call_id the lane does not take")),
+    };
+    let known = ["role", "content", "tool_calls", "tool_call_id"];
+    if fields.keys().any(|name| !known.contains(&name.as_str())) {
+        return Err(NotForLane("a message field the lane does not take"));
+    }
+    let content = match fields.get("content") {
+        Some(Value::String(text)) if !text.is_empty() => {
+            Content::Text(Bytes::copy_from_slice(text.as_bytes()))
+        }
+        None | Some(Value::Null) if tool_calls.is_some() => Content::Absent,
+        _ => return Err(NotForLane("message content that is not text")),
+    };
+    Ok(Message {
+        role,
+        content,
+        tool_calls,
+        tool_call_id,
+    })
+}
+
+/// A non-empty list of `{"id", "type": "function", "function": {"name", "arguments"}}`, all
+/// strings and nothing else (the shape the fast path takes as is).
+fn well_formed_tool_calls(calls: &Value) -> bool {
+    let strings = |value: &Value, keys: &[&str]| {
+        value.as_object().is_some_and(|fields| {
+            fields.len() == keys.len()
+                && keys
+                    .iter()
+                    .all(|key| fields.get(*key).is_some_and(Value::is_string))
         })
-        .collect()
+    };
+    calls.as_array().is_some_and(|calls| {
+        !calls.is_empty()
+            && calls.iter().all(|call| {
+                call.as_object().is_some_and(|fields| fields.len() == 3)
+                    && call.get("id").is_some_and(Value::is_string)
+                    && call.get("type") == Some(&Value::from("function"))
+                    && call
+                        .get("function")
+                        .is_some_and(|function| strings(function, &["name", "arguments"]))
+            })
+    })
 }
 
 #[cfg(test)]
@@ -166,6 +223,22 @@ mod tests {
         assert_eq!(request.chat.messages.len(), 2);
         assert_eq!(request.chat.params.len(), 3);
         assert_eq!(request.stream, None);
+    }
+
+    #[test]
+    fn takes_tool_exchanges_and_tool_params() {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"weather?"},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+                "function":{"name":"weather","arguments":"{}"}}]},
+            {"role":"tool","tool_call_id":"c1","content":"sunny"}],
+            "tools":[{"type":"function","function":{"name":"weather","parameters":{}}}],
+            "tool_choice":"auto","parallel_tool_calls":false,
+            "response_format":{"type":"json_object"}}"#;
+        let request = parse(body).unwrap();
+        assert_eq!(request.chat.messages.len(), 3);
+        assert!(request.chat.messages[1].tool_calls.is_some());
+        assert_eq!(request.chat.messages[2].tool_call_id.as_deref(), Some("c1"));
+        assert_eq!(request.chat.params.len(), 4);
     }
 
     #[test]
@@ -208,6 +281,10 @@ mod tests {
             br#"{"model":1,"messages":[{"role":"user","content":"hi"}]}"#,
             br#"{"model":"m","messages":[]}"#,
             br#"{"model":"m","messages":[{"role":"tool","content":"x"}]}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":"x","tool_call_id":"a"}]}"#,
+            br#"{"model":"m","messages":[{"role":"assistant","content":null}]}"#,
+            br#"{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f"}}]}]}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":"x","tool_calls":[]}]}"#,
             br#"{"model":"m","messages":[{"role":"user","content":[]}]}"#,
             br#"{"model":"m","messages":[{"role":"user","content":""}]}"#,
             br#"{"model":"m","messages":[{"role":"user","content":"x","name":"a"}]}"#,
@@ -217,7 +294,6 @@ mod tests {
                 "stream_options":{"include_usage":1}}"#,
             br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,
                 "stream_options":{"include_usage":true,"x":1}}"#,
-            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[]}"#,
             br#"{"model":"m","messages":[{"role":"user","content":"x"}],"metadata":{}}"#,
             br#"{"model":"m","messages":[{"role":"user","content":"x"}],"user":"u"}"#,
             br#"{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":true}"#,
