@@ -130,34 +130,104 @@ fn converted_choice(value: &Value) -> Option<Value> {
         return None;
     }
     let finish_reason = fields.get("finish_reason")?.as_str()?;
-    if !matches!(finish_reason, "stop" | "length") {
-        return None;
-    }
     let message = fields.get("message")?.as_object()?;
     if message.keys().any(|name| {
         !matches!(
             name.as_str(),
-            "role" | "content" | "provider_specific_fields"
+            "role" | "content" | "provider_specific_fields" | "tool_calls"
         )
     }) || message.get("role")?.as_str()? != "assistant"
     {
         return None;
     }
-    let mut out = Map::new();
-    out.insert("content".into(), json!(message.get("content")?.as_str()?));
-    out.insert("role".into(), json!("assistant"));
-    if let Some(extra) = message.get("provider_specific_fields") {
+    let extra = match message.get("provider_specific_fields") {
         // A plain dict on the message: kept as it is, nulls included.
-        out.insert(
-            "provider_specific_fields".into(),
-            extra.as_object()?.clone().into(),
-        );
+        Some(extra) => Some(Value::Object(extra.as_object()?.clone())),
+        None => None,
+    };
+    let mut out = Map::new();
+    match (
+        finish_reason,
+        message.get("content"),
+        message.get("tool_calls"),
+    ) {
+        ("stop" | "length", Some(Value::String(text)), None) => {
+            out.insert("content".into(), json!(text));
+            out.insert("role".into(), json!("assistant"));
+            if let Some(extra) = extra {
+                out.insert("provider_specific_fields".into(), extra);
+            }
+        }
+        // Anthropic's tool calls: LiteLLM's `Message` puts a None content last.
+        ("tool_calls", Some(Value::Null), Some(calls)) if extra.is_some() => {
+            out.insert("role".into(), json!("assistant"));
+            out.insert("tool_calls".into(), converted_tool_calls(calls)?);
+            out.insert("provider_specific_fields".into(), extra?);
+            out.insert("content".into(), Value::Null);
+        }
+        // Bedrock's: an empty text, first.
+        ("tool_calls", Some(Value::String(text)), Some(calls))
+            if text.is_empty() && extra.is_none() =>
+        {
+            out.insert("content".into(), json!(""));
+            out.insert("role".into(), json!("assistant"));
+            out.insert("tool_calls".into(), converted_tool_calls(calls)?);
+        }
+        _ => return None,
     }
     Some(json!({
         "finish_reason": finish_reason,
         "index": fields.get("index")?.as_u64()?,
         "message": out,
     }))
+}
+
+/// Tool calls LiteLLM made of Anthropic's or Bedrock's: `{"index", "function": {"arguments",
+/// "name"}, "id", "type": "function"}`, as its `ChatCompletionMessageToolCall` writes them.
+fn converted_tool_calls(calls: &Value) -> Option<Value> {
+    let calls = calls.as_array().filter(|calls| !calls.is_empty())?;
+    calls
+        .iter()
+        .map(|call| {
+            let fields = call.as_object().filter(|fields| fields.len() == 4)?;
+            Some(json!({
+                "index": fields.get("index")?.as_u64()?,
+                "function": tool_function(fields.get("function")?)?,
+                "id": fields.get("id")?.as_str()?,
+                "type": function_type(fields.get("type")?)?,
+            }))
+        })
+        .collect::<Option<Vec<_>>>()
+        .map(Value::Array)
+}
+
+/// OpenAI's tool calls (`{"id", "type", "function"}`), as LiteLLM's object writes them.
+fn openai_tool_calls(calls: &Value) -> Option<Value> {
+    let calls = calls.as_array().filter(|calls| !calls.is_empty())?;
+    calls
+        .iter()
+        .map(|call| {
+            let fields = call.as_object().filter(|fields| fields.len() == 3)?;
+            Some(json!({
+                "function": tool_function(fields.get("function")?)?,
+                "id": fields.get("id")?.as_str()?,
+                "type": function_type(fields.get("type")?)?,
+            }))
+        })
+        .collect::<Option<Vec<_>>>()
+        .map(Value::Array)
+}
+
+fn tool_function(value: &Value) -> Option<Value> {
+    let fields = value.as_object().filter(|fields| fields.len() == 2)?;
+    Some(json!({
+        "arguments": fields.get("arguments")?.as_str()?,
+        "name": fields.get("name")?.as_str()?,
+    }))
+}
+
+fn function_type(value: &Value) -> Option<Value> {
+    (value.as_str()? == "function").then(|| json!("function"))
 }
 
 /// The usage LiteLLM computed, without its None fields; answers that read or wrote the prompt
@@ -217,31 +287,47 @@ fn choice(value: &Value) -> Option<Value> {
     }
     let index = fields.get("index")?.as_u64()?;
     let finish_reason = fields.get("finish_reason")?.as_str()?;
-    if !matches!(finish_reason, "stop" | "length") {
-        return None;
-    }
     let message = fields.get("message")?.as_object()?;
+    let tool_calls = message.get("tool_calls").filter(|calls| !calls.is_null());
     for (name, value) in message {
         match name.as_str() {
             "role" | "content" => {}
             "provider_specific_fields" if *value == json!({"refusal": null}) => {}
             // The SDK's unset optional fields.
             "tool_calls" | "function_call" | "audio" if value.is_null() => {}
+            "tool_calls" => {}
+            "annotations" if tool_calls.is_some() && *value == json!([]) => {}
             _ => return None,
         }
     }
     if message.get("role")?.as_str()? != "assistant" {
         return None;
     }
-    let content = message.get("content")?.as_str()?;
+    let refusal = json!({"refusal": null});
+    let message = match (finish_reason, tool_calls, message.get("content")?) {
+        ("stop" | "length", None, Value::String(content)) => json!({
+            "content": content,
+            "role": "assistant",
+            "provider_specific_fields": refusal,
+        }),
+        // LiteLLM's `Message` puts a None content last.
+        ("tool_calls", Some(calls), Value::Null) => {
+            let mut out = Map::new();
+            out.insert("role".into(), json!("assistant"));
+            out.insert("tool_calls".into(), openai_tool_calls(calls)?);
+            out.insert("provider_specific_fields".into(), refusal);
+            if let Some(annotations) = message.get("annotations") {
+                out.insert("annotations".into(), annotations.clone());
+            }
+            out.insert("content".into(), Value::Null);
+            Value::Object(out)
+        }
+        _ => return None,
+    };
     Some(json!({
         "finish_reason": finish_reason,
         "index": index,
-        "message": {
-            "content": content,
-            "role": "assistant",
-            "provider_specific_fields": {"refusal": null},
-        },
+        "message": message,
         "provider_specific_fields": {},
     }))
 }
@@ -422,6 +508,54 @@ mod tests {
             )
         );
         assert_eq!(usage.total_tokens, 18);
+    }
+
+    #[test]
+    fn writes_tool_calls_in_litellms_order() {
+        let mut openai = completion();
+        openai["choices"][0]["finish_reason"] = json!("tool_calls");
+        openai["choices"][0]["message"] = json!({"role": "assistant", "content": null,
+            "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "f", "arguments": "{}"}}],
+            "annotations": [], "provider_specific_fields": {"refusal": null}});
+        let (body, _) = chat_body("openai", &openai, "group", ("x", 1)).unwrap();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            serde_json::to_string(&body["choices"][0]["message"]).unwrap(),
+            concat!(
+                r#"{"role":"assistant","tool_calls":[{"function":{"arguments":"{}","name":"f"},"#,
+                r#""id":"c1","type":"function"}],"provider_specific_fields":{"refusal":null},"#,
+                r#""annotations":[],"content":null}"#
+            )
+        );
+        let converted = |content: Value, extra: Option<Value>| {
+            let mut message = json!({"role": "assistant", "content": content,
+                "tool_calls": [{"index": 0, "function": {"arguments": "{}", "name": "f"},
+                    "id": "t1", "type": "function"}]});
+            if let Some(extra) = extra {
+                message["provider_specific_fields"] = extra;
+            }
+            let completion = json!({"object": "chat.completion", "model": "m",
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": message}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}});
+            let (body, _) = chat_body("bedrock", &completion, "group", ("x", 1))?;
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            Some(serde_json::to_string(&body["choices"][0]["message"]).unwrap())
+        };
+        let calls = r#""tool_calls":[{"index":0,"function":{"arguments":"{}","name":"f"},"id":"t1","type":"function"}]"#;
+        assert_eq!(
+            converted(json!(null), Some(json!({"citations": null}))).unwrap(),
+            format!(
+                r#"{{"role":"assistant",{calls},"provider_specific_fields":{{"citations":null}},"content":null}}"#
+            )
+        );
+        assert_eq!(
+            converted(json!(""), None).unwrap(),
+            format!(r#"{{"content":"","role":"assistant",{calls}}}"#)
+        );
+        // Shapes no test has compared with LiteLLM's: the proxy writes them.
+        assert_eq!(converted(json!("text"), None), None);
+        assert_eq!(converted(json!(null), None), None);
     }
 
     #[test]
