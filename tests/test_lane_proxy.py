@@ -318,6 +318,43 @@ def test_served_requests_are_logged_before_the_worker_exits(
     assert sum(e.get("model_group") == "rust-openai" for e in events) == 200
 
 
+def test_streams_in_flight_at_shutdown_finish_and_are_logged(tmp_path: Path) -> None:
+    from litellm_fastpath.mock_provider import ServerProcess
+
+    log = tmp_path / "events.jsonl"
+    log.touch()
+    with ServerProcess(args=("--chunk-delay-ms", "20")) as paced:
+        models = twin_models("openai", deployment_kwargs("openai", paced.url))
+        with logged_proxy(models, log, fastpath_lane=True) as proxy:
+            assert proxy.post("/chat/completions", json={"model": "plain-openai", "messages": HI})
+            started = threading.Barrier(6)
+            bodies: list[bytes] = []
+
+            def stream() -> None:
+                body = {"model": "rust-openai", "messages": HI, "stream": True, "max_tokens": 40}
+                headers = {"Authorization": f"Bearer {MASTER_KEY}"}
+                with httpx.Client(timeout=30, trust_env=False) as client:
+                    url = f"{proxy.url}/chat/completions"
+                    with client.stream("POST", url, json=body, headers=headers) as response:
+                        lines = response.iter_lines()
+                        first = next(lines)
+                        started.wait()
+                        bodies.append("\n".join([first, *lines]).encode())
+
+            threads = [threading.Thread(target=stream) for _ in range(5)]
+            for thread in threads:
+                thread.start()
+            started.wait()
+            # SIGTERM while the five streams are half way: they finish, then their replays.
+            proxy.stop(term_timeout=40)
+            for thread in threads:
+                thread.join(timeout=30)
+    assert len(bodies) == 5
+    assert all(body.rstrip().endswith(b"data: [DONE]") for body in bodies)
+    events = read_events(log)
+    assert sum(e.get("model_group") == "rust-openai" for e in events) == 5
+
+
 def test_two_workers_share_the_port(upstream: RecordingUpstream, tmp_path: Path) -> None:
     log = tmp_path / "events.jsonl"
     log.touch()

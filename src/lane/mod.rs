@@ -117,6 +117,8 @@ pub struct Lane {
     replays: Mutex<VecDeque<Replay>>,
     replay_ready: Notify,
     backlog: AtomicUsize,
+    /// Requests the lane is serving now (each joins the backlog when it is answered).
+    serving: AtomicUsize,
     counts: Mutex<HashMap<&'static str, u64>>,
     /// Streams waiting for the end of the proxy's answer to their replay, by ticket.
     tails: Mutex<HashMap<String, tokio::sync::oneshot::Sender<Bytes>>>,
@@ -132,6 +134,7 @@ impl Lane {
             replays: Mutex::new(VecDeque::new()),
             replay_ready: Notify::new(),
             backlog: AtomicUsize::new(0),
+            serving: AtomicUsize::new(0),
             counts: Mutex::new(HashMap::new()),
             tails: Mutex::new(HashMap::new()),
         })
@@ -158,9 +161,10 @@ impl Lane {
             .clone()
     }
 
-    /// Served requests whose replay has not finished yet.
+    /// Requests being served, and served requests whose replay has not finished yet (what a
+    /// shutdown waits for).
     pub fn backlog(&self) -> usize {
-        self.backlog.load(Ordering::Acquire)
+        self.serving.load(Ordering::Acquire) + self.backlog.load(Ordering::Acquire)
     }
 
     /// Every served request waiting for its replay, once there is at least one.
@@ -464,7 +468,7 @@ fn admit(
     if lane.table.is_cooling(&request.model) {
         return Err(reason::COOLDOWN);
     }
-    if lane.backlog() >= MAX_BACKLOG {
+    if lane.backlog.load(Ordering::Acquire) >= MAX_BACKLOG {
         return Err(reason::BACKLOG);
     }
     let deployment = lane.table.pick(&group);
@@ -563,6 +567,7 @@ async fn serve_chat(
         Ok(admitted) => admitted,
         Err(why) => return Served::ToProxy(why),
     };
+    let serving = Serving::new(lane);
     let Admitted {
         model_group,
         key_hash,
@@ -586,8 +591,10 @@ async fn serve_chat(
                 usage_chunk,
                 received,
             };
-            return streamed::serve(lane, parts, body, connection, stream, upstream, transform)
-                .await;
+            return streamed::serve(
+                lane, parts, body, connection, stream, upstream, transform, serving,
+            )
+            .await;
         }
     };
     let called = Instant::now();
@@ -738,6 +745,23 @@ fn bearer_key_hash(headers: &http::HeaderMap) -> Option<String> {
 fn set_header(headers: &mut http::HeaderMap, name: &'static str, value: &str) {
     if let Ok(value) = HeaderValue::from_str(value) {
         headers.insert(name, value);
+    }
+}
+
+/// A request the lane is serving, counted until it is answered and queued for its replay (or
+/// handed to the proxy, or its client left).
+struct Serving(Arc<Lane>);
+
+impl Serving {
+    fn new(lane: &Arc<Lane>) -> Serving {
+        lane.serving.fetch_add(1, Ordering::AcqRel);
+        Serving(Arc::clone(lane))
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.serving.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -20,7 +20,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::answer::{self, CostHeaders, Timings};
 use super::{
-    Body, Connection, LaneDeployment, Outcome, PendingReplay, Served, StreamOutcome,
+    Body, Connection, LaneDeployment, Outcome, PendingReplay, Served, Serving, StreamOutcome,
     enqueue_replay, pending_replay, tickets,
 };
 use crate::http::UpstreamRequest;
@@ -43,6 +43,7 @@ pub(super) struct Stream {
     pub received: Instant,
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn serve(
     lane: &Arc<super::Lane>,
     parts: &http::request::Parts,
@@ -51,6 +52,7 @@ pub(super) async fn serve(
     stream: Stream,
     upstream: UpstreamRequest,
     transform: Box<dyn StreamTransform>,
+    serving: Serving,
 ) -> Served {
     let called = Instant::now();
     let opened = tokio::select! {
@@ -113,6 +115,7 @@ pub(super) async fn serve(
         frames,
         stop,
         headers: provider_headers,
+        _serving: serving,
     };
     lane.engine
         .runtime
@@ -155,6 +158,8 @@ struct Writer {
     frames: mpsc::Sender<Bytes>,
     stop: Arc<Notify>,
     headers: http::HeaderMap,
+    /// Counts the stream as being served until the writer is done with it.
+    _serving: Serving,
 }
 
 impl Writer {
