@@ -735,3 +735,21 @@ def test_each_reason_to_leave_a_request_to_the_proxy_is_counted(
     while lane_counts(log).get(reason, 0) < before + 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert lane_counts(log).get(reason, 0) == before + 2
+
+
+def test_a_request_the_fast_path_would_not_send_as_is_goes_to_the_proxy(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path
+) -> None:
+    """`json_schema` for Anthropic: LiteLLM's form of it depends on the model (`lane_param`);
+    the proxy serves it, as it serves the plain model."""
+    schema = {"name": "s", "schema": {"type": "object", "properties": {}}}
+    body = {"messages": HI, "response_format": {"type": "json_schema", "json_schema": schema}}
+    before = lane_counts(log).get("lane_param", 0)
+    rust, rust_sent = call(proxy, upstream, "rust-anthropic", **body)
+    plain, plain_sent = call(proxy, upstream, "plain-anthropic", **body)
+    assert rust.status_code == plain.status_code
+    assert [r.json() for r in rust_sent] == [r.json() for r in plain_sent]
+    deadline = time.monotonic() + 10
+    while lane_counts(log).get("lane_param", 0) < before + 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lane_counts(log).get("lane_param", 0) == before + 1
