@@ -52,6 +52,7 @@ def logged_proxy(
     *,
     callbacks: tuple[str, ...] = (),
     workers: int = 1,
+    env: dict[str, str] | None = None,
     **litellm_settings: Any,
 ) -> ProxyProcess:
     """The real proxy with the accelerator and `tests.proxy_logger` (events in `callback_log`),
@@ -70,7 +71,11 @@ def logged_proxy(
         },
         router_settings={"num_retries": 0},
         workers=workers,
-        extra_env={"PYTHONPATH": pythonpath, "FASTPATH_TEST_CALLBACK_LOG": str(callback_log)},
+        extra_env={
+            "PYTHONPATH": pythonpath,
+            "FASTPATH_TEST_CALLBACK_LOG": str(callback_log),
+            **(env or {}),
+        },
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from litellm_fastpath.mock_provider import openai_stream_events, stream_pieces
 from tests.conftest import PROVIDERS, deployment_kwargs, logged_proxy, twin_models
 from tests.harness import MASTER_KEY, ProxyProcess, RecordingUpstream, Reply
 from tests.proxy_logger import events_for, lane_counts, read_events
@@ -753,3 +754,36 @@ def test_a_request_the_fast_path_would_not_send_as_is_goes_to_the_proxy(
     while lane_counts(log).get("lane_param", 0) < before + 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert lane_counts(log).get("lane_param", 0) == before + 1
+
+
+def test_streams_under_another_repetition_guard_go_to_the_proxy(
+    upstream: RecordingUpstream, tmp_path: Path
+) -> None:
+    """The lane applies LiteLLM's default repetition guard only: with another one set, its
+    streams go to the proxy (`lane_stream`), while plain calls still take the lane."""
+    log = tmp_path / "events.jsonl"
+    log.touch()
+    models = twin_models("openai", deployment_kwargs("openai", upstream.url))
+    env = {"REPEATED_STREAMING_CHUNK_LIMIT": "50"}
+    with logged_proxy(models, log, env=env, fastpath_lane=True) as proxy:
+        assert proxy.post("/chat/completions", json={"model": "plain-openai", "messages": HI})
+        time.sleep(0.5)
+        sse = b"".join(openai_stream_events("gpt-4o-mini", stream_pieces(3), include_usage=True))
+        upstream.set_default("/chat/completions", Reply(body=sse))
+        try:
+            body = {"messages": HI, "stream": True}
+            rust = proxy.post("/chat/completions", json={"model": "rust-openai", **body})
+            plain = proxy.post("/chat/completions", json={"model": "plain-openai", **body})
+        finally:
+            upstream.set_default("/chat/completions", None)
+        assert rust.status_code == plain.status_code == 200
+        assert rust.headers["x-litellm-rust"] == "true"
+        assert rust.content.replace(b"rust-openai", b"M") == plain.content.replace(
+            b"plain-openai", b"M"
+        )
+        assert proxy.post("/chat/completions", json={"model": "rust-openai", "messages": HI})
+        deadline = time.monotonic() + 10
+        while not lane_counts(log).get("served") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        counts = lane_counts(log)
+        assert counts.get("lane_stream") == 1 and counts.get("served") == 1, counts
