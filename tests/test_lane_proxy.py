@@ -28,6 +28,7 @@ from tests.test_tools import (
     HISTORY,
     WEATHER,
 )
+from tests.test_tools import answer as tool_answer
 
 pytestmark = pytest.mark.proxy
 
@@ -787,3 +788,38 @@ def test_streams_under_another_repetition_guard_go_to_the_proxy(
             time.sleep(0.05)
         counts = lane_counts(log)
         assert counts.get("lane_stream") == 1 and counts.get("served") == 1, counts
+
+
+CITATION = {
+    "type": "url_citation",
+    "url_citation": {"url": "https://example.com", "title": "t", "start_index": 0, "end_index": 1},
+}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "outcome"), [([], "served"), ([CITATION], "replayed")], ids=["none", "cited"]
+)
+def test_openai_answers_with_annotations_match_the_proxy(
+    proxy: ProxyProcess,
+    upstream: RecordingUpstream,
+    log: Path,
+    annotations: list,
+    outcome: str,
+) -> None:
+    """OpenAI sends `annotations` on every message: none the lane writes, citations it leaves to
+    the proxy (through the ticket); either way the answer is the proxy's."""
+    message = {"role": "assistant", "content": "hi", "refusal": None, "annotations": annotations}
+    before = lane_counts(log).get(outcome, 0)
+    upstream.set_default("/chat/completions", Reply(json=tool_answer(message)))
+    try:
+        plain, _ = call(proxy, upstream, "plain-openai", messages=HI)
+        rust, _ = call(proxy, upstream, "rust-openai", messages=HI)
+    finally:
+        upstream.set_default("/chat/completions", None)
+    assert plain.status_code == rust.status_code == 200
+    assert {**plain.json(), "model": None} == {**rust.json(), "model": None}
+    assert rust.json()["choices"][0]["message"]["annotations"] == annotations
+    deadline = time.monotonic() + 10
+    while lane_counts(log).get(outcome, 0) <= before:
+        assert time.monotonic() < deadline, lane_counts(log)
+        time.sleep(0.05)

@@ -296,7 +296,8 @@ fn choice(value: &Value) -> Option<Value> {
             // The SDK's unset optional fields.
             "tool_calls" | "function_call" | "audio" if value.is_null() => {}
             "tool_calls" => {}
-            "annotations" if tool_calls.is_some() && *value == json!([]) => {}
+            // What OpenAI sends on every message now.
+            "annotations" if *value == json!([]) => {}
             _ => return None,
         }
     }
@@ -304,19 +305,25 @@ fn choice(value: &Value) -> Option<Value> {
         return None;
     }
     let refusal = json!({"refusal": null});
+    let annotations = message.get("annotations");
     let message = match (finish_reason, tool_calls, message.get("content")?) {
-        ("stop" | "length", None, Value::String(content)) => json!({
-            "content": content,
-            "role": "assistant",
-            "provider_specific_fields": refusal,
-        }),
+        ("stop" | "length", None, Value::String(content)) => {
+            let mut out = Map::new();
+            out.insert("content".into(), json!(content));
+            out.insert("role".into(), json!("assistant"));
+            out.insert("provider_specific_fields".into(), refusal);
+            if let Some(annotations) = annotations {
+                out.insert("annotations".into(), annotations.clone());
+            }
+            Value::Object(out)
+        }
         // LiteLLM's `Message` puts a None content last.
         ("tool_calls", Some(calls), Value::Null) => {
             let mut out = Map::new();
             out.insert("role".into(), json!("assistant"));
             out.insert("tool_calls".into(), openai_tool_calls(calls)?);
             out.insert("provider_specific_fields".into(), refusal);
-            if let Some(annotations) = message.get("annotations") {
+            if let Some(annotations) = annotations {
                 out.insert("annotations".into(), annotations.clone());
             }
             out.insert("content".into(), Value::Null);
