@@ -823,3 +823,37 @@ def test_openai_answers_with_annotations_match_the_proxy(
     while lane_counts(log).get(outcome, 0) <= before:
         assert time.monotonic() < deadline, lane_counts(log)
         time.sleep(0.05)
+
+
+def test_a_group_in_cooldown_goes_to_the_proxy(tmp_path: Path) -> None:
+    """One deployment of a two-deployment group answers 429: LiteLLM's router cools it down, and
+    while it cools the lane leaves the group to the proxy (`lane_cooldown`)."""
+    log = tmp_path / "events.jsonl"
+    log.touch()
+    with RecordingUpstream() as failing, RecordingUpstream() as working:
+        failing.set_default(
+            "/chat/completions", Reply(status=429, json={"error": {"message": "slow down"}})
+        )
+        models = [
+            {
+                "model_name": "pair",
+                "litellm_params": {**deployment_kwargs("openai", up.url), "rust": True},
+            }
+            for up in (failing, working)
+        ]
+        with logged_proxy(models, log, fastpath_lane=True) as proxy:
+            body = {"model": "pair", "messages": HI}
+            statuses = []
+            startup = len(failing.requests)
+            while len(failing.requests) == startup and len(statuses) < 40:
+                statuses.append(proxy.post("/chat/completions", json=body).status_code)
+            assert statuses[-1] == 429, "no request reached the failing deployment"
+            time.sleep(1.0)  # the lane's view of the router refreshes every 0.25 s
+            before = len(failing.requests)
+            answers = [proxy.post("/chat/completions", json=body) for _ in range(5)]
+            assert all(a.status_code == 200 for a in answers)
+            assert len(failing.requests) == before  # cooling: the router sends none there
+            deadline = time.monotonic() + 10
+            while lane_counts(log).get("lane_cooldown", 0) < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert lane_counts(log).get("lane_cooldown", 0) >= 4, lane_counts(log)
