@@ -161,7 +161,7 @@ fn converted_choice(value: &Value) -> Option<Value> {
         // Anthropic's tool calls: LiteLLM's `Message` puts a None content last.
         ("tool_calls", Some(Value::Null), Some(calls)) if extra.is_some() => {
             out.insert("role".into(), json!("assistant"));
-            out.insert("tool_calls".into(), converted_tool_calls(calls)?);
+            out.insert("tool_calls".into(), written_tool_calls(calls, true)?);
             out.insert("provider_specific_fields".into(), extra?);
             out.insert("content".into(), Value::Null);
         }
@@ -171,7 +171,7 @@ fn converted_choice(value: &Value) -> Option<Value> {
         {
             out.insert("content".into(), json!(""));
             out.insert("role".into(), json!("assistant"));
-            out.insert("tool_calls".into(), converted_tool_calls(calls)?);
+            out.insert("tool_calls".into(), written_tool_calls(calls, true)?);
         }
         _ => return None,
     }
@@ -182,37 +182,25 @@ fn converted_choice(value: &Value) -> Option<Value> {
     }))
 }
 
-/// Tool calls LiteLLM made of Anthropic's or Bedrock's: `{"index", "function": {"arguments",
-/// "name"}, "id", "type": "function"}`, as its `ChatCompletionMessageToolCall` writes them.
-fn converted_tool_calls(calls: &Value) -> Option<Value> {
+/// Tool calls as LiteLLM's `ChatCompletionMessageToolCall` writes them: `{"index",
+/// "function": {"arguments", "name"}, "id", "type": "function"}`, where only the calls LiteLLM
+/// converted (Anthropic's, Bedrock's: `indexed`) carry an index.
+fn written_tool_calls(calls: &Value, indexed: bool) -> Option<Value> {
     let calls = calls.as_array().filter(|calls| !calls.is_empty())?;
     calls
         .iter()
         .map(|call| {
-            let fields = call.as_object().filter(|fields| fields.len() == 4)?;
-            Some(json!({
-                "index": fields.get("index")?.as_u64()?,
-                "function": tool_function(fields.get("function")?)?,
-                "id": fields.get("id")?.as_str()?,
-                "type": function_type(fields.get("type")?)?,
-            }))
-        })
-        .collect::<Option<Vec<_>>>()
-        .map(Value::Array)
-}
-
-/// OpenAI's tool calls (`{"id", "type", "function"}`), as LiteLLM's object writes them.
-fn openai_tool_calls(calls: &Value) -> Option<Value> {
-    let calls = calls.as_array().filter(|calls| !calls.is_empty())?;
-    calls
-        .iter()
-        .map(|call| {
-            let fields = call.as_object().filter(|fields| fields.len() == 3)?;
-            Some(json!({
-                "function": tool_function(fields.get("function")?)?,
-                "id": fields.get("id")?.as_str()?,
-                "type": function_type(fields.get("type")?)?,
-            }))
+            let fields = call
+                .as_object()
+                .filter(|fields| fields.len() == 3 + usize::from(indexed))?;
+            let mut out = Map::new();
+            if indexed {
+                out.insert("index".into(), json!(fields.get("index")?.as_u64()?));
+            }
+            out.insert("function".into(), tool_function(fields.get("function")?)?);
+            out.insert("id".into(), json!(fields.get("id")?.as_str()?));
+            out.insert("type".into(), function_type(fields.get("type")?)?);
+            Some(Value::Object(out))
         })
         .collect::<Option<Vec<_>>>()
         .map(Value::Array)
@@ -321,7 +309,7 @@ fn choice(value: &Value) -> Option<Value> {
         ("tool_calls", Some(calls), Value::Null) => {
             let mut out = Map::new();
             out.insert("role".into(), json!("assistant"));
-            out.insert("tool_calls".into(), openai_tool_calls(calls)?);
+            out.insert("tool_calls".into(), written_tool_calls(calls, false)?);
             out.insert("provider_specific_fields".into(), refusal);
             if let Some(annotations) = annotations {
                 out.insert("annotations".into(), annotations.clone());
