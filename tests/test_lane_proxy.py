@@ -516,7 +516,9 @@ def test_lane_served_requests_log_what_the_normal_path_logs(key_proxies: list) -
             )
             assert response.status_code == 200
         events = events_for(proxy.log_file, "rust-openai", before + 3)[before:]
-        payloads.append([without_volatile(e["payload"]) for e in events])
+        # Logged in the order the logging finished, which need not be the requests' order.
+        logged = [without_volatile(e["payload"]) for e in events]
+        payloads.append(sorted(logged, key=lambda p: p["metadata"]["user_api_key_hash"]))
     lane, normal = payloads
     assert len(lane) == len(normal) == 3
     for lane_payload, normal_payload in zip(lane, normal, strict=True):
@@ -525,7 +527,22 @@ def test_lane_served_requests_log_what_the_normal_path_logs(key_proxies: list) -
             for k in lane_payload.keys() | normal_payload.keys()
             if lane_payload.get(k) != normal_payload.get(k)
         }
-        assert not differing, {k: (lane_payload.get(k), normal_payload.get(k)) for k in differing}
+        detail = {
+            f"{k}.{sub}": (lane_payload[k].get(sub), normal_payload[k].get(sub))
+            if isinstance(lane_payload.get(k), dict) and isinstance(normal_payload.get(k), dict)
+            else None
+            for k in differing
+            for sub in (
+                {
+                    s
+                    for s in lane_payload[k].keys() | normal_payload[k].keys()
+                    if lane_payload[k].get(s) != normal_payload[k].get(s)
+                }
+                if isinstance(lane_payload.get(k), dict) and isinstance(normal_payload.get(k), dict)
+                else {""}
+            )
+        }
+        assert not differing, detail
 
 
 class _StallingUpstream:
