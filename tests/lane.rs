@@ -108,3 +108,37 @@ async fn an_unreachable_app_is_a_502_saying_so() {
         "the proxy behind the fast lane is unreachable"
     );
 }
+
+/// The I/O threads ask for a short scheduling slice (`runtime::shorten_slice`): on a kernel with
+/// EEVDF custom slices (6.12+) a worker thread reports 100 µs; older kernels report none.
+#[cfg(target_os = "linux")]
+#[test]
+fn io_threads_run_with_a_short_slice() {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut version = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>());
+    let (major, minor) = (
+        version.next().unwrap().unwrap(),
+        version.next().unwrap().unwrap(),
+    );
+    let slice_ns = _native::runtime::engine()
+        .unwrap()
+        .runtime
+        .block_on(async { tokio::spawn(async { current_slice_ns() }).await.unwrap() });
+    if (major, minor) >= (6, 12) {
+        assert_eq!(slice_ns, 100_000);
+    } else {
+        assert_eq!(slice_ns, 0);
+    }
+}
+
+/// `sched_runtime` of the calling thread, from `sched_getattr`.
+#[cfg(target_os = "linux")]
+fn current_slice_ns() -> u64 {
+    let mut attr = [0u64; 7]; // struct sched_attr, VER0 (48 bytes), as u64 words
+    // SAFETY: `attr` is 56 writable bytes; the size passed is the VER0 size, pid 0 is this thread.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_getattr, 0, attr.as_mut_ptr(), 48u32, 0u32) };
+    assert_eq!(rc, 0, "sched_getattr failed");
+    attr[3] // size u32 + policy u32 | flags u64 | nice i32 + priority u32 | runtime u64
+}

@@ -877,3 +877,34 @@ def test_a_group_in_cooldown_goes_to_the_proxy(tmp_path: Path) -> None:
             while lane_counts(log).get("lane_cooldown", 0) < 4 and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert lane_counts(log).get("lane_cooldown", 0) >= 4, lane_counts(log)
+
+
+def test_past_the_backlog_new_requests_go_to_the_proxy(
+    upstream: RecordingUpstream, tmp_path: Path
+) -> None:
+    """With more served requests waiting for their replay than the backlog allows (here 2, by
+    `LITELLM_FASTPATH_LANE_BACKLOG`), the lane hands new requests to the proxy (`lane_backlog`):
+    every request is still answered and logged once, with one provider call."""
+    log = tmp_path / "events.jsonl"
+    log.touch()
+    models = twin_models("openai", deployment_kwargs("openai", upstream.url))
+    env = {"LITELLM_FASTPATH_LANE_BACKLOG": "2"}
+    with logged_proxy(models, log, env=env, fastpath_lane=True) as proxy:
+        assert proxy.post("/chat/completions", json={"model": "plain-openai", "messages": HI})
+        time.sleep(0.5)
+        upstream_before, total = len(upstream.requests), 200
+
+        def one(_: int) -> httpx.Response:
+            return proxy.post("/chat/completions", json={"model": "rust-openai", "messages": HI})
+
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            responses = list(pool.map(one, range(total)))
+        assert [r.status_code for r in responses] == [200] * total
+        assert all(r.headers["x-litellm-rust"] == "true" for r in responses)
+        assert len(upstream.requests) - upstream_before == total
+        events = events_for(log, "rust-openai", total, timeout=60)
+        assert len(events) == total
+        assert all(e["event"] == "success" and e["response_cost"] > 0 for e in events)
+        counts = lane_counts(log)
+        assert counts.get("lane_backlog", 0) > 0 and counts.get("served", 0) > 0, counts
+        assert counts["lane_backlog"] + counts["served"] == total, counts

@@ -75,7 +75,16 @@ const OTHER_KEY_HEADERS: &[&str] = &[
 const MAX_CALL_ID_LEN: usize = 256;
 /// Replays waiting for the proxy (each runs the proxy's per-request Python, so they keep logging
 /// and spend no more than this far behind); past this the lane sends new requests to the proxy.
+/// Env `LITELLM_FASTPATH_LANE_BACKLOG` overrides.
 const MAX_BACKLOG: usize = 256;
+
+fn max_backlog() -> usize {
+    std::env::var("LITELLM_FASTPATH_LANE_BACKLOG")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(MAX_BACKLOG)
+}
 
 /// Where requests the lane does not answer go.
 #[derive(Clone, Debug)]
@@ -117,6 +126,7 @@ pub struct Lane {
     replays: Mutex<VecDeque<Replay>>,
     replay_ready: Notify,
     backlog: AtomicUsize,
+    max_backlog: usize,
     /// Requests the lane is serving now (each joins the backlog when it is answered).
     serving: AtomicUsize,
     counts: Mutex<HashMap<&'static str, u64>>,
@@ -134,6 +144,7 @@ impl Lane {
             replays: Mutex::new(VecDeque::new()),
             replay_ready: Notify::new(),
             backlog: AtomicUsize::new(0),
+            max_backlog: max_backlog(),
             serving: AtomicUsize::new(0),
             counts: Mutex::new(HashMap::new()),
             tails: Mutex::new(HashMap::new()),
@@ -468,7 +479,7 @@ fn admit(
     if lane.table.is_cooling(&request.model) {
         return Err(reason::COOLDOWN);
     }
-    if lane.backlog.load(Ordering::Acquire) >= MAX_BACKLOG {
+    if lane.backlog.load(Ordering::Acquire) >= lane.max_backlog {
         return Err(reason::BACKLOG);
     }
     let deployment = lane.table.pick(&group);
