@@ -131,12 +131,48 @@ def _without_annotations(answer: dict) -> dict:
     return {**answer, "choices": [{**answer["choices"][0], "message": message}]}
 
 
+def _with_text(answer: dict) -> dict:
+    message = {**answer["choices"][0]["message"], "content": "Let me check."}
+    return {**answer, "choices": [{**answer["choices"][0], "message": message}]}
+
+
+LET_ME_CHECK = {"type": "text", "text": "Let me check."}
 TOOL_ANSWERS = {
     "openai": ("/chat/completions", CALLS_WEATHER),
     "openai-two-calls": ("/chat/completions", _without_annotations(CALLS_TWO)),
+    "openai-text-and-call": ("/chat/completions", _with_text(CALLS_WEATHER)),
     "anthropic": ("/v1/messages", ANTHROPIC_TOOL_USE),
+    "anthropic-text-and-call": (
+        "/v1/messages",
+        {**ANTHROPIC_TOOL_USE, "content": [LET_ME_CHECK, *ANTHROPIC_TOOL_USE["content"]]},
+    ),
     "bedrock": ("/converse", CONVERSE_TOOL_USE),
+    "bedrock-text-and-call": (
+        "/converse",
+        {
+            **CONVERSE_TOOL_USE,
+            "output": {
+                "message": {
+                    "role": "assistant",
+                    "content": [
+                        {"text": "Let me check."},
+                        *CONVERSE_TOOL_USE["output"]["message"]["content"],
+                    ],
+                }
+            },
+        },
+    ),
 }
+
+
+def same_bytes(plain: httpx.Response, rust: httpx.Response) -> bool:
+    """The answers byte for byte, but for the model group's name and the minted id and time."""
+
+    def bare(response: httpx.Response, model: str) -> bytes:
+        content = re.sub(rb'^\{"id":"chatcmpl-[^"]*","created":\d+,', b"", response.content)
+        return content.replace(f'"model":"{model}"'.encode(), b"")
+
+    return bare(plain, plain.json()["model"]) == bare(rust, rust.json()["model"])
 
 
 @pytest.mark.parametrize(
@@ -173,10 +209,13 @@ def test_tool_calling_takes_the_lane(
     assert plain_sent[0].json() == rust_sent[0].json()
     volatile = {"model": None, "id": None, "created": None}
     assert {**plain.json(), **volatile} == {**rust.json(), **volatile}
+    assert same_bytes(plain, rust), (plain.content, rust.content)
     assert stable_headers(plain) == stable_headers(rust)
     assert rust.headers["x-litellm-rust"] == "true"
     if answer != "text":
         assert rust.json()["choices"][0]["message"]["tool_calls"]
+    if answer.endswith("text-and-call"):
+        assert rust.json()["choices"][0]["message"]["content"] == "Let me check."
     deadline = time.monotonic() + 10
     while lane_counts(log).get("served", 0) <= counts_before.get("served", 0):
         assert time.monotonic() < deadline, lane_counts(log)

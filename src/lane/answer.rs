@@ -158,20 +158,21 @@ fn converted_choice(value: &Value) -> Option<Value> {
                 out.insert("provider_specific_fields".into(), extra);
             }
         }
-        // Anthropic's tool calls: LiteLLM's `Message` puts a None content last.
+        // Anthropic's tool calls alone: LiteLLM's `Message` puts a None content last.
         ("tool_calls", Some(Value::Null), Some(calls)) if extra.is_some() => {
             out.insert("role".into(), json!("assistant"));
             out.insert("tool_calls".into(), written_tool_calls(calls, true)?);
             out.insert("provider_specific_fields".into(), extra?);
             out.insert("content".into(), Value::Null);
         }
-        // Bedrock's: an empty text, first.
-        ("tool_calls", Some(Value::String(text)), Some(calls))
-            if text.is_empty() && extra.is_none() =>
-        {
-            out.insert("content".into(), json!(""));
+        // Tool calls with text (Bedrock's text may be empty): the text first, then as above.
+        ("tool_calls", Some(Value::String(text)), Some(calls)) => {
+            out.insert("content".into(), json!(text));
             out.insert("role".into(), json!("assistant"));
             out.insert("tool_calls".into(), written_tool_calls(calls, true)?);
+            if let Some(extra) = extra {
+                out.insert("provider_specific_fields".into(), extra);
+            }
         }
         _ => return None,
     }
@@ -305,7 +306,19 @@ fn choice(value: &Value) -> Option<Value> {
             }
             Value::Object(out)
         }
-        // LiteLLM's `Message` puts a None content last.
+        // Tool calls with text: the text first.
+        ("tool_calls", Some(calls), Value::String(content)) => {
+            let mut out = Map::new();
+            out.insert("content".into(), json!(content));
+            out.insert("role".into(), json!("assistant"));
+            out.insert("tool_calls".into(), written_tool_calls(calls, false)?);
+            out.insert("provider_specific_fields".into(), refusal);
+            if let Some(annotations) = annotations {
+                out.insert("annotations".into(), annotations.clone());
+            }
+            Value::Object(out)
+        }
+        // Tool calls alone: LiteLLM's `Message` puts a None content last.
         ("tool_calls", Some(calls), Value::Null) => {
             let mut out = Map::new();
             out.insert("role".into(), json!("assistant"));
@@ -523,6 +536,17 @@ mod tests {
                 r#""annotations":[],"content":null}"#
             )
         );
+        openai["choices"][0]["message"]["content"] = json!("Let me check.");
+        let (body, _) = chat_body("openai", &openai, "group", ("x", 1)).unwrap();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            serde_json::to_string(&body["choices"][0]["message"]).unwrap(),
+            concat!(
+                r#"{"content":"Let me check.","role":"assistant","tool_calls":[{"function":"#,
+                r#"{"arguments":"{}","name":"f"},"id":"c1","type":"function"}],"#,
+                r#""provider_specific_fields":{"refusal":null},"annotations":[]}"#
+            )
+        );
         let converted = |content: Value, extra: Option<Value>| {
             let mut message = json!({"role": "assistant", "content": content,
                 "tool_calls": [{"index": 0, "function": {"arguments": "{}", "name": "f"},
@@ -548,8 +572,18 @@ mod tests {
             converted(json!(""), None).unwrap(),
             format!(r#"{{"content":"","role":"assistant",{calls}}}"#)
         );
-        // Shapes no test has compared with LiteLLM's: the proxy writes them.
-        assert_eq!(converted(json!("text"), None), None);
+        // Text and tool calls (compared with the proxy's answer in tests/test_lane_proxy.py).
+        assert_eq!(
+            converted(json!("Let me check."), Some(json!({"citations": null}))).unwrap(),
+            format!(
+                r#"{{"content":"Let me check.","role":"assistant",{calls},"provider_specific_fields":{{"citations":null}}}}"#
+            )
+        );
+        assert_eq!(
+            converted(json!("Let me check."), None).unwrap(),
+            format!(r#"{{"content":"Let me check.","role":"assistant",{calls}}}"#)
+        );
+        // A shape no test has compared with LiteLLM's: the proxy writes it.
         assert_eq!(converted(json!(null), None), None);
     }
 
