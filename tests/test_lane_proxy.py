@@ -795,6 +795,42 @@ def test_each_reason_to_leave_a_request_to_the_proxy_is_counted(
     assert lane_counts(log).get(reason, 0) == before + 2
 
 
+@pytest.mark.parametrize("provider", ["anthropic", "bedrock"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"anthropic-version": "2023-01-01"},
+        {"anthropic-beta": "prompt-caching-2024-07-31"},
+        {"typesafe-danger-zone-x": "1"},
+    ],
+    ids=["version", "beta", "typesafe"],
+)
+def test_headers_the_proxy_passes_to_the_provider_go_to_the_proxy(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, provider: str, header: dict
+) -> None:
+    """The proxy hands some client headers to the provider (`provider_specific_header`): such
+    requests go to the proxy (`lane_header`), which sends what the plain model sends, once."""
+    before = lane_counts(log).get("lane_header", 0)
+    sent = {}
+    for model in (f"plain-{provider}", f"rust-{provider}"):
+        upstream.clear()
+        response = proxy.post(
+            "/chat/completions", json={"model": model, "messages": HI}, headers=header
+        )
+        assert response.status_code == 200, response.text
+        time.sleep(0.3)  # a second provider call (a replay calling again) would land meanwhile
+        assert len(upstream.requests) == 1
+        sent[model] = (
+            upstream.requests[0].json(),
+            {k: v for k, v in upstream.requests[0].headers.items() if k.startswith("anthropic")},
+        )
+    assert sent[f"plain-{provider}"] == sent[f"rust-{provider}"]
+    deadline = time.monotonic() + 10
+    while lane_counts(log).get("lane_header", 0) < before + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lane_counts(log).get("lane_header", 0) == before + 2
+
+
 def test_a_request_the_fast_path_would_not_send_as_is_goes_to_the_proxy(
     proxy: ProxyProcess, upstream: RecordingUpstream, log: Path
 ) -> None:

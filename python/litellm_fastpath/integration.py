@@ -233,13 +233,21 @@ def _normalize(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> di
     return kwargs
 
 
+def _no_second_call() -> None:
+    """LiteLLM's path is about to call the provider: never for a request the lane served."""
+    if lane.is_running():
+        lane.refuse_second_call()
+
+
 async def _call_async(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     original = _originals[kind.async_name]
     if kwargs.pop("rust", False) is not True:
+        _no_second_call()
         return await original(*args, **kwargs)
     kwargs = _normalize(kind, args, kwargs)
     admitted = kind.admit(kwargs)
     if admitted is None:
+        _no_second_call()
         return await original(**kwargs)
     route, prepared = admitted
     if isinstance(prepared, _native.PreparedStream):

@@ -729,6 +729,17 @@ def _take_ticket(data: dict[str, Any]) -> None:
     _forced_deployment.set(deployment_id)
 
 
+def refuse_second_call() -> None:
+    """Raises in a replay whose call the fast path would not make (the lane and the fast path
+    disagree on a request): the lane called the provider once already, and LiteLLM's own path
+    must not call it again. Logged, since it means a request shape the lane should decline."""
+    if _claimed_call.get() is None:
+        return
+    _claimed_call.set(None)
+    logger.warning("fastpath_lane: a served request's replay was declined by the fast path")
+    raise RuntimeError("fast lane replay declined by the fast path; not calling the provider")
+
+
 def claimed_call() -> Any:
     """The lane's outcome for this request's provider call, once (None: call the provider)."""
     call = _claimed_call.get()

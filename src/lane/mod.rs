@@ -71,6 +71,9 @@ const OTHER_KEY_HEADERS: &[&str] = &[
     "x-goog-api-key",
     "ocp-apim-subscription-key",
 ];
+/// Client headers the proxy passes on to Anthropic-family providers (its
+/// `add_provider_specific_headers_to_request`), as `typesafe-danger-zone-*` ones to others.
+const PROVIDER_HEADERS: &[&str] = &["anthropic-version", "anthropic-beta"];
 /// The proxy takes a caller's call id up to this length (`MAX_LITELLM_CALL_ID_LENGTH`).
 const MAX_CALL_ID_LEN: usize = 256;
 /// Replays waiting for the proxy (each runs the proxy's per-request Python, so they keep logging
@@ -721,13 +724,16 @@ fn call_id(headers: &http::HeaderMap) -> (String, bool) {
 }
 
 /// Headers through which a caller asks the proxy for something (sessions, tags, end users,
-/// CORS): their requests go to the proxy. Only the call id (`x-litellm-call-id`) is taken.
+/// CORS, headers for the provider): their requests go to the proxy. Only the call id
+/// (`x-litellm-call-id`) is taken.
 fn has_proxy_options(headers: &http::HeaderMap) -> bool {
     headers.keys().any(|name| {
         let name = name.as_str();
         (name.starts_with("x-litellm-") && name != "x-litellm-call-id")
             || name.starts_with("litellm-")
             || name == "origin"
+            || PROVIDER_HEADERS.contains(&name)
+            || name.starts_with("typesafe-danger-zone-")
     })
 }
 
