@@ -47,6 +47,8 @@ VOLATILE_HEADERS = {
     "llm_provider-date",
 }
 FASTPATH_HEADERS = {"x-litellm-rust", "x-litellm-fastpath"}
+# What the proxy logs when the lane and the fast path disagree on a request (`lane.py`).
+REPLAY_DECLINED = "replay was declined by the fast path"
 
 
 def lane_proxy(upstream: RecordingUpstream, log: Path, *, workers: int = 1) -> ProxyProcess:
@@ -73,6 +75,8 @@ def proxy(upstream: RecordingUpstream, log: Path) -> Iterator[ProxyProcess]:
         # The first request of a key goes through the proxy, which hands the lane its verdict.
         assert server.post("/chat/completions", json={"model": "plain-openai", "messages": HI})
         yield server
+        # No request the lane served was one the fast path declines on its replay.
+        assert REPLAY_DECLINED not in server.log_text()
 
 
 def call(proxy: ProxyProcess, upstream: RecordingUpstream, model: str, **body: Any) -> Any:

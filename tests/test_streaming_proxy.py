@@ -46,6 +46,8 @@ def proxy(
             e2e_upstream.set_default("/chat/completions", sse_reply(SCENARIOS["mock-3"]))
             assert stream_text(server, "plain-openai").status_code == 200
         yield server
+        # No stream the lane served was one the fast path declines on its replay.
+        assert "replay was declined by the fast path" not in server.log_text()
 
 
 @pytest.fixture(autouse=True)
