@@ -924,6 +924,62 @@ def test_openai_answers_with_annotations_match_the_proxy(
         time.sleep(0.05)
 
 
+def _openai_as_sent_now(cached: int = 0, reasoning: int = 0, tier: str = "default") -> dict:
+    """An OpenAI answer as the API sends it today: token details, `service_tier`."""
+    message = {"role": "assistant", "content": "Hello!", "refusal": None, "annotations": []}
+    answer = tool_answer(message)
+    answer["usage"] = {
+        "prompt_tokens": 1919,
+        "completion_tokens": 10,
+        "total_tokens": 1929,
+        "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": reasoning,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    }
+    answer["service_tier"] = tier
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("answer", "outcome"),
+    [
+        (_openai_as_sent_now(), "served"),
+        (_openai_as_sent_now(reasoning=5), "served"),
+        (_openai_as_sent_now(cached=1024), "replayed"),
+        (_openai_as_sent_now(tier="flex"), "replayed"),
+    ],
+    ids=["details", "reasoning", "cached", "flex"],
+)
+def test_openai_answers_as_sent_today_match_the_proxy(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, answer: dict, outcome: str
+) -> None:
+    """Token details and `service_tier` as OpenAI sends them: written by the lane byte for byte
+    as the proxy writes them, cost headers included (reasoning's share too); cached tokens and
+    other tiers (prices of their own) through the ticket."""
+    before = lane_counts(log).get(outcome, 0)
+    upstream.set_default("/chat/completions", Reply(json=answer))
+    try:
+        plain, _ = call(proxy, upstream, "plain-openai", messages=HI)
+        rust, _ = call(proxy, upstream, "rust-openai", messages=HI)
+    finally:
+        upstream.set_default("/chat/completions", None)
+    assert plain.status_code == rust.status_code == 200
+    assert same_bytes(plain, rust), (plain.content, rust.content)
+    assert stable_headers(plain) == stable_headers(rust)
+    assert float(rust.headers["x-litellm-response-cost"]) > 0
+    assert ("x-litellm-response-cost-reasoning" in rust.headers) == (
+        answer["usage"]["completion_tokens_details"]["reasoning_tokens"] > 0
+    )
+    deadline = time.monotonic() + 10
+    while lane_counts(log).get(outcome, 0) <= before:
+        assert time.monotonic() < deadline, lane_counts(log)
+        time.sleep(0.05)
+
+
 def test_a_group_in_cooldown_goes_to_the_proxy(tmp_path: Path) -> None:
     """One deployment of a two-deployment group answers 429: LiteLLM's router cools it down, and
     while it cools the lane leaves the group to the proxy (`lane_cooldown`)."""

@@ -473,8 +473,11 @@ def _pricing(provider: str, model: str) -> tuple[float, float] | None:
     try:
         info = litellm.get_model_info(model=model, custom_llm_provider=provider)
         prices = (float(info["input_cost_per_token"]), float(info["output_cost_per_token"]))
+        reasoning = info.get("output_cost_per_reasoning_token")
     except Exception:  # unknown model or price: the proxy serves it
         return None
+    if reasoning is not None and float(reasoning) != prices[1]:
+        return None  # the lane prices reasoning tokens as output (LiteLLM's default)
     # Up to a million prompt tokens: tiered prices (`*_above_200k_tokens`) show up here.
     for prompt, completion in ((11, 7), (1000, 1), (1, 1000), (120_000, 30_000), (1_000_000, 1)):
         expected = litellm.cost_per_token(

@@ -16,6 +16,8 @@ pub struct Cost {
     pub input: f64,
     pub output: f64,
     pub total: f64,
+    /// The reasoning tokens' share of `output` (LiteLLM's breakdown header; 0: none).
+    pub reasoning: f64,
 }
 
 /// The proxy's JSON body for a chat answer of the usual shape (text answers, no cache tokens),
@@ -38,12 +40,15 @@ pub fn chat_body(
 fn openai_body(completion: &Value, model_group: &str) -> Option<(Vec<u8>, Usage)> {
     let fields = completion.as_object()?;
     let mut system_fingerprint = None;
+    let mut service_tier = None;
     for (name, value) in fields {
         match name.as_str() {
             "id" | "created" | "model" | "object" | "choices" | "usage" => {}
             "system_fingerprint" => system_fingerprint = Some(value),
             // LiteLLM's own additions, left out of the body when null.
             "moderation" | "service_tier" if value.is_null() => {}
+            // Other tiers have prices of their own.
+            "service_tier" if value == "default" => service_tier = Some(value.clone()),
             _ => return None,
         }
     }
@@ -52,7 +57,7 @@ fn openai_body(completion: &Value, model_group: &str) -> Option<(Vec<u8>, Usage)
     if fields.get("object")?.as_str()? != "chat.completion" {
         return None;
     }
-    let usage = Usage::parse(fields.get("usage")?)?;
+    let (usage, usage_json) = openai_usage(fields.get("usage")?)?;
     let choices = fields
         .get("choices")?
         .as_array()?
@@ -72,14 +77,10 @@ fn openai_body(completion: &Value, model_group: &str) -> Option<(Vec<u8>, Usage)
         Some(_) => return None,
     }
     body.insert("choices".into(), Value::Array(choices));
-    body.insert(
-        "usage".into(),
-        json!({
-            "completion_tokens": usage.completion_tokens,
-            "prompt_tokens": usage.prompt_tokens,
-            "total_tokens": usage.total_tokens,
-        }),
-    );
+    body.insert("usage".into(), usage_json);
+    if let Some(tier) = service_tier {
+        body.insert("service_tier".into(), tier);
+    }
     Some((serde_json::to_vec(&Value::Object(body)).ok()?, usage))
 }
 
@@ -227,6 +228,11 @@ fn converted_usage(value: &Value) -> Option<(Usage, Value)> {
         prompt_tokens: fields.get("prompt_tokens")?.as_u64()?,
         completion_tokens: fields.get("completion_tokens")?.as_u64()?,
         total_tokens: fields.get("total_tokens")?.as_u64()?,
+        reasoning_tokens: fields
+            .get("completion_tokens_details")
+            .and_then(|details| details.get("reasoning_tokens"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
     };
     for cache in ["cache_creation_input_tokens", "cache_read_input_tokens"] {
         if fields
@@ -345,21 +351,75 @@ pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub total_tokens: u64,
+    /// Of `completion_tokens` (priced as output; LiteLLM reports their share).
+    pub reasoning_tokens: u64,
+}
+
+/// The token details LiteLLM's `Usage` writes for OpenAI, in the order it writes them (the
+/// SDK's field order); its null ones are left out.
+const COMPLETION_DETAILS: &[&str] = &[
+    "accepted_prediction_tokens",
+    "audio_tokens",
+    "reasoning_tokens",
+    "rejected_prediction_tokens",
+];
+const PROMPT_DETAILS: &[&str] = &["audio_tokens", "cached_tokens"];
+
+/// OpenAI's usage as LiteLLM writes it. Answers that read the prompt cache are left to the
+/// proxy (cached tokens have a price of their own), as are details not listed above.
+fn openai_usage(value: &Value) -> Option<(Usage, Value)> {
+    let fields = value.as_object()?;
+    let count = |name: &str| fields.get(name)?.as_u64();
+    let mut out = Map::new();
+    out.insert(
+        "completion_tokens".into(),
+        json!(count("completion_tokens")?),
+    );
+    out.insert("prompt_tokens".into(), json!(count("prompt_tokens")?));
+    out.insert("total_tokens".into(), json!(count("total_tokens")?));
+    let mut reasoning_tokens = 0;
+    for (name, value) in fields {
+        let known = match name.as_str() {
+            "completion_tokens" | "prompt_tokens" | "total_tokens" => continue,
+            "completion_tokens_details" => COMPLETION_DETAILS,
+            "prompt_tokens_details" => PROMPT_DETAILS,
+            _ => return None,
+        };
+        let details = value.as_object()?;
+        if details.keys().any(|key| !known.contains(&key.as_str())) {
+            return None;
+        }
+        let mut written = Map::new();
+        for key in known {
+            match details.get(*key) {
+                None | Some(Value::Null) => {}
+                Some(tokens) => {
+                    written.insert((*key).into(), json!(tokens.as_u64()?));
+                }
+            }
+        }
+        if written.is_empty() || written.get("cached_tokens").is_some_and(|n| n != 0) {
+            return None;
+        }
+        if let Some(tokens) = written.get("reasoning_tokens") {
+            reasoning_tokens = tokens.as_u64()?;
+        }
+        out.insert(name.clone(), Value::Object(written));
+    }
+    // LiteLLM writes the completion details before the prompt details.
+    if let Some(prompt) = out.remove("prompt_tokens_details") {
+        out.insert("prompt_tokens_details".into(), prompt);
+    }
+    let usage = Usage {
+        prompt_tokens: count("prompt_tokens")?,
+        completion_tokens: count("completion_tokens")?,
+        total_tokens: count("total_tokens")?,
+        reasoning_tokens,
+    };
+    Some((usage, Value::Object(out)))
 }
 
 impl Usage {
-    fn parse(value: &Value) -> Option<Usage> {
-        let fields = value.as_object()?;
-        if fields.len() != 3 {
-            return None;
-        }
-        Some(Usage {
-            prompt_tokens: fields.get("prompt_tokens")?.as_u64()?,
-            completion_tokens: fields.get("completion_tokens")?.as_u64()?,
-            total_tokens: fields.get("total_tokens")?.as_u64()?,
-        })
-    }
-
     pub fn cost(&self, pricing: Pricing) -> Cost {
         // The same float operations as LiteLLM's `generic_cost_per_token`, in the same order.
         let input = self.prompt_tokens as f64 * pricing.input_per_token;
@@ -368,6 +428,9 @@ impl Usage {
             input,
             output,
             total: input + output,
+            // `get_token_type_cost_breakdown`: reasoning tokens at the output price (the lane
+            // serves models without a reasoning price of their own).
+            reasoning: self.reasoning_tokens as f64 * pricing.output_per_token,
         }
     }
 }
@@ -431,6 +494,7 @@ pub fn headers(
             input: 0.0,
             output: 0.0,
             total: 0.0,
+            reasoning: 0.0,
         }),
     };
     if let Some(cost) = breakdown {
@@ -440,6 +504,12 @@ pub fn headers(
         push("x-litellm-response-cost-margin-percent", zero());
         push("x-litellm-response-cost-input", python_float(cost.input));
         push("x-litellm-response-cost-output", python_float(cost.output));
+        if cost.reasoning > 0.0 {
+            push(
+                "x-litellm-response-cost-reasoning",
+                python_float(cost.reasoning),
+            );
+        }
         push("x-litellm-response-cost-tool-usage", zero());
     }
     let spent = breakdown.map_or(0.0, |cost| cost.total);
@@ -596,7 +666,7 @@ mod tests {
         let mut refusal = completion();
         refusal["choices"][0]["message"]["provider_specific_fields"] = json!({"refusal": "no"});
         let mut extra = completion();
-        extra["service_tier"] = json!("default");
+        extra["service_tier"] = json!("priority");
         for odd in [tools, details, refusal, extra] {
             assert!(
                 chat_body("openai", &odd, "group", ("x", 1)).is_none(),
@@ -640,6 +710,7 @@ mod tests {
             prompt_tokens: 11,
             completion_tokens: 7,
             total_tokens: 18,
+            reasoning_tokens: 5,
         };
         let cost = usage.cost(Pricing {
             input_per_token: 1.5e-07,
@@ -647,5 +718,49 @@ mod tests {
         });
         assert_eq!(python_float(cost.input), "1.6499999999999999e-06");
         assert_eq!(python_float(cost.total), "5.85e-06");
+        // The proxy's `x-litellm-response-cost-reasoning` for 5 reasoning tokens.
+        assert_eq!(python_float(cost.reasoning), "3e-06");
+    }
+
+    /// OpenAI's usage as the API sends it now: details and `service_tier` (the expected body is
+    /// the proxy's, from a run of LiteLLM 1.106.12).
+    #[test]
+    fn writes_openais_usage_details_and_tier() {
+        let mut real = completion();
+        real["usage"] = json!({"prompt_tokens": 1919, "completion_tokens": 10,
+            "total_tokens": 1929, "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 5, "audio_tokens": 0,
+                "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}});
+        real["service_tier"] = json!("default");
+        let (body, usage) = chat_body("openai", &real, "group", ("x", 1)).unwrap();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            serde_json::to_string(&body["usage"]).unwrap(),
+            concat!(
+                r#"{"completion_tokens":10,"prompt_tokens":1919,"total_tokens":1929,"#,
+                r#""completion_tokens_details":{"accepted_prediction_tokens":0,"audio_tokens":0,"#,
+                r#""reasoning_tokens":5,"rejected_prediction_tokens":0},"#,
+                r#""prompt_tokens_details":{"audio_tokens":0,"cached_tokens":0}}"#
+            )
+        );
+        assert_eq!(
+            body.as_object().unwrap().keys().next_back().unwrap(),
+            "service_tier"
+        );
+        assert_eq!(body["service_tier"], "default");
+        assert_eq!(usage.reasoning_tokens, 5);
+        // Cached tokens, another tier, an unknown detail: the proxy writes those.
+        let mut cached = real.clone();
+        cached["usage"]["prompt_tokens_details"]["cached_tokens"] = json!(1024);
+        let mut flex = real.clone();
+        flex["service_tier"] = json!("flex");
+        let mut unknown = real.clone();
+        unknown["usage"]["prompt_tokens_details"]["image_tokens"] = json!(0);
+        for odd in [cached, flex, unknown] {
+            assert!(
+                chat_body("openai", &odd, "group", ("x", 1)).is_none(),
+                "{odd}"
+            );
+        }
     }
 }
