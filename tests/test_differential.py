@@ -180,6 +180,18 @@ UPSTREAM_REPLIES: dict[str, dict[str, dict[str, Any]]] = {
                 "cache_read_input_tokens": 3,
             }
         },
+        # The usage Anthropic's API sends today: the cache split by TTL, the service tier.
+        "usage_as_sent_today": {
+            "usage": {
+                "input_tokens": 10,
+                "cache_creation_input_tokens": 6,
+                "cache_read_input_tokens": 3,
+                "cache_creation": {"ephemeral_5m_input_tokens": 4, "ephemeral_1h_input_tokens": 2},
+                "output_tokens": 5,
+                "service_tier": "standard",
+            }
+        },
+        "inference_geo": {"usage": {"input_tokens": 10, "output_tokens": 5, "inference_geo": "us"}},
         "max_tokens_stop": {"stop_reason": "max_tokens"},
         "stop_sequence": {"stop_reason": "stop_sequence", "stop_sequence": "END"},
         "refusal": {"stop_reason": "refusal"},
@@ -255,6 +267,10 @@ async def test_response_shapes_agree(
     )
     assert served_by_rust(fast)
     assert comparable(fast) == comparable(slow)
+    # The cost LiteLLM works out from the usage (cache writes by TTL price differently).
+    model = deployment_kwargs(provider, upstream.url)["model"]
+    costs = [litellm.completion_cost(completion_response=r, model=model) for r in (fast, slow)]
+    assert costs[0] == costs[1] > 0
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

@@ -980,6 +980,69 @@ def test_openai_answers_as_sent_today_match_the_proxy(
         time.sleep(0.05)
 
 
+def _anthropic_as_sent_now(cache_read: int = 0) -> dict:
+    usage = {
+        "input_tokens": 12,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cache_read,
+        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+        "output_tokens": 6,
+        "service_tier": "standard",
+    }
+    text = {"type": "text", "text": "Hello!"}
+    return {**ANTHROPIC_TOOL_USE, "content": [text], "stop_reason": "end_turn", "usage": usage}
+
+
+CONVERSE_AS_SENT_NOW = {
+    "output": {"message": {"role": "assistant", "content": [{"text": "Hello!"}]}},
+    "stopReason": "end_turn",
+    "usage": {
+        "inputTokens": 12,
+        "outputTokens": 6,
+        "totalTokens": 18,
+        "cacheReadInputTokens": 0,
+        "cacheWriteInputTokens": 0,
+    },
+    "metrics": {"latencyMs": 321},
+}
+
+
+@pytest.mark.parametrize(
+    ("provider", "path", "answer", "outcome"),
+    [
+        ("anthropic", "/v1/messages", _anthropic_as_sent_now(), "served"),
+        ("anthropic", "/v1/messages", _anthropic_as_sent_now(cache_read=100), "replayed"),
+        ("bedrock", "/converse", CONVERSE_AS_SENT_NOW, "served"),
+    ],
+    ids=["anthropic", "anthropic-cached", "bedrock"],
+)
+def test_converted_answers_as_sent_today_match_the_proxy(
+    proxy: ProxyProcess,
+    upstream: RecordingUpstream,
+    log: Path,
+    provider: str,
+    path: str,
+    answer: dict,
+    outcome: str,
+) -> None:
+    """Anthropic's usage as its API sends it now (the cache split by TTL, the service tier) and
+    Bedrock's with its cache counts: the proxy's answer byte for byte, and its headers."""
+    before = lane_counts(log).get(outcome, 0)
+    upstream.set_default(path, Reply(json=answer))
+    try:
+        plain, _ = call(proxy, upstream, f"plain-{provider}", messages=HI)
+        rust, _ = call(proxy, upstream, f"rust-{provider}", messages=HI)
+    finally:
+        upstream.set_default(path, None)
+    assert plain.status_code == rust.status_code == 200
+    assert same_bytes(plain, rust), (plain.content, rust.content)
+    assert stable_headers(plain) == stable_headers(rust)
+    deadline = time.monotonic() + 10
+    while lane_counts(log).get(outcome, 0) <= before:
+        assert time.monotonic() < deadline, lane_counts(log)
+        time.sleep(0.05)
+
+
 def test_a_group_in_cooldown_goes_to_the_proxy(tmp_path: Path) -> None:
     """One deployment of a two-deployment group answers 429: LiteLLM's router cools it down, and
     while it cools the lane leaves the group to the proxy (`lane_cooldown`)."""

@@ -247,7 +247,7 @@ def anthropic_event(name: str, **data: Any) -> bytes:
     return f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
 
 
-def _message_start(**usage: int) -> bytes:
+def _message_start(**usage: Any) -> bytes:
     usage = usage or {"input_tokens": 11, "output_tokens": 1}
     message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x"}
     return anthropic_event("message_start", message={**message, "usage": usage})
@@ -294,6 +294,19 @@ ANTHROPIC: dict[str, list[bytes]] = {
             output_tokens=1,
             cache_creation_input_tokens=100,
             cache_read_input_tokens=200,
+        ),
+        *_text(0, "cached"),
+        *_end(),
+    ],
+    # Usage as Anthropic's API sends it today: the cache split by TTL, the service tier.
+    "usage-as-sent-today": [
+        _message_start(
+            input_tokens=11,
+            cache_creation_input_tokens=6,
+            cache_read_input_tokens=3,
+            cache_creation={"ephemeral_5m_input_tokens": 4, "ephemeral_1h_input_tokens": 2},
+            output_tokens=1,
+            service_tier="standard",
         ),
         *_text(0, "cached"),
         *_end(),

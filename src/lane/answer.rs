@@ -255,10 +255,19 @@ fn converted_usage(value: &Value) -> Option<(Usage, Value)> {
                     .filter(|(_, v)| !v.is_null())
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
-                if kept.values().any(|v| !v.is_u64()) {
+                // Counts, and Anthropic's cache writes by TTL (all counts).
+                let counts = |value: &Value| match value {
+                    Value::Object(split) => split.values().all(Value::is_u64),
+                    other => other.is_u64(),
+                };
+                if !kept.values().all(counts) {
                     return None;
                 }
                 out.insert(name.clone(), Value::Object(kept));
+            }
+            // Anthropic's tier on every answer; other tiers have prices of their own.
+            ("service_tier", Value::String(tier)) if tier == "standard" => {
+                out.insert(name.clone(), value.clone());
             }
             ("cache_creation_input_tokens" | "cache_read_input_tokens", Value::Number(_)) => {
                 out.insert(name.clone(), value.clone());

@@ -265,25 +265,36 @@ pub fn convert_usage(usage: &Value) -> Value {
     let cache_read = count("cache_read_input_tokens");
     let cache_creation = count("cache_creation_input_tokens");
     let prompt = input + cache_read + cache_creation;
+    // Text fields LiteLLM copies from Anthropic's usage when they are strings.
+    let text = |key: &str| usage.get(key).filter(|value| value.is_string()).cloned();
+    let mut prompt_details = json!({
+        "audio_tokens": null,
+        "image_tokens": null,
+        "video_tokens": null,
+        "cache_write_tokens": cache_creation,
+        "cached_tokens": cache_read,
+        "text_tokens": input,
+        "cache_creation_tokens": cache_creation,
+    });
+    // The cache writes by TTL (`_resolve_cache_creation_token_details`); they price differently.
+    if let Some(split) = usage.get("cache_creation").and_then(Value::as_object) {
+        let tokens = |key: &str| split.get(key).cloned().unwrap_or(Value::Null);
+        prompt_details["cache_creation_token_details"] = json!({
+            "ephemeral_5m_input_tokens": tokens("ephemeral_5m_input_tokens"),
+            "ephemeral_1h_input_tokens": tokens("ephemeral_1h_input_tokens"),
+        });
+    }
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": output,
         "total_tokens": prompt + output,
         "completion_tokens_details": {"reasoning_tokens": 0, "text_tokens": output},
-        "prompt_tokens_details": {
-            "audio_tokens": null,
-            "image_tokens": null,
-            "video_tokens": null,
-            "cache_write_tokens": cache_creation,
-            "cached_tokens": cache_read,
-            "text_tokens": input,
-            "cache_creation_tokens": cache_creation,
-        },
+        "prompt_tokens_details": prompt_details,
         "cache_creation_input_tokens": cache_creation,
         "cache_read_input_tokens": cache_read,
         "iterations": null,
-        "inference_geo": null,
-        "speed": null,
-        "service_tier": null,
+        "inference_geo": text("inference_geo"),
+        "speed": text("speed"),
+        "service_tier": usage.get("service_tier").cloned().unwrap_or(Value::Null),
     })
 }
