@@ -111,6 +111,7 @@ USAGE = (
     + b"\n\n"
 )
 DONE = b"data: [DONE]\n\n"
+TODAY = {"service_tier": "default", "system_fingerprint": "fp_560af6e559"}
 
 SCENARIOS: dict[str, list[bytes]] = {
     "mock-3": openai_stream_events("gpt-4o-mini", stream_pieces(3), include_usage=True),
@@ -159,6 +160,52 @@ SCENARIOS: dict[str, list[bytes]] = {
         chunk({"content": "y"}, service_tier="default"),
         chunk({}, "stop"),
         USAGE,
+        DONE,
+    ],
+    # `obfuscation` ahead of `service_tier` upstream: LiteLLM still writes the tier first.
+    "tier-after-extras": [
+        chunk({"role": "assistant", "content": ""}, None, obfuscation="a", **TODAY),
+        chunk({"content": "x"}, None, obfuscation="b", **TODAY),
+        chunk({}, "stop", obfuscation="c", **TODAY),
+        DONE,
+    ],
+    # As OpenAI sends a stream today: the tier, a fingerprint and `obfuscation` padding on every
+    # chunk, and token details in the usage chunk.
+    "as-sent-today": [
+        *(
+            chunk(delta, finish, **TODAY, obfuscation=pad)
+            for delta, finish, pad in (
+                ({"role": "assistant", "content": "", "refusal": None}, None, "x1"),
+                ({"content": "Hel"}, None, "abcd"),
+                ({"content": "lo"}, None, "q"),
+                ({}, "stop", "zz9"),
+            )
+        ),
+        b"data: "
+        + json.dumps(
+            {
+                "id": "chatcmpl-up",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": "gpt-4o-mini-2024-07-18",
+                **TODAY,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": 9,
+                    "completion_tokens": 2,
+                    "total_tokens": 11,
+                    "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+                    "completion_tokens_details": {
+                        "reasoning_tokens": 0,
+                        "audio_tokens": 0,
+                        "accepted_prediction_tokens": 0,
+                        "rejected_prediction_tokens": 0,
+                    },
+                },
+                "obfuscation": "pad",
+            }
+        ).encode()
+        + b"\n\n",
         DONE,
     ],
 }

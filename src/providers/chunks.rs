@@ -574,14 +574,16 @@ fn output_choice(choice: &Value, delta: Value) -> Value {
     Value::Object(out)
 }
 
+/// The upstream's service tier unless null, then its other top-level keys (OpenAI's
+/// `obfuscation`, say) in upstream order, as LiteLLM's chunk has them.
 fn copy_extras(upstream: &Map<String, Value>, chunk: &mut Map<String, Value>) {
+    if let Some(tier) = upstream.get("service_tier").filter(|t| !t.is_null()) {
+        chunk.insert("service_tier".into(), tier.clone());
+    }
     for (key, value) in upstream {
         if !CHUNK_KEYS.contains(&key.as_str()) && key != "error" {
             chunk.insert(key.clone(), value.clone());
         }
-    }
-    if let Some(tier) = upstream.get("service_tier").filter(|t| !t.is_null()) {
-        chunk.insert("service_tier".into(), tier.clone());
     }
 }
 
