@@ -313,7 +313,15 @@ def test_rust_in_the_body_cannot_switch_a_stream_on(
     assert e2e_upstream.requests == []
 
 
-ANTHROPIC_CASES = ("text", "pings-and-unicode", "cache-usage", "max-tokens", "tools", "long")
+ANTHROPIC_CASES = (
+    "text",
+    "pings-and-unicode",
+    "cache-usage",
+    "usage-as-sent-today",
+    "max-tokens",
+    "tools",
+    "long",
+)
 BEDROCK_CASES = ("text", "unicode", "cache-usage", "tools", "long")
 _STREAM_ID = re.compile(rb'"id":"chatcmpl-[0-9a-f-]+"')
 
