@@ -924,18 +924,20 @@ def test_openai_answers_with_annotations_match_the_proxy(
         time.sleep(0.05)
 
 
-def _openai_as_sent_now(cached: int = 0, reasoning: int = 0, tier: str = "default") -> dict:
+def _openai_as_sent_now(
+    cached: int = 0, reasoning: int = 0, tier: str = "default", audio: int = 0
+) -> dict:
     """An OpenAI answer as the API sends it today: token details, `service_tier`."""
     message = {"role": "assistant", "content": "Hello!", "refusal": None, "annotations": []}
     answer = tool_answer(message)
     answer["usage"] = {
         "prompt_tokens": 1919,
-        "completion_tokens": 10,
-        "total_tokens": 1929,
+        "completion_tokens": 7,
+        "total_tokens": 1926,
         "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
         "completion_tokens_details": {
             "reasoning_tokens": reasoning,
-            "audio_tokens": 0,
+            "audio_tokens": audio,
             "accepted_prediction_tokens": 0,
             "rejected_prediction_tokens": 0,
         },
@@ -951,8 +953,9 @@ def _openai_as_sent_now(cached: int = 0, reasoning: int = 0, tier: str = "defaul
         (_openai_as_sent_now(reasoning=5), "served"),
         (_openai_as_sent_now(cached=1024), "replayed"),
         (_openai_as_sent_now(tier="flex"), "replayed"),
+        (_openai_as_sent_now(audio=2), "replayed"),
     ],
-    ids=["details", "reasoning", "cached", "flex"],
+    ids=["details", "reasoning", "cached", "flex", "audio"],
 )
 def test_openai_answers_as_sent_today_match_the_proxy(
     proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, answer: dict, outcome: str

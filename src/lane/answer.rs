@@ -228,12 +228,16 @@ fn converted_usage(value: &Value) -> Option<(Usage, Value)> {
         prompt_tokens: fields.get("prompt_tokens")?.as_u64()?,
         completion_tokens: fields.get("completion_tokens")?.as_u64()?,
         total_tokens: fields.get("total_tokens")?.as_u64()?,
-        reasoning_tokens: fields
-            .get("completion_tokens_details")
-            .and_then(|details| details.get("reasoning_tokens"))
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
+        reasoning_tokens: 0,
     };
+    // Reasoning next to LiteLLM's own `text_tokens` count is priced by rules of its own.
+    if fields
+        .get("completion_tokens_details")
+        .and_then(|details| details.get("reasoning_tokens"))
+        .is_some_and(|tokens| tokens.as_u64() != Some(0))
+    {
+        return None;
+    }
     for cache in ["cache_creation_input_tokens", "cache_read_input_tokens"] {
         if fields
             .get(cache)
@@ -407,7 +411,12 @@ fn openai_usage(value: &Value) -> Option<(Usage, Value)> {
                 }
             }
         }
-        if written.is_empty() || written.get("cached_tokens").is_some_and(|n| n != 0) {
+        // Cached, audio and prediction tokens have prices (or rules) of their own.
+        if written.is_empty()
+            || written
+                .iter()
+                .any(|(k, n)| k != "reasoning_tokens" && n != 0)
+        {
             return None;
         }
         if let Some(tokens) = written.get("reasoning_tokens") {
@@ -432,14 +441,20 @@ impl Usage {
     pub fn cost(&self, pricing: Pricing) -> Cost {
         // The same float operations as LiteLLM's `generic_cost_per_token`, in the same order.
         let input = self.prompt_tokens as f64 * pricing.input_per_token;
-        let output = self.completion_tokens as f64 * pricing.output_per_token;
+        // With reasoning tokens LiteLLM prices the text and the reasoning apart and adds them
+        // (the same rate here: the lane serves models without a reasoning price of their own).
+        let reasoning = self.reasoning_tokens as f64 * pricing.output_per_token;
+        let output = if self.reasoning_tokens > 0 {
+            let text = self.completion_tokens.saturating_sub(self.reasoning_tokens);
+            text as f64 * pricing.output_per_token + reasoning
+        } else {
+            self.completion_tokens as f64 * pricing.output_per_token
+        };
         Cost {
             input,
             output,
             total: input + output,
-            // `get_token_type_cost_breakdown`: reasoning tokens at the output price (the lane
-            // serves models without a reasoning price of their own).
-            reasoning: self.reasoning_tokens as f64 * pricing.output_per_token,
+            reasoning,
         }
     }
 }
@@ -719,15 +734,23 @@ mod tests {
             prompt_tokens: 11,
             completion_tokens: 7,
             total_tokens: 18,
-            reasoning_tokens: 5,
+            reasoning_tokens: 0,
         };
-        let cost = usage.cost(Pricing {
+        let pricing = Pricing {
             input_per_token: 1.5e-07,
             output_per_token: 6e-07,
-        });
+        };
+        let cost = usage.cost(pricing);
         assert_eq!(python_float(cost.input), "1.6499999999999999e-06");
         assert_eq!(python_float(cost.total), "5.85e-06");
-        // The proxy's `x-litellm-response-cost-reasoning` for 5 reasoning tokens.
+        // 5 of the 7 reasoning: text and reasoning priced apart, then added, as LiteLLM does
+        // (7 * 6e-07 would be 4.2e-06).
+        let reasoning = Usage {
+            reasoning_tokens: 5,
+            ..usage
+        };
+        let cost = reasoning.cost(pricing);
+        assert_eq!(python_float(cost.output), "4.2000000000000004e-06");
         assert_eq!(python_float(cost.reasoning), "3e-06");
     }
 
