@@ -211,6 +211,7 @@ UPSTREAM_REPLIES: dict[str, dict[str, dict[str, Any]]] = {
         },
         "max_tokens_stop": {"stopReason": "max_tokens"},
         "guardrail": {"stopReason": "guardrail_intervened"},
+        "content_filtered": {"stopReason": "content_filtered"},
         "two_text_blocks": {
             "output": {
                 "message": {"role": "assistant", "content": [{"text": "Hi"}, {"text": " there"}]}
@@ -235,6 +236,55 @@ UPSTREAM_REPLIES: dict[str, dict[str, dict[str, Any]]] = {
                     "index": 0,
                     "message": {"role": "assistant", "content": "Hel", "refusal": None},
                     "finish_reason": "length",
+                }
+            ]
+        },
+        "refusal": {
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "refusal": "I can't help with that.",
+                        "annotations": [],
+                    },
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ]
+        },
+        "content_filter": {
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "", "refusal": None},
+                    "finish_reason": "content_filter",
+                }
+            ]
+        },
+        "citations": {
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": "See example.com.",
+                        "refusal": None,
+                        "annotations": [
+                            {
+                                "type": "url_citation",
+                                "url_citation": {
+                                    "url": "https://example.com",
+                                    "title": "Example",
+                                    "start_index": 4,
+                                    "end_index": 15,
+                                },
+                            }
+                        ],
+                    },
+                    "logprobs": None,
+                    "finish_reason": "stop",
                 }
             ]
         },
