@@ -951,7 +951,7 @@ def _openai_as_sent_now(
     [
         (_openai_as_sent_now(), "served"),
         (_openai_as_sent_now(reasoning=5), "served"),
-        (_openai_as_sent_now(cached=1024), "replayed"),
+        (_openai_as_sent_now(cached=1024), "served"),
         (_openai_as_sent_now(tier="flex"), "replayed"),
         (_openai_as_sent_now(audio=2), "replayed"),
     ],
@@ -961,8 +961,8 @@ def test_openai_answers_as_sent_today_match_the_proxy(
     proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, answer: dict, outcome: str
 ) -> None:
     """Token details and `service_tier` as OpenAI sends them: written by the lane byte for byte
-    as the proxy writes them, cost headers included (reasoning's share too); cached tokens and
-    other tiers (prices of their own) through the ticket."""
+    as the proxy writes them, cost headers included (the cached and reasoning tokens' shares
+    too); other tiers and audio tokens (prices of their own) through the ticket."""
     before = lane_counts(log).get(outcome, 0)
     upstream.set_default("/chat/completions", Reply(json=answer))
     try:
@@ -976,6 +976,9 @@ def test_openai_answers_as_sent_today_match_the_proxy(
     assert float(rust.headers["x-litellm-response-cost"]) > 0
     assert ("x-litellm-response-cost-reasoning" in rust.headers) == (
         answer["usage"]["completion_tokens_details"]["reasoning_tokens"] > 0
+    )
+    assert ("x-litellm-response-cost-cache-read" in rust.headers) == (
+        answer["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
     )
     deadline = time.monotonic() + 10
     while lane_counts(log).get(outcome, 0) <= before:

@@ -468,12 +468,15 @@ def _entry(deployment: Mapping[str, Any], router: Any) -> tuple[Any, ...] | None
     )
 
 
-def _pricing(provider: str, model: str) -> tuple[float, float] | None:
-    """LiteLLM's per-token prices, when its cost is exactly linear in the token counts."""
+def _pricing(provider: str, model: str) -> tuple[float, float, float | None] | None:
+    """LiteLLM's per-token prices, when its cost is exactly linear in the token counts: input,
+    output, and OpenAI's cached prompt tokens (None: answers with cached tokens go through the
+    proxy)."""
     try:
         info = litellm.get_model_info(model=model, custom_llm_provider=provider)
         prices = (float(info["input_cost_per_token"]), float(info["output_cost_per_token"]))
         reasoning = info.get("output_cost_per_reasoning_token")
+        cache_read = info.get("cache_read_input_token_cost")
     except Exception:  # unknown model or price: the proxy serves it
         return None
     if reasoning is not None and float(reasoning) != prices[1]:
@@ -488,7 +491,36 @@ def _pricing(provider: str, model: str) -> tuple[float, float] | None:
         )
         if expected != (prompt * prices[0], completion * prices[1]):
             return None
-    return prices
+    cached = _cache_read_price(provider, model, prices, cache_read)
+    return (*prices, cached)
+
+
+def _cache_read_price(
+    provider: str, model: str, prices: tuple[float, float], rate: Any
+) -> float | None:
+    """OpenAI's price per cached prompt token, when LiteLLM's cost of an answer with cached
+    tokens is exactly the lane's (`Usage::cost`): the rest of the prompt at the input price,
+    plus the cached tokens at theirs."""
+    if provider != "openai" or rate is None:
+        return None
+    rate = float(rate)
+    for prompt, cached, completion in ((1919, 1024, 10), (2048, 2048, 1), (150_000, 99_968, 77)):
+        usage = litellm.Usage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            prompt_tokens_details={"cached_tokens": cached, "audio_tokens": 0},
+        )
+        try:
+            expected = litellm.cost_per_token(
+                model=model, custom_llm_provider=provider, usage_object=usage
+            )
+        except Exception:
+            return None
+        ours = (float(prompt - cached) * prices[0] + float(cached) * rate, completion * prices[1])
+        if expected != ours:
+            return None
+    return rate
 
 
 def _answer_headers() -> list[tuple[str, str]]:

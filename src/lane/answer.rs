@@ -18,6 +18,8 @@ pub struct Cost {
     pub total: f64,
     /// The reasoning tokens' share of `output` (LiteLLM's breakdown header; 0: none).
     pub reasoning: f64,
+    /// Cached prompt tokens' cost, not in `input` (the proxy's additive split; 0: none).
+    pub cache_read: f64,
 }
 
 /// The proxy's JSON body for a chat answer of the usual shape (text answers, no cache tokens),
@@ -229,6 +231,7 @@ fn converted_usage(value: &Value) -> Option<(Usage, Value)> {
         completion_tokens: fields.get("completion_tokens")?.as_u64()?,
         total_tokens: fields.get("total_tokens")?.as_u64()?,
         reasoning_tokens: 0,
+        cached_tokens: 0,
     };
     // Reasoning next to LiteLLM's own `text_tokens` count is priced by rules of its own.
     if fields
@@ -366,6 +369,8 @@ pub struct Usage {
     pub total_tokens: u64,
     /// Of `completion_tokens` (priced as output; LiteLLM reports their share).
     pub reasoning_tokens: u64,
+    /// Of `prompt_tokens`, read from the provider's prompt cache (priced apart).
+    pub cached_tokens: u64,
 }
 
 /// The token details LiteLLM's `Usage` writes for OpenAI, in the order it writes them (the
@@ -390,7 +395,7 @@ fn openai_usage(value: &Value) -> Option<(Usage, Value)> {
     );
     out.insert("prompt_tokens".into(), json!(count("prompt_tokens")?));
     out.insert("total_tokens".into(), json!(count("total_tokens")?));
-    let mut reasoning_tokens = 0;
+    let (mut reasoning_tokens, mut cached_tokens) = (0, 0);
     for (name, value) in fields {
         let known = match name.as_str() {
             "completion_tokens" | "prompt_tokens" | "total_tokens" => continue,
@@ -411,16 +416,20 @@ fn openai_usage(value: &Value) -> Option<(Usage, Value)> {
                 }
             }
         }
-        // Cached, audio and prediction tokens have prices (or rules) of their own.
+        // Audio and prediction tokens have prices (or rules) of their own.
+        let priced = ["reasoning_tokens", "cached_tokens"];
         if written.is_empty()
             || written
                 .iter()
-                .any(|(k, n)| k != "reasoning_tokens" && n != 0)
+                .any(|(k, n)| !priced.contains(&k.as_str()) && n != 0)
         {
             return None;
         }
         if let Some(tokens) = written.get("reasoning_tokens") {
             reasoning_tokens = tokens.as_u64()?;
+        }
+        if let Some(tokens) = written.get("cached_tokens") {
+            cached_tokens = tokens.as_u64()?;
         }
         out.insert(name.clone(), Value::Object(written));
     }
@@ -433,14 +442,29 @@ fn openai_usage(value: &Value) -> Option<(Usage, Value)> {
         completion_tokens: count("completion_tokens")?,
         total_tokens: count("total_tokens")?,
         reasoning_tokens,
+        cached_tokens,
     };
     Some((usage, Value::Object(out)))
 }
 
 impl Usage {
-    pub fn cost(&self, pricing: Pricing) -> Cost {
-        // The same float operations as LiteLLM's `generic_cost_per_token`, in the same order.
-        let input = self.prompt_tokens as f64 * pricing.input_per_token;
+    /// The cost as LiteLLM's `generic_cost_per_token` works it out, the same float operations
+    /// in the same order, and the proxy's split of it for the headers; None for cached tokens
+    /// without a price of their own (the proxy writes that answer).
+    pub fn cost(&self, pricing: Pricing) -> Option<Cost> {
+        // Cached tokens: the rest of the prompt at the input price, plus the cached ones at
+        // theirs; the proxy's `input` header is that sum less the cached part.
+        let (prompt_cost, cache_read) = if self.cached_tokens > 0 {
+            let rate = pricing.cache_read_per_token?;
+            let text = self.prompt_tokens.checked_sub(self.cached_tokens)?;
+            let cache_read = self.cached_tokens as f64 * rate;
+            (
+                text as f64 * pricing.input_per_token + cache_read,
+                cache_read,
+            )
+        } else {
+            (self.prompt_tokens as f64 * pricing.input_per_token, 0.0)
+        };
         // With reasoning tokens LiteLLM prices the text and the reasoning apart and adds them
         // (the same rate here: the lane serves models without a reasoning price of their own).
         let reasoning = self.reasoning_tokens as f64 * pricing.output_per_token;
@@ -450,12 +474,13 @@ impl Usage {
         } else {
             self.completion_tokens as f64 * pricing.output_per_token
         };
-        Cost {
-            input,
+        Some(Cost {
+            input: prompt_cost - cache_read,
             output,
-            total: input + output,
+            total: prompt_cost + output,
             reasoning,
-        }
+            cache_read,
+        })
     }
 }
 
@@ -519,6 +544,7 @@ pub fn headers(
             output: 0.0,
             total: 0.0,
             reasoning: 0.0,
+            cache_read: 0.0,
         }),
     };
     if let Some(cost) = breakdown {
@@ -528,6 +554,12 @@ pub fn headers(
         push("x-litellm-response-cost-margin-percent", zero());
         push("x-litellm-response-cost-input", python_float(cost.input));
         push("x-litellm-response-cost-output", python_float(cost.output));
+        if cost.cache_read > 0.0 {
+            push(
+                "x-litellm-response-cost-cache-read",
+                python_float(cost.cache_read),
+            );
+        }
         if cost.reasoning > 0.0 {
             push(
                 "x-litellm-response-cost-reasoning",
@@ -686,7 +718,7 @@ mod tests {
         let mut tools = completion();
         tools["choices"][0]["finish_reason"] = json!("tool_calls");
         let mut details = completion();
-        details["usage"]["prompt_tokens_details"] = json!({"cached_tokens": 3});
+        details["usage"]["prompt_tokens_details"] = json!({"audio_tokens": 3});
         let mut refusal = completion();
         refusal["choices"][0]["message"]["provider_specific_fields"] = json!({"refusal": "no"});
         let mut extra = completion();
@@ -735,12 +767,14 @@ mod tests {
             completion_tokens: 7,
             total_tokens: 18,
             reasoning_tokens: 0,
+            cached_tokens: 0,
         };
         let pricing = Pricing {
             input_per_token: 1.5e-07,
             output_per_token: 6e-07,
+            cache_read_per_token: Some(7.5e-08),
         };
-        let cost = usage.cost(pricing);
+        let cost = usage.cost(pricing).unwrap();
         assert_eq!(python_float(cost.input), "1.6499999999999999e-06");
         assert_eq!(python_float(cost.total), "5.85e-06");
         // 5 of the 7 reasoning: text and reasoning priced apart, then added, as LiteLLM does
@@ -749,9 +783,26 @@ mod tests {
             reasoning_tokens: 5,
             ..usage
         };
-        let cost = reasoning.cost(pricing);
+        let cost = reasoning.cost(pricing).unwrap();
         assert_eq!(python_float(cost.output), "4.2000000000000004e-06");
         assert_eq!(python_float(cost.reasoning), "3e-06");
+        // 1024 of 1919 prompt tokens cached: the proxy's headers for it, from LiteLLM 1.106.12.
+        let cached = Usage {
+            prompt_tokens: 1919,
+            completion_tokens: 10,
+            total_tokens: 1929,
+            reasoning_tokens: 0,
+            cached_tokens: 1024,
+        };
+        let cost = cached.cost(pricing).unwrap();
+        assert_eq!(python_float(cost.input), "0.00013424999999999998");
+        assert_eq!(python_float(cost.cache_read), "7.68e-05");
+        assert_eq!(python_float(cost.total), "0.00021705");
+        let unpriced = Pricing {
+            cache_read_per_token: None,
+            ..pricing
+        };
+        assert!(cached.cost(unpriced).is_none());
     }
 
     /// OpenAI's usage as the API sends it now: details and `service_tier` (the expected body is
@@ -781,14 +832,12 @@ mod tests {
         );
         assert_eq!(body["service_tier"], "default");
         assert_eq!(usage.reasoning_tokens, 5);
-        // Cached tokens, another tier, an unknown detail: the proxy writes those.
-        let mut cached = real.clone();
-        cached["usage"]["prompt_tokens_details"]["cached_tokens"] = json!(1024);
+        // Another tier, an unknown detail: the proxy writes those.
         let mut flex = real.clone();
         flex["service_tier"] = json!("flex");
         let mut unknown = real.clone();
         unknown["usage"]["prompt_tokens_details"]["image_tokens"] = json!(0);
-        for odd in [cached, flex, unknown] {
+        for odd in [flex, unknown] {
             assert!(
                 chat_body("openai", &odd, "group", ("x", 1)).is_none(),
                 "{odd}"

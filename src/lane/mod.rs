@@ -638,7 +638,15 @@ async fn serve_chat(
             return Served::Replay(lane.tickets.issue(&deployment.id, call_id, outcome));
         }
     };
-    let cost = deployment.pricing.map(|pricing| usage.cost(pricing));
+    let cost = match deployment.pricing.map(|pricing| usage.cost(pricing)) {
+        Some(None) => {
+            // A price the lane does not know (cached tokens): the proxy answers.
+            let outcome = Outcome::Call(Ok(completion));
+            return Served::Replay(lane.tickets.issue(&deployment.id, call_id, outcome));
+        }
+        Some(Some(cost)) => Some(cost),
+        None => None,
+    };
     let timings = answer::Timings {
         total_ms: received.elapsed().as_secs_f64() * 1000.0,
         upstream_ms,

@@ -47,6 +47,8 @@ pub enum StreamUsage {
 pub struct Pricing {
     pub input_per_token: f64,
     pub output_per_token: f64,
+    /// Cached prompt tokens (OpenAI's), when LiteLLM prices them at one rate of their own.
+    pub cache_read_per_token: Option<f64>,
 }
 
 /// A model group the lane serves: every deployment in it is one the lane can call.

@@ -108,12 +108,13 @@ type Entry<'py> = (
     Bound<'py, PyDict>,
     f64,
     Vec<(String, String)>,
-    Option<(f64, f64)>,
+    Option<(f64, f64, Option<f64>)>,
     Option<(bool, f64)>,
 );
 
 /// Replaces the groups the lane serves: `{group: [(deployment, id, weight, params, timeout,
-/// headers, pricing, streams)]}`; `streams`: None when the lane leaves the deployment's streams
+/// headers, pricing, streams)]}`; `pricing`: per input, output and cached token (None: cached
+/// tokens go to the proxy); `streams`: None when the lane leaves the deployment's streams
 /// to the proxy, else whether the proxy adds `include_usage` to every stream of it, and the
 /// streams' timeout.
 #[pyfunction]
@@ -142,9 +143,10 @@ pub fn lane_set_groups(
                 params,
                 timeout: Duration::from_secs_f64(timeout),
                 headers,
-                pricing: pricing.map(|(input, output)| Pricing {
+                pricing: pricing.map(|(input, output, cache_read)| Pricing {
                     input_per_token: input,
                     output_per_token: output,
+                    cache_read_per_token: cache_read,
                 }),
                 streams: streams.map(|(always, timeout)| LaneStreams {
                     usage: if always {
