@@ -195,6 +195,9 @@ UPSTREAM_REPLIES: dict[str, dict[str, dict[str, Any]]] = {
         "max_tokens_stop": {"stop_reason": "max_tokens"},
         "stop_sequence": {"stop_reason": "stop_sequence", "stop_sequence": "END"},
         "refusal": {"stop_reason": "refusal"},
+        "pause_turn": {"stop_reason": "pause_turn"},
+        "context_window": {"stop_reason": "model_context_window_exceeded"},
+        "container_field": {"container": None, "stop_reason": "end_turn"},
         "two_text_blocks": {
             "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": " there"}]
         },
@@ -212,6 +215,10 @@ UPSTREAM_REPLIES: dict[str, dict[str, dict[str, Any]]] = {
         "max_tokens_stop": {"stopReason": "max_tokens"},
         "guardrail": {"stopReason": "guardrail_intervened"},
         "content_filtered": {"stopReason": "content_filtered"},
+        "response_fields": {
+            "additionalModelResponseFields": {"stop_sequence": None},
+            "performanceConfig": {"latency": "standard"},
+        },
         "two_text_blocks": {
             "output": {
                 "message": {"role": "assistant", "content": [{"text": "Hi"}, {"text": " there"}]}
