@@ -236,22 +236,29 @@ def test_a_callers_call_id_is_kept(proxy: ProxyProcess, upstream: RecordingUpstr
         assert response.headers["x-litellm-call-id"] == "call-123"
 
 
-def test_every_served_request_is_logged_once(
-    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path
+def concurrent_rust_calls(
+    proxy: ProxyProcess, upstream: RecordingUpstream, total: int, clients: int
 ) -> None:
-    before = len(events_for(log, "rust-openai", 0))
+    """`total` requests to `rust-openai` from `clients` threads: every one answered by Rust,
+    with one provider call each (the replays through the proxy never call it again)."""
     upstream_before = len(upstream.requests)
-    total = 400
 
     def one(_: int) -> httpx.Response:
         return proxy.post("/chat/completions", json={"model": "rust-openai", "messages": HI})
 
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         responses = list(pool.map(one, range(total)))
     assert [r.status_code for r in responses] == [200] * total
     assert all(r.headers["x-litellm-rust"] == "true" for r in responses)
-    # One provider call per request: the replays through the proxy never call it again.
     assert len(upstream.requests) - upstream_before == total
+
+
+def test_every_served_request_is_logged_once(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path
+) -> None:
+    before = len(events_for(log, "rust-openai", 0))
+    total = 400
+    concurrent_rust_calls(proxy, upstream, total, clients=8)
     events = events_for(log, "rust-openai", before + total, timeout=60)
     assert len(events) - before == total
     assert all(e["event"] == "success" and e["response_cost"] > 0 for e in events[before:])
@@ -853,18 +860,28 @@ def test_a_request_the_fast_path_would_not_send_as_is_goes_to_the_proxy(
     assert lane_counts(log).get("lane_param", 0) == before + 1
 
 
+@contextlib.contextmanager
+def openai_lane_proxy(
+    upstream: RecordingUpstream, log: Path, env: dict[str, str]
+) -> Iterator[ProxyProcess]:
+    """A lane proxy of its own for the OpenAI twins, under `env`, with the master key's verdict
+    handed to the lane (by a first request through the proxy)."""
+    log.touch()
+    models = twin_models("openai", deployment_kwargs("openai", upstream.url))
+    with logged_proxy(models, log, env=env, fastpath_lane=True) as proxy:
+        assert proxy.post("/chat/completions", json={"model": "plain-openai", "messages": HI})
+        time.sleep(0.5)
+        yield proxy
+
+
 def test_streams_under_another_repetition_guard_go_to_the_proxy(
     upstream: RecordingUpstream, tmp_path: Path
 ) -> None:
     """The lane applies LiteLLM's default repetition guard only: with another one set, its
     streams go to the proxy (`lane_stream`), while plain calls still take the lane."""
     log = tmp_path / "events.jsonl"
-    log.touch()
-    models = twin_models("openai", deployment_kwargs("openai", upstream.url))
     env = {"REPEATED_STREAMING_CHUNK_LIMIT": "50"}
-    with logged_proxy(models, log, env=env, fastpath_lane=True) as proxy:
-        assert proxy.post("/chat/completions", json={"model": "plain-openai", "messages": HI})
-        time.sleep(0.5)
+    with openai_lane_proxy(upstream, log, env) as proxy:
         sse = b"".join(openai_stream_events("gpt-4o-mini", stream_pieces(3), include_usage=True))
         upstream.set_default("/chat/completions", Reply(body=sse))
         try:
@@ -889,6 +906,28 @@ def test_streams_under_another_repetition_guard_go_to_the_proxy(
         assert counts.get("lane_stream") == 1 and counts.get("served") == 1, counts
 
 
+def twin_answers(
+    proxy: ProxyProcess, upstream: RecordingUpstream, provider: str, path: str, answer: dict
+) -> tuple[httpx.Response, httpx.Response]:
+    """The plain and the `rust: true` model's answers when the upstream at `path` answers
+    `answer`."""
+    upstream.set_default(path, Reply(json=answer))
+    try:
+        plain, _ = call(proxy, upstream, f"plain-{provider}", messages=HI)
+        rust, _ = call(proxy, upstream, f"rust-{provider}", messages=HI)
+    finally:
+        upstream.set_default(path, None)
+    return plain, rust
+
+
+def await_count(log: Path, outcome: str, above: int) -> None:
+    """Waits until the lane's count of `outcome` passes `above` (counts ride on logged events)."""
+    deadline = time.monotonic() + 10
+    while lane_counts(log).get(outcome, 0) <= above:
+        assert time.monotonic() < deadline, lane_counts(log)
+        time.sleep(0.05)
+
+
 CITATION = {
     "type": "url_citation",
     "url_citation": {"url": "https://example.com", "title": "t", "start_index": 0, "end_index": 1},
@@ -909,19 +948,12 @@ def test_openai_answers_with_annotations_match_the_proxy(
     the proxy (through the ticket); either way the answer is the proxy's."""
     message = {"role": "assistant", "content": "hi", "refusal": None, "annotations": annotations}
     before = lane_counts(log).get(outcome, 0)
-    upstream.set_default("/chat/completions", Reply(json=tool_answer(message)))
-    try:
-        plain, _ = call(proxy, upstream, "plain-openai", messages=HI)
-        rust, _ = call(proxy, upstream, "rust-openai", messages=HI)
-    finally:
-        upstream.set_default("/chat/completions", None)
+    answer = tool_answer(message)
+    plain, rust = twin_answers(proxy, upstream, "openai", "/chat/completions", answer)
     assert plain.status_code == rust.status_code == 200
     assert {**plain.json(), "model": None} == {**rust.json(), "model": None}
     assert rust.json()["choices"][0]["message"]["annotations"] == annotations
-    deadline = time.monotonic() + 10
-    while lane_counts(log).get(outcome, 0) <= before:
-        assert time.monotonic() < deadline, lane_counts(log)
-        time.sleep(0.05)
+    await_count(log, outcome, before)
 
 
 def _openai_as_sent_now(
@@ -964,12 +996,7 @@ def test_openai_answers_as_sent_today_match_the_proxy(
     as the proxy writes them, cost headers included (the cached and reasoning tokens' shares
     too); other tiers and audio tokens (prices of their own) through the ticket."""
     before = lane_counts(log).get(outcome, 0)
-    upstream.set_default("/chat/completions", Reply(json=answer))
-    try:
-        plain, _ = call(proxy, upstream, "plain-openai", messages=HI)
-        rust, _ = call(proxy, upstream, "rust-openai", messages=HI)
-    finally:
-        upstream.set_default("/chat/completions", None)
+    plain, rust = twin_answers(proxy, upstream, "openai", "/chat/completions", answer)
     assert plain.status_code == rust.status_code == 200
     assert same_bytes(plain, rust), (plain.content, rust.content)
     assert stable_headers(plain) == stable_headers(rust)
@@ -980,10 +1007,7 @@ def test_openai_answers_as_sent_today_match_the_proxy(
     assert ("x-litellm-response-cost-cache-read" in rust.headers) == (
         answer["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
     )
-    deadline = time.monotonic() + 10
-    while lane_counts(log).get(outcome, 0) <= before:
-        assert time.monotonic() < deadline, lane_counts(log)
-        time.sleep(0.05)
+    await_count(log, outcome, before)
 
 
 def _anthropic_as_sent_now(cache_read: int = 0) -> dict:
@@ -1034,19 +1058,11 @@ def test_converted_answers_as_sent_today_match_the_proxy(
     """Anthropic's usage as its API sends it now (the cache split by TTL, the service tier) and
     Bedrock's with its cache counts: the proxy's answer byte for byte, and its headers."""
     before = lane_counts(log).get(outcome, 0)
-    upstream.set_default(path, Reply(json=answer))
-    try:
-        plain, _ = call(proxy, upstream, f"plain-{provider}", messages=HI)
-        rust, _ = call(proxy, upstream, f"rust-{provider}", messages=HI)
-    finally:
-        upstream.set_default(path, None)
+    plain, rust = twin_answers(proxy, upstream, provider, path, answer)
     assert plain.status_code == rust.status_code == 200
     assert same_bytes(plain, rust), (plain.content, rust.content)
     assert stable_headers(plain) == stable_headers(rust)
-    deadline = time.monotonic() + 10
-    while lane_counts(log).get(outcome, 0) <= before:
-        assert time.monotonic() < deadline, lane_counts(log)
-        time.sleep(0.05)
+    await_count(log, outcome, before)
 
 
 def test_a_group_in_cooldown_goes_to_the_proxy(tmp_path: Path) -> None:
@@ -1090,22 +1106,9 @@ def test_past_the_backlog_new_requests_go_to_the_proxy(
     `LITELLM_FASTPATH_LANE_BACKLOG`), the lane hands new requests to the proxy (`lane_backlog`):
     every request is still answered and logged once, with one provider call."""
     log = tmp_path / "events.jsonl"
-    log.touch()
-    models = twin_models("openai", deployment_kwargs("openai", upstream.url))
-    env = {"LITELLM_FASTPATH_LANE_BACKLOG": "2"}
-    with logged_proxy(models, log, env=env, fastpath_lane=True) as proxy:
-        assert proxy.post("/chat/completions", json={"model": "plain-openai", "messages": HI})
-        time.sleep(0.5)
-        upstream_before, total = len(upstream.requests), 200
-
-        def one(_: int) -> httpx.Response:
-            return proxy.post("/chat/completions", json={"model": "rust-openai", "messages": HI})
-
-        with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            responses = list(pool.map(one, range(total)))
-        assert [r.status_code for r in responses] == [200] * total
-        assert all(r.headers["x-litellm-rust"] == "true" for r in responses)
-        assert len(upstream.requests) - upstream_before == total
+    with openai_lane_proxy(upstream, log, {"LITELLM_FASTPATH_LANE_BACKLOG": "2"}) as proxy:
+        total = 200
+        concurrent_rust_calls(proxy, upstream, total, clients=16)
         events = events_for(log, "rust-openai", total, timeout=60)
         assert len(events) == total
         assert all(e["event"] == "success" and e["response_cost"] > 0 for e in events)
