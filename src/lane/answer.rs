@@ -387,64 +387,67 @@ const PROMPT_DETAILS: &[&str] = &["audio_tokens", "cached_tokens"];
 /// proxy (cached tokens have a price of their own), as are details not listed above.
 fn openai_usage(value: &Value) -> Option<(Usage, Value)> {
     let fields = value.as_object()?;
+    let totals = ["completion_tokens", "prompt_tokens", "total_tokens"];
+    let details = [
+        ("completion_tokens_details", COMPLETION_DETAILS),
+        ("prompt_tokens_details", PROMPT_DETAILS),
+    ];
+    if fields.keys().any(|name| {
+        !totals.contains(&name.as_str()) && !details.iter().any(|(known, _)| name == known)
+    }) {
+        return None;
+    }
     let count = |name: &str| fields.get(name)?.as_u64();
-    let mut out = Map::new();
-    out.insert(
-        "completion_tokens".into(),
-        json!(count("completion_tokens")?),
-    );
-    out.insert("prompt_tokens".into(), json!(count("prompt_tokens")?));
-    out.insert("total_tokens".into(), json!(count("total_tokens")?));
-    let (mut reasoning_tokens, mut cached_tokens) = (0, 0);
-    for (name, value) in fields {
-        let known = match name.as_str() {
-            "completion_tokens" | "prompt_tokens" | "total_tokens" => continue,
-            "completion_tokens_details" => COMPLETION_DETAILS,
-            "prompt_tokens_details" => PROMPT_DETAILS,
-            _ => return None,
-        };
-        let details = value.as_object()?;
-        if details.keys().any(|key| !known.contains(&key.as_str())) {
-            return None;
-        }
-        let mut written = Map::new();
-        for key in known {
-            match details.get(*key) {
-                None | Some(Value::Null) => {}
-                Some(tokens) => {
-                    written.insert((*key).into(), json!(tokens.as_u64()?));
-                }
-            }
-        }
-        // Audio and prediction tokens have prices (or rules) of their own.
-        let priced = ["reasoning_tokens", "cached_tokens"];
-        if written.is_empty()
-            || written
-                .iter()
-                .any(|(k, n)| !priced.contains(&k.as_str()) && n != 0)
-        {
-            return None;
-        }
-        if let Some(tokens) = written.get("reasoning_tokens") {
-            reasoning_tokens = tokens.as_u64()?;
-        }
-        if let Some(tokens) = written.get("cached_tokens") {
-            cached_tokens = tokens.as_u64()?;
-        }
-        out.insert(name.clone(), Value::Object(written));
-    }
-    // LiteLLM writes the completion details before the prompt details.
-    if let Some(prompt) = out.remove("prompt_tokens_details") {
-        out.insert("prompt_tokens_details".into(), prompt);
-    }
-    let usage = Usage {
+    let mut usage = Usage {
         prompt_tokens: count("prompt_tokens")?,
         completion_tokens: count("completion_tokens")?,
         total_tokens: count("total_tokens")?,
-        reasoning_tokens,
-        cached_tokens,
+        reasoning_tokens: 0,
+        cached_tokens: 0,
     };
+    let mut out = Map::new();
+    for name in totals {
+        out.insert(name.into(), json!(count(name)?));
+    }
+    // LiteLLM writes the completion details before the prompt details.
+    for (name, known) in details {
+        let Some(value) = fields.get(name) else {
+            continue;
+        };
+        let written = written_details(value.as_object()?, known)?;
+        if let Some(tokens) = written.get("reasoning_tokens") {
+            usage.reasoning_tokens = tokens.as_u64()?;
+        }
+        if let Some(tokens) = written.get("cached_tokens") {
+            usage.cached_tokens = tokens.as_u64()?;
+        }
+        out.insert(name.into(), Value::Object(written));
+    }
     Some((usage, Value::Object(out)))
+}
+
+/// One details object as LiteLLM writes it: the `known` counts in that order, nulls left out;
+/// None for another key, or a nonzero count of tokens with prices (or rules) of their own
+/// (audio, predictions).
+fn written_details(details: &Map<String, Value>, known: &[&str]) -> Option<Map<String, Value>> {
+    if details.keys().any(|key| !known.contains(&key.as_str())) {
+        return None;
+    }
+    let priced = ["reasoning_tokens", "cached_tokens"];
+    let mut written = Map::new();
+    for key in known {
+        match details.get(*key) {
+            None | Some(Value::Null) => {}
+            Some(tokens) => {
+                let tokens = tokens.as_u64()?;
+                if tokens != 0 && !priced.contains(key) {
+                    return None;
+                }
+                written.insert((*key).into(), json!(tokens));
+            }
+        }
+    }
+    (!written.is_empty()).then_some(written)
 }
 
 impl Usage {
