@@ -7,7 +7,7 @@ WHEEL_VENV ?= target/venv-wheel
 # LiteLLM otherwise fetches its model price map from the internet at import.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup build demo test lint rust-test py-test wheel wheel-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-soak bench-streaming bench-messages bench-lane clean
+.PHONY: setup build demo test lint rust-test py-test wheel wheel-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-soak bench-streaming bench-messages bench-lane bench-lane-messages clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -59,7 +59,7 @@ wheel-test: wheel
 
 test: setup lint rust-test py-test wheel-test
 
-bench: bench-inprocess bench-gateway bench-media bench-sha256 bench-streaming bench-messages bench-lane
+bench: bench-inprocess bench-gateway bench-media bench-sha256 bench-streaming bench-messages bench-lane bench-lane-messages
 
 bench-inprocess: $(PY)
 	$(PY) -m benches.inprocess
@@ -90,6 +90,10 @@ bench-messages: $(PY)
 bench-lane: $(PY)
 	$(PY) -m pip install -q matplotlib
 	$(PY) -m benches.lane
+
+bench-lane-messages: $(PY)
+	$(PY) -m pip install -q matplotlib
+	$(PY) -m benches.lane_messages
 
 # Not part of `bench`: 10 minutes per arm (~22 min in all).
 bench-soak: $(PY)

@@ -54,6 +54,14 @@ _PRIVATE: dict[str, tuple[str, str]] = {
     "can_key_call_model": ("litellm.proxy.auth.auth_checks", "can_key_call_model"),
     "user_api_key_auth": ("litellm.proxy.auth.user_api_key_auth", "user_api_key_auth"),
     "proxy_chat_completion": ("litellm.proxy.proxy_server", "chat_completion"),
+    "proxy_anthropic_response": (
+        "litellm.proxy.anthropic_endpoints.endpoints",
+        "anthropic_response",
+    ),
+    "add_provider_specific_headers_to_request": (
+        "litellm.proxy.litellm_pre_call_utils",
+        "add_provider_specific_headers_to_request",
+    ),
     "model_deployments_support_stream_options": (
         "litellm.proxy.common_request_processing",
         "_model_deployments_support_stream_options",

@@ -325,11 +325,13 @@ async def anthropic_messages(*args: Any, **kwargs: Any) -> Any:
     imports its callbacks first)."""
     original = _originals["anthropic_messages"]
     if kwargs.pop("rust", False) is not True:
+        _no_second_call()
         return await original(*args, **kwargs)
     for name, value in zip(messages.POSITIONAL, args, strict=False):
         kwargs[name] = value
     admitted = messages.admit(kwargs)
     if admitted is None:
+        _no_second_call()
         return await original(**kwargs)
     return await messages.call(kwargs, admitted)
 

@@ -197,6 +197,7 @@ def take_over() -> None:
 
 
 PEER_HEADER = b"x-fastpath-lane-peer"
+MESSAGES_PATH = "/v1/messages"
 
 
 class _ClientAddress:
@@ -391,8 +392,9 @@ def _groups(router: Any) -> dict[str, list[tuple[Any, ...]]]:
                 (
                     *entry[:2],
                     weight,
-                    *entry[2:-1],
-                    None if entry[-1] is None else (bool(usage_asked), entry[-1]),
+                    *entry[2:-2],
+                    None if entry[-2] is None else (bool(usage_asked), entry[-2]),
+                    entry[-1],
                 )
                 for entry, weight in zip(entries, weights, strict=True)
                 if entry is not None
@@ -422,9 +424,10 @@ def _weights(deployments: list[dict[str, Any]]) -> list[float | None]:
 
 
 def _entry(deployment: Mapping[str, Any], router: Any) -> tuple[Any, ...] | None:
-    """(Deployment, id, params, timeout, headers, pricing, stream timeout) for a deployment the
-    lane can call; the stream timeout is None when its streams stay with the proxy. Timeouts
-    are the router's for the deployment, as it passes them to each call."""
+    """(Deployment, id, params, timeout, headers, pricing, stream timeout, messages) for a
+    deployment the lane can call; the stream timeout is None when its streams stay with the
+    proxy, `messages` when its `/v1/messages` calls do. Timeouts are the router's for the
+    deployment, as it passes them to each call."""
     litellm_params = dict(deployment.get("litellm_params") or {})
     params = dict(litellm_params)
     info = deployment.get("model_info") or {}
@@ -465,7 +468,44 @@ def _entry(deployment: Mapping[str, Any], router: Any) -> tuple[Any, ...] | None
         headers,
         pricing,
         stream_route.timeout if streams else None,
+        _messages_entry(kwargs, compat.router_timeout(router, litellm_params, stream=False)),
     )
+
+
+# The client header the lane passes on to `/v1/messages` calls (the one version there is).
+_ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
+
+
+def _messages_entry(kwargs: dict[str, Any], timeout: Any) -> tuple[Any, ...] | None:
+    """(Deployment, headers, headers with the client's `anthropic-version`, timeout) of the
+    deployment's non-streaming `/v1/messages` calls without thinking, sampling params or betas,
+    from LiteLLM's own functions (as the fast path asks them); None when the proxy serves them.
+    """
+    from litellm_fastpath import messages
+
+    versioned: dict[str, Any] = {}
+    compat.add_provider_specific_headers_to_request(versioned, _ANTHROPIC_VERSION)
+
+    def route(max_tokens: int, **extra: Any) -> Any:
+        call = {**kwargs, "max_tokens": max_tokens, **extra}
+        if timeout is not None:
+            call["timeout"] = timeout
+        return messages.route_messages(call)
+
+    routes = [
+        route(max_tokens, **extra)
+        for max_tokens in (1, 4096, 128_000)
+        for extra in ({}, {"provider_specific_header": versioned["provider_specific_header"]})
+    ]
+    if any(isinstance(r, routing.Decline) or r.provider != "anthropic" for r in routes):
+        return None
+    # LiteLLM treats every `max_tokens` alike here (else the proxy asks it per request).
+    if len({(r.headers, r.timeout) for r in routes[0::2]}) != 1:
+        return None
+    if len({(r.headers, r.timeout) for r in routes[1::2]}) != 1:
+        return None
+    plain, with_version = routes[0], routes[1]
+    return plain.deployment, list(plain.headers), list(with_version.headers), plain.timeout
 
 
 def _pricing(provider: str, model: str) -> tuple[float, float, float | None] | None:
@@ -582,16 +622,22 @@ async def _replay(record: tuple[Any, ...]) -> None:
             request=request,
             api_key=request.headers.get("authorization"),
             azure_api_key_header=None,
-            anthropic_api_key_header=None,
+            # The lane takes `x-api-key` on `/v1/messages` only (as the key, sent alone).
+            anthropic_api_key_header=request.headers.get("x-api-key"),
             google_ai_studio_api_key_header=None,
             azure_apim_header=None,
             custom_litellm_key_header=None,
         )
         from starlette.responses import Response
 
-        answer = await compat.proxy_chat_completion(
-            request=request, fastapi_response=Response(), model=None, user_api_key_dict=key
-        )
+        if path == MESSAGES_PATH:
+            answer = await compat.proxy_anthropic_response(
+                fastapi_response=Response(), request=request, user_api_key_dict=key
+            )
+        else:
+            answer = await compat.proxy_chat_completion(
+                request=request, fastapi_response=Response(), model=None, user_api_key_dict=key
+            )
         frames = getattr(answer, "body_iterator", None)
         if frames is not None:
             # A stream: reading it runs LiteLLM's end-of-stream logging. Past the first
@@ -659,7 +705,7 @@ async def note_request(user_api_key_dict: Any, data: dict[str, Any], call_type: 
     if not _running:
         return
     _take_ticket(data)
-    if str(getattr(call_type, "value", call_type)) not in ("completion", "acompletion"):
+    if str(getattr(call_type, "value", call_type)) not in _JUDGED_CALL_TYPES:
         return
     verdict = _verdict(user_api_key_dict)
     if verdict is not None:
@@ -673,6 +719,8 @@ async def note_request(user_api_key_dict: Any, data: dict[str, Any], call_type: 
         )
 
 
+# Calls whose key verdicts the lane takes (those of the routes it serves).
+_JUDGED_CALL_TYPES = frozenset({"completion", "acompletion", "anthropic_messages"})
 # A key with every field at its default, per class (built once: `_verdict` runs per request).
 _DEFAULT_KEYS: dict[type, Any] = {}
 

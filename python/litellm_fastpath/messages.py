@@ -24,7 +24,7 @@ from typing import Any, cast
 import httpx
 import litellm
 
-from litellm_fastpath import _native, calls, compat, errors, routing
+from litellm_fastpath import _native, calls, compat, errors, lane, routing
 from litellm_fastpath.bridge import await_call, settle
 
 # `anthropic_messages`'s positional parameters, in order.
@@ -447,8 +447,10 @@ async def call(kwargs: dict[str, Any], admitted: tuple[routing.MessagesRoute, An
     logging_obj = _logging_obj(kwargs, route, prepared, rewrote, start_time)
     if route.stream:
         return await _start_stream(route, prepared, kwargs, logging_obj, start_time)
+    # A request the fast lane served, replayed through the proxy: its outcome is known.
+    claimed = lane.claimed_call() if lane.is_running() else None
     try:
-        body, provider_headers = await await_call(prepared)
+        body, provider_headers = await await_call(claimed or prepared)
     except _native.FastpathError as err:
         calls.record_api_window(logging_obj, start_time)
         raise await calls.failed(err, route, kwargs, logging_obj, start_time) from None

@@ -614,6 +614,33 @@ pub fn headers(
     out
 }
 
+/// The proxy's headers for a `/v1/messages` answer: the chat answer's, less what its Messages
+/// route leaves out (the provider's headers, the API base, the callback duration).
+pub fn messages_headers(
+    settings: &Settings,
+    deployment: &LaneDeployment,
+    model_group: &str,
+    call_id: &str,
+    cost: Cost,
+    key_spend: f64,
+    timings: Timings,
+) -> Vec<(String, String)> {
+    let mut out = headers(
+        settings,
+        deployment,
+        model_group,
+        call_id,
+        CostHeaders::Known(cost),
+        key_spend,
+        timings,
+        &HeaderMap::new(),
+    );
+    out.retain(|(name, _)| {
+        name != "x-litellm-model-api-base" && name != "x-litellm-callback-duration-ms"
+    });
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,7 @@
 //! lane waits for the replay and sends the end the proxy wrote.
 
 pub mod answer;
+pub mod messages;
 pub mod request;
 mod streamed;
 pub mod table;
@@ -48,7 +49,8 @@ use crate::providers::chunks::StreamOptions;
 use crate::runtime::Engine;
 use crate::stream::{Piece, StreamTransform};
 pub use table::{
-    Group, LaneDeployment, LaneStreams, Pricing, Settings, StreamUsage, Table, Verdict,
+    Group, LaneDeployment, LaneMessages, LaneStreams, Pricing, Settings, StreamUsage, Table,
+    Verdict,
 };
 pub use tickets::Ticket;
 use tickets::Tickets;
@@ -59,8 +61,13 @@ pub const TICKET_HEADER: &str = "x-fastpath-lane-ticket";
 /// The client's address on a forwarded request (the app behind the lane sees a Unix socket
 /// peer; the Python layer puts this address back into the request). Stripped from clients'.
 pub const PEER_HEADER: &str = "x-fastpath-lane-peer";
-/// Routes the lane serves (the proxy's chat completion routes).
+/// Routes the lane serves: the proxy's chat completion routes, and its Messages route.
 const CHAT_PATHS: &[&str] = &["/chat/completions", "/v1/chat/completions"];
+const MESSAGES_PATH: &str = "/v1/messages";
+/// The `anthropic-version` the lane passes on for `/v1/messages` (the only one there is).
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+/// Anthropic OAuth tokens, which the proxy passes on to the provider as its credential.
+const ANTHROPIC_OAUTH_PREFIX: &str = "sk-ant-oat";
 /// Larger bodies go to the proxy as they stream in (the lane reads a body whole).
 const MAX_BODY_BYTES: u64 = 1 << 20;
 /// LiteLLM reads its key from these headers too; a request carrying one goes to the proxy.
@@ -379,20 +386,24 @@ async fn handle(
         PEER_HEADER,
         &connection.peer.to_string(),
     );
-    if !is_chat_request(&parts) {
+    let Some(route) = lane_route(&parts) else {
         return forward(
             lane,
             app_connection,
             Request::from_parts(parts, body.boxed()),
         )
         .await;
-    }
+    };
     let Ok(collected) = body.collect().await else {
         // The client went away mid-body: nobody is left to answer.
         return bad_gateway();
     };
     let body = collected.to_bytes();
-    match serve_chat(lane, &parts, &body, connection).await {
+    let served = match route {
+        Route::Chat => serve_chat(lane, &parts, &body, connection).await,
+        Route::Messages => serve_messages(lane, &parts, &body, connection).await,
+    };
+    match served {
         Served::Answer(response) => response,
         Served::Gone => {
             lane.count("client_gone");
@@ -414,18 +425,31 @@ async fn handle(
     }
 }
 
-/// POST to a chat route, with a sized body the lane may read whole and a bearer key only.
-fn is_chat_request(parts: &http::request::Parts) -> bool {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    Chat,
+    Messages,
+}
+
+/// A POST to a route the lane serves, with a sized body the lane may read whole.
+fn lane_route(parts: &http::request::Parts) -> Option<Route> {
     let sized = parts
         .headers
         .get(CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok())
         .is_some_and(|length| length <= MAX_BODY_BYTES);
-    parts.method == Method::POST
-        && parts.uri.query().is_none()
-        && CHAT_PATHS.contains(&parts.uri.path())
-        && sized
+    if parts.method != Method::POST || parts.uri.query().is_some() || !sized {
+        return None;
+    }
+    let path = parts.uri.path();
+    if CHAT_PATHS.contains(&path) {
+        Some(Route::Chat)
+    } else if path == MESSAGES_PATH {
+        Some(Route::Messages)
+    } else {
+        None
+    }
 }
 
 enum Served {
@@ -466,26 +490,12 @@ fn admit(
     if !lane.table.settings().enabled {
         return Err(reason::OFF);
     }
-    if has_proxy_options(&parts.headers) {
+    if has_proxy_options(&parts.headers, Route::Chat) {
         return Err(reason::HEADER);
     }
-    let key_hash = bearer_key_hash(&parts.headers).ok_or(reason::AUTH)?;
+    let key_hash = key_hash(&parts.headers, Route::Chat).ok_or(reason::AUTH)?;
     let request = request::parse(body).map_err(|_| reason::BODY)?;
-    let group = lane.table.group(&request.model).ok_or(reason::MODEL)?;
-    let verdict = lane.table.verdict(&key_hash).ok_or(reason::AUTH)?;
-    verdict
-        .admits(&request.model, SystemTime::now())
-        .map_err(|refusal| match refusal {
-            table::KeyRefusal::Model => reason::ACCESS,
-            table::KeyRefusal::Stale | table::KeyRefusal::Expired => reason::AUTH,
-        })?;
-    if lane.table.is_cooling(&request.model) {
-        return Err(reason::COOLDOWN);
-    }
-    if lane.backlog.load(Ordering::Acquire) >= lane.max_backlog {
-        return Err(reason::BACKLOG);
-    }
-    let deployment = lane.table.pick(&group);
+    let (deployment, key_spend) = judge(lane, &key_hash, &request.model)?;
     let mut chat = request.chat;
     for (name, value) in &deployment.params {
         chat.params
@@ -531,10 +541,158 @@ fn admit(
     Ok(Admitted {
         model_group: request.model,
         key_hash,
-        key_spend: verdict.current_spend(),
+        key_spend,
         deployment,
         plan,
     })
+}
+
+/// The checks every route shares, after the request is read: the model group, the key's
+/// verdict for it, cooldowns and the backlog; then the deployment (picked as the router picks)
+/// and the key's spend.
+fn judge(
+    lane: &Lane,
+    key_hash: &str,
+    model_group: &str,
+) -> Result<(Arc<LaneDeployment>, f64), &'static str> {
+    let group = lane.table.group(model_group).ok_or(reason::MODEL)?;
+    let verdict = lane.table.verdict(key_hash).ok_or(reason::AUTH)?;
+    verdict
+        .admits(model_group, SystemTime::now())
+        .map_err(|refusal| match refusal {
+            table::KeyRefusal::Model => reason::ACCESS,
+            table::KeyRefusal::Stale | table::KeyRefusal::Expired => reason::AUTH,
+        })?;
+    if lane.table.is_cooling(model_group) {
+        return Err(reason::COOLDOWN);
+    }
+    if lane.backlog.load(Ordering::Acquire) >= lane.max_backlog {
+        return Err(reason::BACKLOG);
+    }
+    Ok((lane.table.pick(&group), verdict.current_spend()))
+}
+
+/// A `/v1/messages` request the lane takes.
+struct MessagesAdmitted {
+    model_group: String,
+    key_hash: String,
+    key_spend: f64,
+    deployment: Arc<LaneDeployment>,
+    upstream: UpstreamRequest,
+}
+
+fn admit_messages(
+    lane: &Lane,
+    parts: &http::request::Parts,
+    body: &Bytes,
+) -> Result<MessagesAdmitted, &'static str> {
+    if !lane.table.settings().enabled {
+        return Err(reason::OFF);
+    }
+    if has_proxy_options(&parts.headers, Route::Messages) {
+        return Err(reason::HEADER);
+    }
+    let key_hash = key_hash(&parts.headers, Route::Messages).ok_or(reason::AUTH)?;
+    let request = messages::parse(body).map_err(|_| reason::BODY)?;
+    if request.stream {
+        return Err(reason::STREAM);
+    }
+    let (deployment, key_spend) = judge(lane, &key_hash, &request.model)?;
+    let route = deployment.messages.as_ref().ok_or(reason::MODEL)?;
+    // The client's `anthropic-version` reaches LiteLLM's header merge (`has_proxy_options`
+    // lets only the one value through).
+    let headers = if parts.headers.contains_key("anthropic-version") {
+        &route.versioned_headers
+    } else {
+        &route.headers
+    };
+    let prepared = crate::providers::messages::prepare(
+        &route.deployment,
+        crate::providers::messages::MessagesRequest {
+            fields: request.fields,
+            stream: false,
+            headers: headers.clone(),
+        },
+    )
+    .map_err(|_| reason::PARAM)?;
+    let mut upstream = prepared.upstream;
+    upstream.timeout = route.timeout;
+    Ok(MessagesAdmitted {
+        model_group: request.model,
+        key_hash,
+        key_spend,
+        deployment,
+        upstream,
+    })
+}
+
+async fn serve_messages(
+    lane: &Arc<Lane>,
+    parts: &http::request::Parts,
+    body: &Bytes,
+    connection: &Connection,
+) -> Served {
+    let received = Instant::now();
+    let admitted = match admit_messages(lane, parts, body) {
+        Ok(admitted) => admitted,
+        Err(why) => return Served::ToProxy(why),
+    };
+    let _serving = Serving::new(lane);
+    let MessagesAdmitted {
+        model_group,
+        key_hash,
+        key_spend,
+        deployment,
+        upstream,
+    } = admitted;
+    let call_id = call_id(&parts.headers);
+    let called = Instant::now();
+    let outcome = tokio::select! {
+        outcome = call::run(&lane.engine.transport, vec![upstream], &ResponseShape::Raw) => outcome,
+        () = connection.closed() => return Served::Gone,
+    };
+    let upstream_ms = called.elapsed().as_secs_f64() * 1000.0;
+    let completion = match outcome {
+        Ok(completion) => completion,
+        Err(err) => {
+            let outcome = Outcome::Call(Err(err));
+            return Served::Replay(lane.tickets.issue(&deployment.id, call_id, outcome));
+        }
+    };
+    // An answer the lane does not write, or one whose cost it cannot work out: the proxy's.
+    let written = completion
+        .raw
+        .as_deref()
+        .and_then(|raw| messages::answer_body(raw, &model_group))
+        .and_then(|(answer_body, usage)| {
+            let cost = usage.cost(deployment.pricing?)?;
+            Some((answer_body, cost))
+        });
+    let Some((answer_body, cost)) = written else {
+        let outcome = Outcome::Call(Ok(completion));
+        return Served::Replay(lane.tickets.issue(&deployment.id, call_id, outcome));
+    };
+    let timings = answer::Timings {
+        total_ms: received.elapsed().as_secs_f64() * 1000.0,
+        upstream_ms,
+    };
+    let headers = answer::messages_headers(
+        &lane.table.settings(),
+        &deployment,
+        &model_group,
+        &call_id.0,
+        cost,
+        key_spend,
+        timings,
+    );
+    lane.table.add_spend(&key_hash, cost.total);
+    let response = answer_response(full(Bytes::from(answer_body)), headers);
+    let issued = lane
+        .tickets
+        .issue(&deployment.id, call_id, Outcome::Call(Ok(completion)));
+    enqueue_replay(lane, pending_replay(parts, body, connection), issued, false);
+    lane.count("served");
+    Served::Answer(response)
 }
 
 /// The `stream_options` the proxy would send, and the chunk rules they imply: unless the client
@@ -733,34 +891,48 @@ fn call_id(headers: &http::HeaderMap) -> (String, bool) {
 
 /// Headers through which a caller asks the proxy for something (sessions, tags, end users,
 /// CORS, headers for the provider): their requests go to the proxy. Only the call id
-/// (`x-litellm-call-id`) is taken.
-fn has_proxy_options(headers: &http::HeaderMap) -> bool {
+/// (`x-litellm-call-id`) is taken, and on `/v1/messages` the one `anthropic-version`.
+fn has_proxy_options(headers: &http::HeaderMap, route: Route) -> bool {
+    let version_taken = route == Route::Messages && {
+        let mut versions = headers.get_all("anthropic-version").iter();
+        versions
+            .next()
+            .is_some_and(|value| value == ANTHROPIC_VERSION)
+            && versions.next().is_none()
+    };
     headers.keys().any(|name| {
         let name = name.as_str();
         (name.starts_with("x-litellm-") && name != "x-litellm-call-id")
             || name.starts_with("litellm-")
             || name == "origin"
-            || PROVIDER_HEADERS.contains(&name)
+            || (PROVIDER_HEADERS.contains(&name) && !(name == "anthropic-version" && version_taken))
             || name.starts_with("typesafe-danger-zone-")
     })
 }
 
-/// SHA-256 (hex) of the bearer key, as LiteLLM's `hash_token`; None when the request carries
-/// its key any other way.
-fn bearer_key_hash(headers: &http::HeaderMap) -> Option<String> {
+/// SHA-256 (hex) of the caller's key, as LiteLLM's `hash_token`: the bearer key, or on
+/// `/v1/messages` an `x-api-key` sent alone; None when the request carries its key any other
+/// way (or one the proxy passes on to the provider).
+fn key_hash(headers: &http::HeaderMap, route: Route) -> Option<String> {
+    let api_key_taken = route == Route::Messages && !headers.contains_key(AUTHORIZATION);
     if OTHER_KEY_HEADERS
         .iter()
-        .any(|name| headers.contains_key(*name))
+        .any(|name| headers.contains_key(*name) && !(api_key_taken && *name == "x-api-key"))
     {
         return None;
     }
-    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let (name, prefix) = if api_key_taken {
+        ("x-api-key", "")
+    } else {
+        (AUTHORIZATION.as_str(), "Bearer ")
+    };
+    let mut values = headers.get_all(name).iter();
     let value = values.next()?.to_str().ok()?;
     if values.next().is_some() {
         return None;
     }
-    let key = value.strip_prefix("Bearer ")?;
-    if key.is_empty() || key.trim() != key {
+    let key = value.strip_prefix(prefix)?;
+    if key.is_empty() || key.trim() != key || key.starts_with(ANTHROPIC_OAUTH_PREFIX) {
         return None;
     }
     let digest = Sha256::digest(key.as_bytes());

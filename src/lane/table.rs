@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
 use crate::providers::Deployment;
@@ -26,6 +27,20 @@ pub struct LaneDeployment {
     pub pricing: Option<Pricing>,
     /// How the lane streams from it (None: its streams go to the proxy).
     pub streams: Option<LaneStreams>,
+    /// How the lane calls it for `/v1/messages` (None: those requests go to the proxy).
+    pub messages: Option<LaneMessages>,
+}
+
+/// A deployment's `/v1/messages` calls as LiteLLM makes them, worked out by the Python layer
+/// from LiteLLM's own functions for requests without thinking, sampling params or betas.
+#[derive(Debug)]
+pub struct LaneMessages {
+    pub deployment: Arc<Deployment>,
+    /// The headers LiteLLM sends besides the credential (`anthropic-version`, betas).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The same when the client sent `anthropic-version: 2023-06-01` (the proxy passes it on).
+    pub versioned_headers: Vec<(HeaderName, HeaderValue)>,
+    pub timeout: Duration,
 }
 
 #[derive(Clone, Copy, Debug)]

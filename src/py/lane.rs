@@ -13,7 +13,8 @@ use super::bridge::{PreparedCall, settle_later};
 use super::errors::{InvalidRequestError, transport_error_to_py};
 use super::stream::PreparedStream;
 use crate::lane::{
-    self, App, Group, Lane, LaneDeployment, LaneStreams, Pricing, Settings, StreamUsage, Verdict,
+    self, App, Group, Lane, LaneDeployment, LaneMessages, LaneStreams, Pricing, Settings,
+    StreamUsage, Verdict,
 };
 use crate::runtime;
 
@@ -110,13 +111,24 @@ type Entry<'py> = (
     Vec<(String, String)>,
     Option<(f64, f64, Option<f64>)>,
     Option<(bool, f64)>,
+    Option<MessagesEntry>,
+);
+
+/// A deployment's `/v1/messages` calls: (deployment, headers, headers with the client's
+/// `anthropic-version`, timeout).
+type MessagesEntry = (
+    Py<Deployment>,
+    Vec<(String, String)>,
+    Vec<(String, String)>,
+    f64,
 );
 
 /// Replaces the groups the lane serves: `{group: [(deployment, id, weight, params, timeout,
-/// headers, pricing, streams)]}`; `pricing`: per input, output and cached token (None: cached
-/// tokens go to the proxy); `streams`: None when the lane leaves the deployment's streams
-/// to the proxy, else whether the proxy adds `include_usage` to every stream of it, and the
-/// streams' timeout.
+/// headers, pricing, streams, messages)]}`; `pricing`: per input, output and cached token
+/// (None: cached tokens go to the proxy); `streams`: None when the lane leaves the
+/// deployment's streams to the proxy, else whether the proxy adds `include_usage` to every
+/// stream of it, and the streams' timeout; `messages`: None when its `/v1/messages` requests
+/// go to the proxy (see `MessagesEntry`).
 #[pyfunction]
 pub fn lane_set_groups(
     py: Python<'_>,
@@ -128,12 +140,16 @@ pub fn lane_set_groups(
         let mut deployments = Vec::with_capacity(entries.len());
         let mut weights = Vec::with_capacity(entries.len());
         for entry in entries {
-            let (deployment, id, weight, params, timeout, headers, pricing, streams): Entry<'_> =
-                entry.extract()?;
+            let (deployment, id, weight, params, timeout, headers, pricing, streams, messages): Entry<
+                '_,
+            > = entry.extract()?;
             let params: Map<String, Value> = pythonize::depythonize(params.as_any())
                 .map_err(|err| InvalidRequestError::new_err(format!("params: {err}")))?;
             let positive = |seconds: f64| seconds > 0.0 && seconds.is_finite();
-            if !positive(timeout) || streams.is_some_and(|(_, timeout)| !positive(timeout)) {
+            if !positive(timeout)
+                || streams.is_some_and(|(_, timeout)| !positive(timeout))
+                || messages.as_ref().is_some_and(|entry| !positive(entry.3))
+            {
                 return Err(InvalidRequestError::new_err("timeout must be positive"));
             }
             weights.push(weight);
@@ -156,6 +172,7 @@ pub fn lane_set_groups(
                     },
                     timeout: Duration::from_secs_f64(timeout),
                 }),
+                messages: messages.map(|entry| lane_messages(py, entry)).transpose()?,
             }));
         }
         if deployments.is_empty() {
@@ -176,6 +193,16 @@ pub fn lane_set_groups(
     }
     lane.table.set_groups(table);
     Ok(())
+}
+
+fn lane_messages(py: Python<'_>, entry: MessagesEntry) -> PyResult<LaneMessages> {
+    let (deployment, headers, versioned_headers, timeout) = entry;
+    Ok(LaneMessages {
+        deployment: Arc::clone(&deployment.bind(py).get().inner),
+        headers: super::header_list(headers)?,
+        versioned_headers: super::header_list(versioned_headers)?,
+        timeout: Duration::from_secs_f64(timeout),
+    })
 }
 
 /// The groups whose deployments the router is cooling down (the proxy serves them meanwhile).

@@ -8,7 +8,10 @@ mod gil;
 mod lane;
 mod stream;
 
+use http::{HeaderName, HeaderValue};
 use pyo3::prelude::*;
+
+use errors::InvalidRequestError;
 
 #[pymodule]
 mod _native {
@@ -325,18 +328,7 @@ mod _native {
                 Err(decline) => return declined(py, decline),
             }
         }
-        let headers = headers
-            .into_iter()
-            .map(|(name, value)| {
-                let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                    InvalidRequestError::new_err(format!("invalid header name {name:?}"))
-                })?;
-                let value = HeaderValue::from_str(&value).map_err(|_| {
-                    InvalidRequestError::new_err(format!("invalid value for header {name:?}"))
-                })?;
-                Ok((header_name, value))
-            })
-            .collect::<PyResult<Vec<_>>>()?;
+        let headers = super::header_list(headers)?;
         let request = messages::MessagesRequest {
             fields: body,
             stream,
@@ -502,4 +494,22 @@ mod _native {
     fn decline_codes() -> Vec<&'static str> {
         DeclineCode::ALL.iter().map(|code| code.as_str()).collect()
     }
+}
+
+/// Header pairs from Python, checked.
+pub(crate) fn header_list(
+    headers: Vec<(String, String)>,
+) -> PyResult<Vec<(HeaderName, HeaderValue)>> {
+    headers
+        .into_iter()
+        .map(|(name, value)| {
+            let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                InvalidRequestError::new_err(format!("invalid header name {name:?}"))
+            })?;
+            let value = HeaderValue::from_str(&value).map_err(|_| {
+                InvalidRequestError::new_err(format!("invalid value for header {name:?}"))
+            })?;
+            Ok((header_name, value))
+        })
+        .collect()
 }

@@ -100,6 +100,23 @@ impl From<Value> for Node {
     }
 }
 
+impl Node {
+    /// A parsed JSON document as the tree the provider transforms walk (objects and arrays as
+    /// nodes, keys in order), as the binding builds it from Python values.
+    pub fn document(value: Value) -> Node {
+        match value {
+            Value::Array(items) => Node::Array(items.into_iter().map(Node::document).collect()),
+            Value::Object(fields) => Node::Object(
+                fields
+                    .into_iter()
+                    .map(|(name, item)| (name, Node::document(item)))
+                    .collect(),
+            ),
+            scalar => Node::Value(scalar),
+        }
+    }
+}
+
 impl From<&str> for Node {
     fn from(s: &str) -> Node {
         Node::Str(Bytes::copy_from_slice(s.as_bytes()))

@@ -1,18 +1,45 @@
-//! JSON as Python's `json.dumps` writes it with its defaults (`", "` and `": "` separators,
-//! non-ASCII escaped as `\\uXXXX`, floats as `repr`): LiteLLM serializes tool-call arguments
-//! that way, so answers must carry the same strings.
+//! JSON as Python's `json.dumps` writes it: with its defaults (`", "` and `": "` separators,
+//! non-ASCII escaped as `\\uXXXX`, floats as `repr`), as LiteLLM serializes tool-call arguments;
+//! and compact with raw UTF-8, as the proxy's `JSONResponse` writes answers.
 
 use serde_json::Value;
+
+/// How `json.dumps` was called.
+#[derive(Clone, Copy)]
+struct Style {
+    item_separator: &'static str,
+    key_separator: &'static str,
+    /// `ensure_ascii=True`: every non-ASCII character as `\uXXXX` (UTF-16 units).
+    ascii: bool,
+}
+
+const DEFAULTS: Style = Style {
+    item_separator: ", ",
+    key_separator: ": ",
+    ascii: true,
+};
+const COMPACT: Style = Style {
+    item_separator: ",",
+    key_separator: ":",
+    ascii: false,
+};
 
 /// `json.dumps(value)` with Python's defaults: `", "` and `": "` separators, non-ASCII escaped
 /// as `\uXXXX`, floats as Python's `repr`.
 pub fn python_json(value: &Value) -> String {
     let mut out = String::new();
-    write_python_json(value, &mut out);
+    write_python_json(value, DEFAULTS, &mut out);
     out
 }
 
-fn write_python_json(value: &Value, out: &mut String) {
+/// `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`: Starlette's `JSONResponse`.
+pub fn python_json_compact(value: &Value) -> String {
+    let mut out = String::new();
+    write_python_json(value, COMPACT, &mut out);
+    out
+}
+
+fn write_python_json(value: &Value, style: Style, out: &mut String) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -20,14 +47,14 @@ fn write_python_json(value: &Value, out: &mut String) {
             Some(float) => out.push_str(&python_float(float)),
             None => out.push_str(&number.to_string()),
         },
-        Value::String(text) => write_python_string(text, out),
+        Value::String(text) => write_python_string(text, style, out),
         Value::Array(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(", ");
+                    out.push_str(style.item_separator);
                 }
-                write_python_json(item, out);
+                write_python_json(item, style, out);
             }
             out.push(']');
         }
@@ -35,18 +62,18 @@ fn write_python_json(value: &Value, out: &mut String) {
             out.push('{');
             for (i, (key, item)) in map.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(", ");
+                    out.push_str(style.item_separator);
                 }
-                write_python_string(key, out);
-                out.push_str(": ");
-                write_python_json(item, out);
+                write_python_string(key, style, out);
+                out.push_str(style.key_separator);
+                write_python_json(item, style, out);
             }
             out.push('}');
         }
     }
 }
 
-fn write_python_string(text: &str, out: &mut String) {
+fn write_python_string(text: &str, style: Style, out: &mut String) {
     out.push('"');
     for c in text.chars() {
         match c {
@@ -57,7 +84,7 @@ fn write_python_string(text: &str, out: &mut String) {
             '\t' => out.push_str("\\t"),
             '\u{08}' => out.push_str("\\b"),
             '\u{0c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
+            c if (c as u32) < 0x20 || (style.ascii && (c as u32) > 0x7e) => {
                 let mut units = [0u16; 2];
                 for unit in c.encode_utf16(&mut units) {
                     out.push_str(&format!("\\u{unit:04x}"));
@@ -115,6 +142,17 @@ mod tests {
         assert_eq!(
             python_json(&value),
             r#"{"city": "Paris", "n": 1.0, "big": 1e+16, "small": 1e-05, "i": 3, "u": "\u00e9\u2713\ud83d\ude00", "q": "a\"b\n", "l": [1, 2.5]}"#
+        );
+    }
+
+    #[test]
+    fn compact_json_matches_the_proxys_json_response() {
+        let value: Value =
+            serde_json::from_str(r#"{"u": "é✓😀", "q": "a\"b\n\u0001", "l": [1, 2.5, 1e16]}"#)
+                .unwrap();
+        assert_eq!(
+            python_json_compact(&value),
+            r#"{"u":"é✓😀","q":"a\"b\n\u0001","l":[1,2.5,1e+16]}"#
         );
     }
 

@@ -1,0 +1,278 @@
+//! `/v1/messages` on the lane: non-streaming Anthropic Messages calls to `anthropic/…`
+//! deployments, in the strict subset whose LiteLLM treatment needs no per-value question to
+//! LiteLLM (no thinking, sampling params or betas: those go to the proxy, which asks).
+//!
+//! The proxy's answer is the provider's JSON as Python reads and writes it back (compact,
+//! raw UTF-8, floats as `repr`) with `model` set to the model group; answers whose cost has
+//! parts of its own (cache reads and writes, server tools) are left to the proxy.
+
+use serde_json::{Map, Value};
+
+use super::answer::Usage;
+use super::request::NotForLane;
+use crate::wire::body::Node;
+use crate::wire::pyjson::python_json_compact;
+
+/// Optional fields LiteLLM forwards as given, in the order its body has them.
+const OPTIONAL_FIELDS: &[&str] = &[
+    "metadata",
+    "stop_sequences",
+    "system",
+    "tool_choice",
+    "tools",
+];
+
+/// The parts of a `/v1/messages` body the lane reads.
+#[derive(Debug)]
+pub struct MessagesBody {
+    pub model: String,
+    /// `messages`, `max_tokens`, then the optional fields, as LiteLLM orders them.
+    pub fields: Vec<(String, Node)>,
+    pub stream: bool,
+}
+
+pub fn parse(body: &[u8]) -> Result<MessagesBody, NotForLane> {
+    let Ok(Value::Object(mut given)) = serde_json::from_slice::<Value>(body) else {
+        return Err(NotForLane("not a JSON object"));
+    };
+    let known = ["model", "max_tokens", "messages", "stream"];
+    if given
+        .keys()
+        .any(|name| !known.contains(&name.as_str()) && !OPTIONAL_FIELDS.contains(&name.as_str()))
+    {
+        return Err(NotForLane("a field the lane does not take"));
+    }
+    let model = match given.remove("model") {
+        Some(Value::String(model)) => model,
+        _ => return Err(NotForLane("model is not a string")),
+    };
+    let stream = match given.remove("stream") {
+        None | Some(Value::Bool(false)) => false,
+        Some(Value::Bool(true)) => true,
+        // LiteLLM leaves an explicit null out of its body (absent: `false`).
+        Some(_) => return Err(NotForLane("stream is not a boolean")),
+    };
+    let max_tokens = match given.remove("max_tokens") {
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Value::Number(n),
+        _ => return Err(NotForLane("max_tokens is not an integer")),
+    };
+    let messages = match given.remove("messages") {
+        Some(Value::Array(items)) => Value::Array(items),
+        _ => return Err(NotForLane("messages is not a list")),
+    };
+    let mut fields = vec![
+        ("messages".to_string(), Node::document(messages)),
+        ("max_tokens".to_string(), Node::Value(max_tokens)),
+    ];
+    for name in OPTIONAL_FIELDS {
+        let value = match given.remove(*name) {
+            // LiteLLM drops None-valued fields.
+            None | Some(Value::Null) => continue,
+            Some(value) if *name == "metadata" => metadata(value)?,
+            Some(value) => value,
+        };
+        fields.push(((*name).to_string(), Node::document(value)));
+    }
+    Ok(MessagesBody {
+        model,
+        fields,
+        stream,
+    })
+}
+
+/// LiteLLM's `validate_anthropic_api_metadata`: only `user_id` goes to the provider.
+fn metadata(value: Value) -> Result<Value, NotForLane> {
+    let Value::Object(mut given) = value else {
+        return Err(NotForLane("metadata is not an object"));
+    };
+    let mut kept = Map::new();
+    match given.remove("user_id") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(user)) => {
+            kept.insert("user_id".into(), Value::String(user));
+        }
+        Some(_) => return Err(NotForLane("metadata.user_id is not a string")),
+    }
+    Ok(Value::Object(kept))
+}
+
+/// The proxy's body for the provider's answer, and its usage; None when the lane leaves the
+/// answer to the proxy.
+pub fn answer_body(raw: &[u8], model_group: &str) -> Option<(Vec<u8>, Usage)> {
+    let Ok(Value::Object(mut answer)) = serde_json::from_slice::<Value>(raw) else {
+        return None;
+    };
+    if answer.get("type")? != "message" || !answer.get("model")?.is_string() {
+        return None;
+    }
+    let usage = usage(answer.get("usage")?)?;
+    if !numbers_read_back_alike(&Value::Object(answer.clone())) {
+        return None;
+    }
+    // The proxy names the model group it served (in place: the key keeps its position).
+    answer.insert("model".into(), Value::String(model_group.to_string()));
+    Some((
+        python_json_compact(&Value::Object(answer)).into_bytes(),
+        usage,
+    ))
+}
+
+/// Anthropic's usage, when its cost is input and output tokens alone: cache counts zero (or
+/// absent), the standard tier, nothing else.
+fn usage(value: &Value) -> Option<Usage> {
+    let fields = value.as_object()?;
+    let zero = |value: &Value| value.is_null() || value.as_u64() == Some(0);
+    for (name, value) in fields {
+        let plain = match name.as_str() {
+            "input_tokens" | "output_tokens" => value.is_u64(),
+            "cache_creation_input_tokens" | "cache_read_input_tokens" => zero(value),
+            "cache_creation" => {
+                value.is_null()
+                    || value
+                        .as_object()
+                        .is_some_and(|split| split.values().all(zero))
+            }
+            "service_tier" => value.is_null() || value == "standard",
+            _ => false,
+        };
+        if !plain {
+            return None;
+        }
+    }
+    let input = fields.get("input_tokens")?.as_u64()?;
+    let output = fields.get("output_tokens")?.as_u64()?;
+    Some(Usage {
+        prompt_tokens: input,
+        completion_tokens: output,
+        total_tokens: input + output,
+        reasoning_tokens: 0,
+        cached_tokens: 0,
+    })
+}
+
+/// Whether every number prints as Python prints what `json.loads` made of it: integers
+/// beyond 64 bits arrive here as floats, where Python keeps them exact.
+fn numbers_read_back_alike(value: &Value) -> bool {
+    const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0; // 2^53
+    match value {
+        Value::Number(number) => match number.as_f64().filter(|_| number.is_f64()) {
+            Some(float) => float.fract() != 0.0 || float.abs() < EXACT_INTEGERS,
+            None => true,
+        },
+        Value::Array(items) => items.iter().all(numbers_read_back_alike),
+        Value::Object(fields) => fields.values().all(numbers_read_back_alike),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn body(value: Value) -> Vec<u8> {
+        serde_json::to_vec(&value).unwrap()
+    }
+
+    fn field_names(request: &MessagesBody) -> Vec<&str> {
+        request
+            .fields
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn takes_plain_requests_in_litellms_field_order() {
+        let request = parse(&body(json!({
+            "tools": [{"name": "t", "input_schema": {"type": "object"}}],
+            "system": "be brief",
+            "metadata": {"user_id": "u1", "trace": "dropped"},
+            "messages": [{"role": "user", "content": "hi"}],
+            "model": "claude",
+            "max_tokens": 64,
+            "stop_sequences": null,
+        })))
+        .unwrap();
+        assert_eq!(request.model, "claude");
+        assert!(!request.stream);
+        let Node::Object(metadata) = &request.fields[2].1 else {
+            panic!("metadata is an object");
+        };
+        assert_eq!(metadata.len(), 1, "only user_id goes on");
+        assert_eq!(
+            field_names(&request),
+            ["messages", "max_tokens", "metadata", "system", "tools"]
+        );
+    }
+
+    #[test]
+    fn leaves_everything_else_to_the_proxy() {
+        let hi = json!([{"role": "user", "content": "hi"}]);
+        for odd in [
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "temperature": 0.5}),
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "thinking": {"type": "enabled"}}),
+            json!({"model": "m", "max_tokens": true, "messages": hi}),
+            json!({"model": "m", "max_tokens": 5.0, "messages": hi}),
+            json!({"model": "m", "messages": hi}),
+            json!({"model": "m", "max_tokens": 5, "messages": "hi"}),
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "stream": null}),
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "metadata": "x"}),
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "metadata": {"user_id": 7}}),
+            json!({"model": 1, "max_tokens": 5, "messages": hi}),
+        ] {
+            assert!(parse(&body(odd.clone())).is_err(), "{odd}");
+        }
+    }
+
+    #[test]
+    fn writes_the_proxys_answer() {
+        let raw = br#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"h\u00e9"},{"type":"tool_use","id":"t","name":"n","input":{"x":1.0,"y":25E-8}}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":0},"output_tokens":7,"service_tier":"standard"}}"#;
+        // Floats print as Python's `repr` prints them.
+        let (written, usage) = answer_body(raw, "group").unwrap();
+        assert_eq!(
+            String::from_utf8(written).unwrap(),
+            r#"{"id":"msg_1","type":"message","role":"assistant","model":"group","content":[{"type":"text","text":"hé"},{"type":"tool_use","id":"t","name":"n","input":{"x":1.0,"y":2.5e-07}}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":0},"output_tokens":7,"service_tier":"standard"}}"#
+        );
+        assert_eq!((usage.prompt_tokens, usage.completion_tokens), (12, 7));
+    }
+
+    #[test]
+    fn leaves_other_answers_to_the_proxy() {
+        let answer = |usage: &str, extra: &str| {
+            format!(
+                r#"{{"id":"m","type":"message","model":"c","content":[]{extra},"usage":{usage}}}"#
+            )
+        };
+        for raw in [
+            answer(
+                r#"{"input_tokens":1,"output_tokens":1,"cache_read_input_tokens":5}"#,
+                "",
+            ),
+            answer(
+                r#"{"input_tokens":1,"output_tokens":1,"cache_creation":{"ephemeral_1h_input_tokens":3}}"#,
+                "",
+            ),
+            answer(
+                r#"{"input_tokens":1,"output_tokens":1,"service_tier":"priority"}"#,
+                "",
+            ),
+            answer(
+                r#"{"input_tokens":1,"output_tokens":1,"server_tool_use":{"web_search_requests":1}}"#,
+                "",
+            ),
+            answer(r#"{"input_tokens":1}"#, ""),
+            // An integer Python keeps exact, which arrives here as a float; and a float that
+            // could have been one.
+            answer(
+                r#"{"input_tokens":1,"output_tokens":1}"#,
+                r#","n":123456789012345678901234"#,
+            ),
+            answer(r#"{"input_tokens":1,"output_tokens":1}"#, r#","n":1e16"#),
+            r#"{"type":"error","error":{}}"#.to_string(),
+        ] {
+            assert!(answer_body(raw.as_bytes(), "g").is_none(), "{raw}");
+        }
+    }
+}

@@ -1,0 +1,281 @@
+"""`/v1/messages` on the fast lane (`fastpath_lane: true`), through the real proxy: a `rust: true`
+Anthropic model served by the lane against its plain twin served by the proxy, request by
+request: the same provider request, the same answer bytes and headers, one callback each."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests import messages_cases as cases
+from tests.conftest import logged_proxy, twin_models
+from tests.harness import MASTER_KEY, ProxyProcess, RecordingUpstream, Reply
+from tests.proxy_logger import events_for, lane_counts
+from tests.test_lane_proxy import REPLAY_DECLINED, VOLATILE_HEADERS
+
+pytestmark = pytest.mark.proxy
+
+HI = [{"role": "user", "content": "hi"}]
+BEARER = {"authorization": f"Bearer {MASTER_KEY}"}
+API_KEY = {"x-api-key": MASTER_KEY}
+# The Anthropic SDK's way: its key in `x-api-key`, and always an `anthropic-version`.
+SDK = {**API_KEY, "anthropic-version": "2023-06-01"}
+# Provider request headers that belong to the HTTP client, not to LiteLLM's request.
+TRANSPORT_HEADERS = {"host", "content-length", "accept-encoding", "connection", "user-agent"}
+
+
+def anthropic_answer(**usage: Any) -> dict[str, Any]:
+    return {
+        "id": "msg_01",
+        "type": "message",
+        "role": "assistant",
+        "model": cases.ANTHROPIC_MODEL,
+        "content": [{"type": "text", "text": 'héllo "there"\n✓'}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": 12,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+            "output_tokens": 7,
+            "service_tier": "standard",
+            **usage,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[RecordingUpstream]:
+    with RecordingUpstream() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("lane-messages") / "events.jsonl"
+    path.touch()
+    return path
+
+
+@pytest.fixture(scope="module")
+def proxy(upstream: RecordingUpstream, log: Path) -> Iterator[ProxyProcess]:
+    params = {
+        "model": f"anthropic/{cases.ANTHROPIC_MODEL}",
+        "api_base": upstream.url,
+        "api_key": "sk-ant-test",
+    }
+    with logged_proxy(twin_models("claude", params), log, fastpath_lane=True) as server:
+        # The first request of a key goes through the proxy, which hands the lane its verdict.
+        upstream.enqueue(Reply(json=anthropic_answer()))
+        assert post(server, "plain-claude", {"messages": HI, "max_tokens": 8}, BEARER)
+        yield server
+        assert REPLAY_DECLINED not in server.log_text()
+
+
+def post(
+    proxy: ProxyProcess, model: str, body: dict[str, Any], headers: dict[str, str]
+) -> httpx.Response:
+    """A request with exactly these headers (no key added)."""
+    client = proxy._client
+    assert client is not None
+    return client.post("/v1/messages", json={"model": model, **body}, headers=headers)
+
+
+def twins(
+    proxy: ProxyProcess,
+    upstream: RecordingUpstream,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    reply: Reply,
+) -> dict[str, tuple[httpx.Response, list[Any]]]:
+    """The plain model's answer and the rust one's, each with the provider requests it made."""
+    out = {}
+    for model in ("plain-claude", "rust-claude"):
+        before = len(upstream.requests)
+        upstream.enqueue(reply)
+        response = post(proxy, model, body, headers)
+        out[model] = (response, upstream.requests[before:])
+    return out
+
+
+def provider_request(sent: Any) -> tuple[Any, dict[str, str]]:
+    headers = {k.lower(): v for k, v in sent.headers.items() if k.lower() not in TRANSPORT_HEADERS}
+    return json.loads(sent.body), headers
+
+
+def stable_headers(response: httpx.Response) -> dict[str, str]:
+    fastpath = {"x-litellm-rust", "x-litellm-fastpath"}
+    return {k: v for k, v in response.headers.items() if k not in VOLATILE_HEADERS | fastpath}
+
+
+def as_group(response: httpx.Response, group: str) -> bytes:
+    """The answer's bytes as they would read for `group` (the proxy names the model group)."""
+    return response.content.replace(b'"model":"plain-claude"', f'"model":"{group}"'.encode())
+
+
+REQUESTS = {
+    "text": {"messages": HI, "max_tokens": 64},
+    "system-metadata-stop": {
+        "messages": HI,
+        "max_tokens": 64,
+        "system": [{"type": "text", "text": "be brief"}],
+        "metadata": {"user_id": "u-1"},
+        "stop_sequences": ["END"],
+        "stream": False,
+    },
+    "tools": {
+        "messages": HI,
+        "max_tokens": 64,
+        "tools": [cases.tool(i) for i in range(3)],
+        "tool_choice": {"type": "auto"},
+    },
+    "coding-agent": {
+        key: value
+        for key, value in cases.coding_agent_request().items()
+        if key not in ("thinking", "temperature", "stream")
+    },
+}
+
+
+@pytest.mark.parametrize("shape", list(REQUESTS))
+@pytest.mark.parametrize("auth", ["bearer", "x-api-key", "sdk"])
+def test_the_lane_answers_messages_as_the_proxy_does(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, shape: str, auth: str
+) -> None:
+    headers = {"bearer": BEARER, "x-api-key": API_KEY, "sdk": SDK}[auth]
+    served_before = lane_counts(log).get("served", 0)
+    answers = twins(proxy, upstream, REQUESTS[shape], headers, Reply(json=anthropic_answer()))
+    (plain, plain_sent), (rust, rust_sent) = answers["plain-claude"], answers["rust-claude"]
+    assert plain.status_code == rust.status_code == 200, rust.text
+    assert len(plain_sent) == len(rust_sent) == 1
+    assert provider_request(plain_sent[0]) == provider_request(rust_sent[0])
+    assert rust.headers["x-litellm-rust"] == "true"
+    assert as_group(plain, "rust-claude") == rust.content
+    assert stable_headers(plain) == stable_headers(rust)
+    assert rust.headers["x-litellm-model-group"] == "rust-claude"
+    # The lane served it, and the replay logged it once, at the proxy's cost.
+    events = events_for(log, "rust-claude", 1)
+    assert lane_counts(log).get("served", 0) > served_before
+    assert events[-1]["response_cost"] == float(rust.headers["x-litellm-response-cost"])
+    plain_event = events_for(log, "plain-claude", 1)[-1]
+    assert events[-1]["response_cost"] == plain_event["response_cost"]
+    assert events[-1]["usage"] == plain_event["usage"]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        anthropic_answer(cache_read_input_tokens=300, cache_creation_input_tokens=200),
+        anthropic_answer(service_tier="priority"),
+        cases.tool_answer(),  # its tool input holds the float 1e16
+    ],
+    ids=["cache", "priority", "float-input"],
+)
+def test_answers_the_lane_does_not_write_are_the_proxys(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, answer: dict
+) -> None:
+    replayed_before = lane_counts(log).get("replayed", 0)
+    answers = twins(proxy, upstream, REQUESTS["text"], BEARER, Reply(json=answer))
+    (plain, plain_sent), (rust, rust_sent) = answers["plain-claude"], answers["rust-claude"]
+    assert plain.status_code == rust.status_code == 200
+    assert len(plain_sent) == len(rust_sent) == 1
+    assert as_group(plain, "rust-claude") == rust.content
+    assert stable_headers(plain) == stable_headers(rust)
+    events_for(log, "rust-claude", 1)
+    assert lane_counts(log).get("replayed", 0) > replayed_before
+
+
+@pytest.mark.parametrize("status", [429, 500, 529])
+def test_upstream_errors_are_the_proxys(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, status: int
+) -> None:
+    error = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+    answers = twins(proxy, upstream, REQUESTS["text"], SDK, Reply(status=status, json=error))
+    (plain, plain_sent), (rust, rust_sent) = answers["plain-claude"], answers["rust-claude"]
+    assert len(plain_sent) == len(rust_sent) == 1
+    assert plain.status_code == rust.status_code
+    assert plain.text.replace("plain-claude", "rust-claude") == rust.text
+    failures = [e for e in events_for(log, "rust-claude", 1) if e["event"] == "failure"]
+    assert failures
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "reason"),
+    [
+        ({"stream": True}, BEARER, "lane_stream"),
+        ({"temperature": 0.5}, BEARER, "lane_body"),
+        (
+            {"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2048},
+            BEARER,
+            "lane_body",
+        ),
+        ({"metadata": {"user_id": 7}}, BEARER, "lane_body"),
+        ({}, {**SDK, "anthropic-beta": "tools-2024-04-04"}, "lane_header"),
+        ({}, {**API_KEY, "anthropic-version": "2024-01-01"}, "lane_header"),
+        ({}, {**API_KEY, **BEARER}, "lane_auth"),
+        ({"max_tokens": "many"}, BEARER, "lane_body"),
+        ({"messages": "hi"}, BEARER, "lane_body"),
+    ],
+    ids=[
+        "stream",
+        "sampling",
+        "thinking",
+        "metadata-user-id",
+        "beta",
+        "other-version",
+        "two-keys",
+        "bad-max-tokens",
+        "bad-messages",
+    ],
+)
+def test_requests_the_lane_does_not_take_get_the_proxys_answer(
+    proxy: ProxyProcess,
+    upstream: RecordingUpstream,
+    log: Path,
+    body: dict,
+    headers: dict,
+    reason: str,
+) -> None:
+    before = lane_counts(log)
+    request = {**REQUESTS["text"], **body}
+    answers = twins(proxy, upstream, request, headers, Reply(json=anthropic_answer()))
+    (plain, plain_sent), (rust, rust_sent) = answers["plain-claude"], answers["rust-claude"]
+    assert plain.status_code == rust.status_code
+    assert len(plain_sent) == len(rust_sent)
+    if plain_sent:
+        assert provider_request(plain_sent[0]) == provider_request(rust_sent[0])
+    if plain.status_code == 200 and not body.get("stream"):
+        assert as_group(plain, "rust-claude") == rust.content
+    elif plain.status_code != 200:
+        assert plain.text.replace("plain-claude", "rust-claude") == rust.text
+    after = lane_counts(post_counts(proxy, upstream, log))
+    assert after.get("served", 0) == before.get("served", 0) + 1  # only the probe below
+    assert after.get(reason, 0) > before.get(reason, 0)
+
+
+def post_counts(proxy: ProxyProcess, upstream: RecordingUpstream, log: Path) -> Path:
+    """Logs one more request the lane serves, so the log shows the lane's counts as of now."""
+    served = lane_counts(log).get("served", 0)
+    upstream.enqueue(Reply(json=anthropic_answer()))
+    assert post(proxy, "rust-claude", REQUESTS["text"], BEARER).status_code == 200
+    events_for(log, "rust-claude", 1)
+    deadline = time.monotonic() + 10
+    while lane_counts(log).get("served", 0) <= served and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return log
+
+
+def test_bad_keys_get_the_proxys_answer(proxy: ProxyProcess, upstream: RecordingUpstream) -> None:
+    for headers in ({"x-api-key": "sk-wrong"}, {"authorization": "Bearer sk-wrong"}, {}):
+        answers = [
+            post(proxy, m, REQUESTS["text"], headers) for m in ("plain-claude", "rust-claude")
+        ]
+        assert answers[0].status_code == answers[1].status_code >= 400
+        assert answers[0].text == answers[1].text
