@@ -32,6 +32,7 @@ from benches._common import (
     write_results,
 )
 from benches.lane import LATENCY_RATE, WARMUP
+from litellm_fastpath import _native
 from litellm_fastpath import mock_provider as mock_module
 from litellm_fastpath.mock_provider import ServerProcess
 from tests.harness import MASTER_KEY, ProxyProcess
@@ -39,6 +40,8 @@ from tests.harness import MASTER_KEY, ProxyProcess
 ROUTE = "/v1/messages"
 SDK_HEADERS = ("-H", f"x-api-key: {MASTER_KEY}", "-H", "anthropic-version: 2023-06-01")
 ARMS = ("python", "native", "rust", "lane")
+RUST = "x-litellm-rust: true"
+FASTPATH = f"x-litellm-fastpath: {_native.__version__}"
 
 
 def start_proxy(mock_url: str, log_path: Path, *, lane: bool, native: bool) -> ProxyProcess:
@@ -73,11 +76,17 @@ def body(model: str) -> dict[str, Any]:
     return {"model": model, "messages": MESSAGES, "max_tokens": 64}
 
 
-def step(url: str, model: str, rust: bool, secs: float) -> dict[str, Any]:
-    check = ("--expect-header", "x-litellm-rust: true") if rust else ()
-    forbid = () if rust else ("--forbid-header", "x-litellm-rust")
+def step(url: str, model: str, arm: str, secs: float) -> dict[str, Any]:
+    # LiteLLM's native route tags its answers `x-litellm-rust: true` too; ours carry
+    # `x-litellm-fastpath` as well.
+    checks = {
+        "python": ("--forbid-header", "x-litellm-rust"),
+        "native": ("--expect-header", RUST, "--forbid-header", "x-litellm-fastpath"),
+        "rust": ("--expect-header", RUST, "--expect-header", FASTPATH),
+        "lane": ("--expect-header", RUST, "--expect-header", FASTPATH),
+    }[arm]
     res = run_loadgen(
-        url + ROUTE, json.dumps(body(model)), LATENCY_RATE, secs, *SDK_HEADERS, *check, *forbid
+        url + ROUTE, json.dumps(body(model)), LATENCY_RATE, secs, *SDK_HEADERS, *checks
     )
     return {"ok": res["ok"], "errors": res["errors"], "lat": lat_stats(res["latencies_ms"])}
 
@@ -96,25 +105,25 @@ def main(argv: list[str] | None = None) -> int:
         native = start_proxy(mock.url, logs["native"], lane=False, native=True)
         lane = start_proxy(mock.url, logs["lane"], lane=True, native=False)
         targets = {
-            "python": (plain, "claude-python", False),
-            "native": (native, "claude-python", False),
-            "rust": (plain, "claude-rust", True),
-            "lane": (lane, "claude-rust", True),
+            "python": (plain, "claude-python"),
+            "native": (native, "claude-python"),
+            "rust": (plain, "claude-rust"),
+            "lane": (lane, "claude-rust"),
         }
         steps: dict[str, list[dict[str, Any]]] = {arm: [] for arm in (*ARMS, "direct")}
         warm: dict[str, dict[str, Any]] = {}
         try:
             for arm in ARMS:
-                proxy, model, rust = targets[arm]
-                warm[arm] = step(proxy.url, model, rust, 2.0)
+                proxy, model = targets[arm]
+                warm[arm] = step(proxy.url, model, arm, 2.0)
             for rep in range(reps):
                 direct = run_loadgen(
                     mock.url + ROUTE, json.dumps(body("claude-sonnet-4-5")), LATENCY_RATE, secs
                 )
                 steps["direct"].append({"lat": lat_stats(direct["latencies_ms"])})
                 for arm in ARMS:
-                    proxy, model, rust = targets[arm]
-                    steps[arm].append(step(proxy.url, model, rust, secs))
+                    proxy, model = targets[arm]
+                    steps[arm].append(step(proxy.url, model, arm, secs))
                     log(f"  rep {rep} {arm}: p50 {steps[arm][-1]['lat']['p50']:.2f} ms")
         finally:
             lane.stop(term_timeout=60)  # drains: every served request is replayed and logged

@@ -16,7 +16,7 @@ import pytest
 from tests import messages_cases as cases
 from tests.conftest import logged_proxy, twin_models
 from tests.harness import MASTER_KEY, ProxyProcess, RecordingUpstream, Reply
-from tests.proxy_logger import events_for, lane_counts
+from tests.proxy_logger import read_events
 from tests.test_lane_proxy import REPLAY_DECLINED, VOLATILE_HEADERS
 
 pytestmark = pytest.mark.proxy
@@ -150,7 +150,7 @@ def test_the_lane_answers_messages_as_the_proxy_does(
     proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, shape: str, auth: str
 ) -> None:
     headers = {"bearer": BEARER, "x-api-key": API_KEY, "sdk": SDK}[auth]
-    served_before = lane_counts(log).get("served", 0)
+    before = counts_now(proxy, upstream, log)
     answers = twins(proxy, upstream, REQUESTS[shape], headers, Reply(json=anthropic_answer()))
     (plain, plain_sent), (rust, rust_sent) = answers["plain-claude"], answers["rust-claude"]
     assert plain.status_code == rust.status_code == 200, rust.text
@@ -160,13 +160,13 @@ def test_the_lane_answers_messages_as_the_proxy_does(
     assert as_group(plain, "rust-claude") == rust.content
     assert stable_headers(plain) == stable_headers(rust)
     assert rust.headers["x-litellm-model-group"] == "rust-claude"
-    # The lane served it, and the replay logged it once, at the proxy's cost.
-    events = events_for(log, "rust-claude", 1)
-    assert lane_counts(log).get("served", 0) > served_before
-    assert events[-1]["response_cost"] == float(rust.headers["x-litellm-response-cost"])
-    plain_event = events_for(log, "plain-claude", 1)[-1]
-    assert events[-1]["response_cost"] == plain_event["response_cost"]
-    assert events[-1]["usage"] == plain_event["usage"]
+    # The lane served it, and the replay logged it once, at the proxy's cost and usage.
+    rust_events, plain_events = events_of(log, rust), events_of(log, plain)
+    assert len(rust_events) == len(plain_events) == 1
+    assert counts_now(proxy, upstream, log)["served"] == before["served"] + 2  # and the probe
+    assert rust_events[0]["response_cost"] == float(rust.headers["x-litellm-response-cost"])
+    assert rust_events[0]["response_cost"] == plain_events[0]["response_cost"]
+    assert rust_events[0]["usage"] == plain_events[0]["usage"]
 
 
 @pytest.mark.parametrize(
@@ -181,15 +181,17 @@ def test_the_lane_answers_messages_as_the_proxy_does(
 def test_answers_the_lane_does_not_write_are_the_proxys(
     proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, answer: dict
 ) -> None:
-    replayed_before = lane_counts(log).get("replayed", 0)
+    before = counts_now(proxy, upstream, log)
     answers = twins(proxy, upstream, REQUESTS["text"], BEARER, Reply(json=answer))
     (plain, plain_sent), (rust, rust_sent) = answers["plain-claude"], answers["rust-claude"]
     assert plain.status_code == rust.status_code == 200
     assert len(plain_sent) == len(rust_sent) == 1
     assert as_group(plain, "rust-claude") == rust.content
     assert stable_headers(plain) == stable_headers(rust)
-    events_for(log, "rust-claude", 1)
-    assert lane_counts(log).get("replayed", 0) > replayed_before
+    assert len(events_of(log, rust)) == 1
+    after = counts_now(proxy, upstream, log)
+    assert after.get("replayed", 0) == before.get("replayed", 0) + 1
+    assert after["served"] == before["served"] + 1  # the probe
 
 
 @pytest.mark.parametrize("status", [429, 500, 529])
@@ -197,42 +199,97 @@ def test_upstream_errors_are_the_proxys(
     proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, status: int
 ) -> None:
     error = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+    failures_before = len(failures(log))
     answers = twins(proxy, upstream, REQUESTS["text"], SDK, Reply(status=status, json=error))
     (plain, plain_sent), (rust, rust_sent) = answers["plain-claude"], answers["rust-claude"]
     assert len(plain_sent) == len(rust_sent) == 1
     assert plain.status_code == rust.status_code
     assert plain.text.replace("plain-claude", "rust-claude") == rust.text
-    failures = [e for e in events_for(log, "rust-claude", 1) if e["event"] == "failure"]
-    assert failures
+    # One failure logged, by the proxy, from the lane's one call.
+    deadline = time.monotonic() + 10
+    while len(failures(log)) == failures_before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    assert len(failures(log)) == failures_before + 1
+
+
+def failures(log: Path) -> list[dict[str, Any]]:
+    return [
+        e for e in read_events(log) if e["event"] == "failure" and e["model_group"] == "rust-claude"
+    ]
+
+
+def same_answers(
+    answers: dict[str, tuple[httpx.Response, list[Any]]], stream: bool = False
+) -> httpx.Response:
+    """The plain model's and the rust one's answer and provider requests agree; the rust one."""
+    (plain, plain_sent), (rust, rust_sent) = answers["plain-claude"], answers["rust-claude"]
+    assert plain.status_code == rust.status_code
+    assert len(plain_sent) == len(rust_sent)
+    if plain_sent:
+        assert provider_request(plain_sent[0]) == provider_request(rust_sent[0])
+    if plain.status_code == 200 and not stream:
+        assert as_group(plain, "rust-claude") == rust.content
+        assert stable_headers(plain) == stable_headers(rust)
+    elif plain.status_code != 200:
+        assert plain.text.replace("plain-claude", "rust-claude") == rust.text
+    return rust
+
+
+def events_of(log: Path, response: httpx.Response) -> list[dict[str, Any]]:
+    """The logged events of the request `response` answers (by its call id), once there is one
+    (and a moment more, to catch a second)."""
+    call_id = response.headers["x-litellm-call-id"]
+    deadline = time.monotonic() + 10
+    found: list[dict[str, Any]] = []
+    while not found and time.monotonic() < deadline:
+        time.sleep(0.05)
+        found = [
+            event
+            for event in read_events(log)
+            if (event.get("payload") or {}).get("litellm_call_id") == call_id
+        ]
+    time.sleep(0.2)
+    return [
+        e for e in read_events(log) if (e.get("payload") or {}).get("litellm_call_id") == call_id
+    ]
+
+
+def counts_now(proxy: ProxyProcess, upstream: RecordingUpstream, log: Path) -> dict[str, int]:
+    """The lane's counts as of now: one more request, which the lane serves (and counts), is
+    logged with them; read from that request's own event."""
+    upstream.enqueue(Reply(json=anthropic_answer()))
+    probe = post(proxy, "rust-claude", REQUESTS["text"], BEARER)
+    assert probe.status_code == 200
+    events = events_of(log, probe)
+    assert events, "the probe request was not logged"
+    return dict(events[0]["lane"])
 
 
 @pytest.mark.parametrize(
-    ("body", "headers", "reason"),
+    ("body", "headers", "reason", "counted"),
+    # `counted`: per round, how many of the two requests count the reason (those counted before
+    # the model group is looked up count the plain model's request too).
     [
-        ({"stream": True}, BEARER, "lane_stream"),
-        ({"temperature": 0.5}, BEARER, "lane_body"),
-        (
-            {"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2048},
-            BEARER,
-            "lane_body",
-        ),
-        ({"metadata": {"user_id": 7}}, BEARER, "lane_body"),
-        ({}, {**SDK, "anthropic-beta": "tools-2024-04-04"}, "lane_header"),
-        ({}, {**API_KEY, "anthropic-version": "2024-01-01"}, "lane_header"),
-        ({}, {**API_KEY, **BEARER}, "lane_auth"),
-        ({"max_tokens": "many"}, BEARER, "lane_body"),
-        ({"messages": "hi"}, BEARER, "lane_body"),
+        ({"stream": True}, BEARER, "lane_stream", 2),
+        ({"metadata": {"user_id": 7}}, BEARER, "lane_body", 2),
+        ({"top_q": 0.5}, BEARER, "lane_body", 2),
+        ({}, {**API_KEY, **BEARER}, "lane_auth", 2),
+        ({}, {**SDK, "typesafe-danger-zone-x": "1"}, "lane_header", 2),
+        ({"max_tokens": "many"}, BEARER, "lane_body", 2),
+        ({"messages": "hi"}, BEARER, "lane_body", 2),
+        # LiteLLM rewrites adaptive thinking for this model: never learned, always the proxy's.
+        ({"thinking": {"type": "adaptive"}, "max_tokens": 4000}, BEARER, "lane_unseen", 1),
     ],
     ids=[
         "stream",
-        "sampling",
-        "thinking",
         "metadata-user-id",
-        "beta",
-        "other-version",
+        "unknown-field",
         "two-keys",
+        "danger-zone-header",
         "bad-max-tokens",
         "bad-messages",
+        "rewritten-thinking",
     ],
 )
 def test_requests_the_lane_does_not_take_get_the_proxys_answer(
@@ -242,34 +299,45 @@ def test_requests_the_lane_does_not_take_get_the_proxys_answer(
     body: dict,
     headers: dict,
     reason: str,
+    counted: int,
 ) -> None:
-    before = lane_counts(log)
+    before = counts_now(proxy, upstream, log)
     request = {**REQUESTS["text"], **body}
-    answers = twins(proxy, upstream, request, headers, Reply(json=anthropic_answer()))
-    (plain, plain_sent), (rust, rust_sent) = answers["plain-claude"], answers["rust-claude"]
-    assert plain.status_code == rust.status_code
-    assert len(plain_sent) == len(rust_sent)
-    if plain_sent:
-        assert provider_request(plain_sent[0]) == provider_request(rust_sent[0])
-    if plain.status_code == 200 and not body.get("stream"):
-        assert as_group(plain, "rust-claude") == rust.content
-    elif plain.status_code != 200:
-        assert plain.text.replace("plain-claude", "rust-claude") == rust.text
-    after = lane_counts(post_counts(proxy, upstream, log))
-    assert after.get("served", 0) == before.get("served", 0) + 1  # only the probe below
-    assert after.get(reason, 0) > before.get(reason, 0)
+    for _ in range(2):  # the second time too (nothing was learned)
+        answers = twins(proxy, upstream, request, headers, Reply(json=anthropic_answer()))
+        same_answers(answers, stream=bool(body.get("stream")))
+    after = counts_now(proxy, upstream, log)
+    assert after["served"] == before["served"] + 1  # the probe
+    assert after.get(reason, 0) == before.get(reason, 0) + 2 * counted
 
 
-def post_counts(proxy: ProxyProcess, upstream: RecordingUpstream, log: Path) -> Path:
-    """Logs one more request the lane serves, so the log shows the lane's counts as of now."""
-    served = lane_counts(log).get("served", 0)
-    upstream.enqueue(Reply(json=anthropic_answer()))
-    assert post(proxy, "rust-claude", REQUESTS["text"], BEARER).status_code == 200
-    events_for(log, "rust-claude", 1)
-    deadline = time.monotonic() + 10
-    while lane_counts(log).get("served", 0) <= served and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return log
+# Requests whose treatment LiteLLM decides per value: the first goes to the proxy, where the fast
+# path asks LiteLLM and hands the lane its answer; the next take the lane.
+LEARNED = {
+    "temperature": ({"temperature": 0.5}, BEARER),
+    "sampling": ({"top_k": 5, "temperature": 1e-05}, SDK),
+    "thinking": (
+        {"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2048},
+        SDK,
+    ),
+    "betas": ({}, {**SDK, "anthropic-beta": "b-2,a-1"}),
+    "other-version": ({"temperature": 0.5}, {**API_KEY, "anthropic-version": "2024-01-01"}),
+}
+
+
+@pytest.mark.parametrize("case", list(LEARNED))
+def test_params_and_headers_litellm_decides_take_the_lane_once_it_has(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, case: str
+) -> None:
+    body, headers = LEARNED[case]
+    request = {**REQUESTS["tools"], **body}
+    before = counts_now(proxy, upstream, log)
+    for _ in range(3):
+        answers = twins(proxy, upstream, request, headers, Reply(json=anthropic_answer()))
+        assert same_answers(answers).status_code == 200
+    after = counts_now(proxy, upstream, log)
+    assert after.get("lane_unseen", 0) == before.get("lane_unseen", 0) + 1
+    assert after["served"] == before["served"] + 2 + 1  # and the probe
 
 
 def test_bad_keys_get_the_proxys_answer(proxy: ProxyProcess, upstream: RecordingUpstream) -> None:

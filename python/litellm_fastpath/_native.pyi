@@ -27,6 +27,7 @@ __all__ = [
     "lane_configure",
     "lane_counts",
     "lane_forget_group_lists",
+    "lane_learn_messages_headers",
     "lane_next_replays",
     "lane_replayed",
     "lane_set_cooling",
@@ -177,6 +178,9 @@ def lane_configure(
     enabled: bool, headers: list[tuple[str, str]], openai_headers: list[str]
 ) -> None: ...
 def lane_set_groups(groups: dict[str, list[tuple[Any, ...]]]) -> None: ...
+def lane_learn_messages_headers(
+    deployment_id: str, key: str, headers: list[tuple[str, str]]
+) -> None: ...
 def lane_set_cooling(groups: list[str]) -> None: ...
 def lane_set_key(
     key_hash: str,

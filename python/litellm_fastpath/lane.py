@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import hashlib
+import json
 import logging
 import os
 import socket
@@ -810,6 +812,32 @@ def _take_ticket(data: dict[str, Any]) -> None:
     deployment_id, _call_id_added, call = claimed
     _claimed_call.set(call)
     _forced_deployment.set(deployment_id)
+
+
+def learn_messages_headers(
+    kwargs: Mapping[str, Any],
+    small: dict[str, Any],
+    caller: Mapping[str, str],
+    headers: tuple[tuple[str, str], ...],
+) -> None:
+    """On the proxy's path, once the fast path has asked LiteLLM how it sends a `/v1/messages`
+    request with these small params (`max_tokens`, thinking, sampling) and client headers to
+    this deployment: hand the lane the headers, keyed as the lane keys such requests
+    (`lane::messages::decision_key`), so the next one takes the lane."""
+    deployment_id = (kwargs.get("model_info") or {}).get("id")
+    if not isinstance(deployment_id, str) or set(caller) - _ANTHROPIC_CLIENT_HEADERS:
+        return
+    dumps = functools.partial(json.dumps, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        small_key = dumps(small) if len(small) > 1 else ""
+        key = f"{small_key}\n{dumps(dict(caller))}"
+        _native.lane_learn_messages_headers(deployment_id, key, list(headers))
+    except (TypeError, ValueError, _native.InvalidRequestError):
+        return  # a value JSON cannot hold or a header the lane cannot send: the proxy's
+
+
+# What the proxy passes on to Anthropic of the client's headers (`provider_specific_header`).
+_ANTHROPIC_CLIENT_HEADERS = frozenset({"anthropic-version", "anthropic-beta"})
 
 
 def refuse_second_call() -> None:

@@ -286,6 +286,8 @@ def route_messages(kwargs: Mapping[str, Any]) -> routing.MessagesRoute | routing
         tuple(caller.items()),
         json.dumps(small.get("thinking"), sort_keys=True),
     )
+    if lane.is_running() and not kwargs.get("headers") and not kwargs.get("extra_headers"):
+        lane.learn_messages_headers(kwargs, {"max_tokens": max_tokens, **small}, caller, headers)
     fields: list[tuple[str, Any]] = [
         ("messages", kwargs.get("messages")),
         ("max_tokens", max_tokens),

@@ -1,6 +1,9 @@
 //! `/v1/messages` on the lane: non-streaming Anthropic Messages calls to `anthropic/…`
-//! deployments, in the strict subset whose LiteLLM treatment needs no per-value question to
-//! LiteLLM (no thinking, sampling params or betas: those go to the proxy, which asks).
+//! deployments. What LiteLLM does with the small params (thinking, sampling) and the client's
+//! `anthropic-*` headers depends on their values, and only LiteLLM's own functions know it: a
+//! request without them uses what the Python layer asked when the group was loaded; one with
+//! them goes to the proxy the first time, where the fast path asks LiteLLM and hands the lane
+//! the answer (`Table::learn_messages_headers`), keyed by `decision_key`, for the next ones.
 //!
 //! The proxy's answer is the provider's JSON as Python reads and writes it back (compact,
 //! raw UTF-8, floats as `repr`) with `model` set to the model group; answers whose cost has
@@ -18,9 +21,12 @@ const OPTIONAL_FIELDS: &[&str] = &[
     "metadata",
     "stop_sequences",
     "system",
+    "thinking",
     "tool_choice",
     "tools",
 ];
+/// Sampling params: last in LiteLLM's body (it pops and re-adds them).
+const SAMPLING_FIELDS: &[&str] = &["temperature", "top_p", "top_k"];
 
 /// The parts of a `/v1/messages` body the lane reads.
 #[derive(Debug)]
@@ -29,6 +35,10 @@ pub struct MessagesBody {
     /// `messages`, `max_tokens`, then the optional fields, as LiteLLM orders them.
     pub fields: Vec<(String, Node)>,
     pub stream: bool,
+    /// `max_tokens` with the thinking and sampling params given, sorted and written as Python's
+    /// `json.dumps(..., sort_keys=True, separators=(",", ":"), ensure_ascii=False)` writes them;
+    /// None without thinking or sampling params.
+    pub small_params: Option<String>,
 }
 
 pub fn parse(body: &[u8]) -> Result<MessagesBody, NotForLane> {
@@ -36,10 +46,12 @@ pub fn parse(body: &[u8]) -> Result<MessagesBody, NotForLane> {
         return Err(NotForLane("not a JSON object"));
     };
     let known = ["model", "max_tokens", "messages", "stream"];
-    if given
-        .keys()
-        .any(|name| !known.contains(&name.as_str()) && !OPTIONAL_FIELDS.contains(&name.as_str()))
-    {
+    if given.keys().any(|name| {
+        let name = name.as_str();
+        !known.contains(&name)
+            && !OPTIONAL_FIELDS.contains(&name)
+            && !SAMPLING_FIELDS.contains(&name)
+    }) {
         return Err(NotForLane("a field the lane does not take"));
     }
     let model = match given.remove("model") {
@@ -60,24 +72,60 @@ pub fn parse(body: &[u8]) -> Result<MessagesBody, NotForLane> {
         Some(Value::Array(items)) => Value::Array(items),
         _ => return Err(NotForLane("messages is not a list")),
     };
+    let mut small = Map::new();
+    small.insert("max_tokens".into(), max_tokens.clone());
     let mut fields = vec![
         ("messages".to_string(), Node::document(messages)),
         ("max_tokens".to_string(), Node::Value(max_tokens)),
     ];
-    for name in OPTIONAL_FIELDS {
+    for name in OPTIONAL_FIELDS.iter().chain(SAMPLING_FIELDS) {
         let value = match given.remove(*name) {
             // LiteLLM drops None-valued fields.
             None | Some(Value::Null) => continue,
             Some(value) if *name == "metadata" => metadata(value)?,
             Some(value) => value,
         };
+        if *name == "thinking" || SAMPLING_FIELDS.contains(name) {
+            small.insert((*name).to_string(), value.clone());
+        }
         fields.push(((*name).to_string(), Node::document(value)));
     }
+    let small_params =
+        (small.len() > 1).then(|| python_json_compact(&sorted(&Value::Object(small))));
     Ok(MessagesBody {
         model,
         fields,
         stream,
+        small_params,
     })
+}
+
+/// The key of LiteLLM's decision for a request's small params and client headers: its small
+/// params (see `MessagesBody`; empty without any), a newline, and the `anthropic-*` headers the
+/// proxy passes on, as a sorted JSON object in the same form. The Python layer writes the same
+/// key when it learns.
+pub fn decision_key(small_params: Option<&str>, client_headers: &Map<String, Value>) -> String {
+    let small = small_params.unwrap_or("");
+    let headers = python_json_compact(&sorted(&Value::Object(client_headers.clone())));
+    format!("{small}\n{headers}")
+}
+
+/// `value` with every object's keys sorted (Python's `sort_keys=True`).
+fn sorted(value: &Value) -> Value {
+    match value {
+        Value::Object(fields) => {
+            let mut names: Vec<&String> = fields.keys().collect();
+            names.sort();
+            Value::Object(
+                names
+                    .into_iter()
+                    .map(|name| (name.clone(), sorted(&fields[name])))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+        other => other.clone(),
+    }
 }
 
 /// LiteLLM's `validate_anthropic_api_metadata`: only `user_id` goes to the provider.
@@ -208,11 +256,51 @@ mod tests {
     }
 
     #[test]
+    fn keys_small_params_as_python_writes_them_sorted() {
+        let request = parse(&body(json!({
+            "model": "claude",
+            "messages": [],
+            "top_p": 0.5,
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "max_tokens": 2048,
+            "temperature": 1e-5,
+        })))
+        .unwrap();
+        assert_eq!(
+            field_names(&request),
+            ["messages", "max_tokens", "thinking", "temperature", "top_p"]
+        );
+        let small = request.small_params.as_deref();
+        assert_eq!(
+            small,
+            Some(
+                r#"{"max_tokens":2048,"temperature":1e-05,"thinking":{"budget_tokens":1024,"type":"enabled"},"top_p":0.5}"#
+            )
+        );
+        let mut headers = Map::new();
+        headers.insert("anthropic-version".into(), json!("2023-06-01"));
+        headers.insert("anthropic-beta".into(), json!("b,a"));
+        assert_eq!(
+            decision_key(small, &headers),
+            format!(
+                "{}\n{}",
+                small.unwrap(),
+                r#"{"anthropic-beta":"b,a","anthropic-version":"2023-06-01"}"#
+            )
+        );
+        let plain = parse(&body(
+            json!({"model": "m", "messages": [], "max_tokens": 1}),
+        ))
+        .unwrap();
+        assert_eq!(plain.small_params, None);
+    }
+
+    #[test]
     fn leaves_everything_else_to_the_proxy() {
         let hi = json!([{"role": "user", "content": "hi"}]);
         for odd in [
-            json!({"model": "m", "max_tokens": 5, "messages": hi, "temperature": 0.5}),
-            json!({"model": "m", "max_tokens": 5, "messages": hi, "thinking": {"type": "enabled"}}),
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "top_q": 0.5}),
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "output_config": {}}),
             json!({"model": "m", "max_tokens": true, "messages": hi}),
             json!({"model": "m", "max_tokens": 5.0, "messages": hi}),
             json!({"model": "m", "messages": hi}),

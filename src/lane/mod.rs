@@ -334,6 +334,9 @@ mod reason {
     pub const PARAM: &str = "lane_param";
     pub const HEADER: &str = "lane_header";
     pub const STREAM: &str = "lane_stream";
+    /// `/v1/messages` with thinking, sampling params or `anthropic-*` headers the lane has not
+    /// seen LiteLLM treat yet for the deployment (the proxy's path teaches it).
+    pub const UNSEEN: &str = "lane_unseen";
 }
 
 /// A client connection: its and our address (what the proxy's request object shows), and a
@@ -597,21 +600,29 @@ fn admit_messages(
     if request.stream {
         return Err(reason::STREAM);
     }
+    let client_headers = messages_client_headers(&parts.headers).ok_or(reason::HEADER)?;
     let (deployment, key_spend) = judge(lane, &key_hash, &request.model)?;
     let route = deployment.messages.as_ref().ok_or(reason::MODEL)?;
-    // The client's `anthropic-version` reaches LiteLLM's header merge (`has_proxy_options`
-    // lets only the one value through).
-    let headers = if parts.headers.contains_key("anthropic-version") {
-        &route.versioned_headers
+    // The client's `anthropic-*` headers reach LiteLLM's header merge with the small params.
+    let version = client_headers.get("anthropic-version");
+    let usual = request.small_params.is_none()
+        && !client_headers.contains_key("anthropic-beta")
+        && version.is_none_or(|version| version == ANTHROPIC_VERSION);
+    let headers = if usual && version.is_some() {
+        route.versioned_headers.clone()
+    } else if usual {
+        route.headers.clone()
     } else {
-        &route.headers
+        let key = messages::decision_key(request.small_params.as_deref(), &client_headers);
+        let learned = lane.table.messages_headers(&deployment.id, &key);
+        learned.ok_or(reason::UNSEEN)?.as_ref().clone()
     };
     let prepared = crate::providers::messages::prepare(
         &route.deployment,
         crate::providers::messages::MessagesRequest {
             fields: request.fields,
             stream: false,
-            headers: headers.clone(),
+            headers,
         },
     )
     .map_err(|_| reason::PARAM)?;
@@ -891,25 +902,36 @@ fn call_id(headers: &http::HeaderMap) -> (String, bool) {
 
 /// Headers through which a caller asks the proxy for something (sessions, tags, end users,
 /// CORS, headers for the provider): their requests go to the proxy. Only the call id
-/// (`x-litellm-call-id`) is taken, and on `/v1/messages` the one `anthropic-version`.
+/// (`x-litellm-call-id`) is taken, and on `/v1/messages` the `anthropic-*` headers (see
+/// `messages_client_headers`).
 fn has_proxy_options(headers: &http::HeaderMap, route: Route) -> bool {
-    let version_taken = route == Route::Messages && {
-        let mut versions = headers.get_all("anthropic-version").iter();
-        versions
-            .next()
-            .is_some_and(|value| value == ANTHROPIC_VERSION)
-            && versions.next().is_none()
-    };
     headers.keys().any(|name| {
         let name = name.as_str();
         (name.starts_with("x-litellm-") && name != "x-litellm-call-id")
             || name.starts_with("litellm-")
             || name == "origin"
-            || (PROVIDER_HEADERS.contains(&name) && !(name == "anthropic-version" && version_taken))
+            || (PROVIDER_HEADERS.contains(&name) && route == Route::Chat)
             || name.starts_with("typesafe-danger-zone-")
     })
 }
 
+/// The `anthropic-*` headers the proxy passes on to a `/v1/messages` call, by name; None when
+/// one is sent twice or is not text.
+fn messages_client_headers(
+    headers: &http::HeaderMap,
+) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let mut found = serde_json::Map::new();
+    for name in PROVIDER_HEADERS {
+        let mut values = headers.get_all(*name).iter();
+        if let Some(value) = values.next() {
+            if values.next().is_some() {
+                return None;
+            }
+            found.insert((*name).to_string(), value.to_str().ok()?.into());
+        }
+    }
+    Some(found)
+}
 /// SHA-256 (hex) of the caller's key, as LiteLLM's `hash_token`: the bearer key, or on
 /// `/v1/messages` an `x-api-key` sent alone; None when the request carries its key any other
 /// way (or one the proxy passes on to the provider).

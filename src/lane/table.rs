@@ -37,9 +37,9 @@ pub struct LaneDeployment {
 pub struct LaneMessages {
     pub deployment: Arc<Deployment>,
     /// The headers LiteLLM sends besides the credential (`anthropic-version`, betas).
-    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub headers: MessagesHeaders,
     /// The same when the client sent `anthropic-version: 2023-06-01` (the proxy passes it on).
-    pub versioned_headers: Vec<(HeaderName, HeaderValue)>,
+    pub versioned_headers: MessagesHeaders,
     pub timeout: Duration,
 }
 
@@ -135,6 +135,10 @@ pub struct Table {
     groups: RwLock<Arc<HashMap<String, Arc<Group>>>>,
     cooling: RwLock<Arc<HashSet<String>>>,
     keys: RwLock<HashMap<String, Verdict>>,
+    /// `/v1/messages` headers LiteLLM chose for a deployment (by id) and a request's thinking,
+    /// sampling params and client headers (by `messages::decision_key`): what the fast path
+    /// learned on the proxy's path, for the lane to reuse.
+    messages_headers: RwLock<HashMap<(String, String), Arc<MessagesHeaders>>>,
     settings: RwLock<Arc<Settings>>,
     seed: AtomicU64,
 }
@@ -142,6 +146,28 @@ pub struct Table {
 impl Table {
     pub fn set_groups(&self, groups: HashMap<String, Arc<Group>>) {
         *write(&self.groups) = Arc::new(groups);
+        write(&self.messages_headers).clear();
+    }
+
+    /// What LiteLLM sends for a `/v1/messages` request of this kind to this deployment.
+    pub fn learn_messages_headers(
+        &self,
+        deployment_id: String,
+        key: String,
+        headers: MessagesHeaders,
+    ) {
+        let mut learned = write(&self.messages_headers);
+        // Bounded: a full table starts over (the proxy's path teaches it again).
+        if learned.len() >= MAX_MESSAGES_DECISIONS {
+            learned.clear();
+        }
+        learned.insert((deployment_id, key), Arc::new(headers));
+    }
+
+    pub fn messages_headers(&self, deployment_id: &str, key: &str) -> Option<Arc<MessagesHeaders>> {
+        read(&self.messages_headers)
+            .get(&(deployment_id.to_string(), key.to_string()))
+            .cloned()
     }
 
     pub fn set_cooling(&self, groups: HashSet<String>) {
@@ -237,6 +263,10 @@ impl Table {
 }
 
 const MAX_KEYS: usize = 100_000;
+const MAX_MESSAGES_DECISIONS: usize = 4096;
+
+/// The headers LiteLLM sends on a `/v1/messages` call besides the credential.
+pub type MessagesHeaders = Vec<(HeaderName, HeaderValue)>;
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())

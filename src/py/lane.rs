@@ -205,6 +205,21 @@ fn lane_messages(py: Python<'_>, entry: MessagesEntry) -> PyResult<LaneMessages>
     })
 }
 
+/// What LiteLLM sends on a `/v1/messages` call to the deployment `deployment_id` for requests
+/// of one kind (`key`: see `lane::messages::decision_key`): the headers besides the credential.
+#[pyfunction]
+pub fn lane_learn_messages_headers(
+    deployment_id: String,
+    key: String,
+    headers: Vec<(String, String)>,
+) -> PyResult<()> {
+    let headers = super::header_list(headers)?;
+    running()?
+        .table
+        .learn_messages_headers(deployment_id, key, headers);
+    Ok(())
+}
+
 /// The groups whose deployments the router is cooling down (the proxy serves them meanwhile).
 #[pyfunction]
 pub fn lane_set_cooling(groups: Vec<String>) -> PyResult<()> {
