@@ -169,14 +169,49 @@ def test_the_lane_answers_messages_as_the_proxy_does(
     assert rust_events[0]["usage"] == plain_events[0]["usage"]
 
 
+def cache_use(read: int, write_5m: int, write_1h: int) -> dict[str, Any]:
+    split = {"ephemeral_5m_input_tokens": write_5m, "ephemeral_1h_input_tokens": write_1h}
+    return anthropic_answer(
+        cache_read_input_tokens=read,
+        cache_creation_input_tokens=write_5m + write_1h,
+        cache_creation=split,
+    )
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [cache_use(300, 200, 0), cache_use(0, 500, 200), cache_use(4321, 0, 0)],
+    ids=["read-and-5m-write", "both-writes", "read"],
+)
+def test_answers_that_use_the_prompt_cache_are_the_lanes(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, answer: dict
+) -> None:
+    before = counts_now(proxy, upstream, log)
+    answers = twins(proxy, upstream, REQUESTS["text"], SDK, Reply(json=answer))
+    rust = same_answers(answers)
+    assert rust.status_code == 200
+    # The cache's shares of the cost, as the proxy writes them (equal headers: `same_answers`).
+    usage = answer["usage"]
+    reads, writes = usage["cache_read_input_tokens"], usage["cache_creation_input_tokens"]
+    assert ("x-litellm-response-cost-cache-read" in rust.headers) == (reads > 0)
+    assert ("x-litellm-response-cost-cache-creation" in rust.headers) == (writes > 0)
+    rust_events, plain_events = events_of(log, rust), events_of(log, answers["plain-claude"][0])
+    assert len(rust_events) == len(plain_events) == 1
+    assert rust_events[0]["response_cost"] == float(rust.headers["x-litellm-response-cost"])
+    assert rust_events[0]["response_cost"] == plain_events[0]["response_cost"]
+    after = counts_now(proxy, upstream, log)
+    assert after["served"] == before["served"] + 2  # and the probe
+
+
 @pytest.mark.parametrize(
     "answer",
     [
-        anthropic_answer(cache_read_input_tokens=300, cache_creation_input_tokens=200),
         anthropic_answer(service_tier="priority"),
+        # Cache writes without their split by lifetime.
+        anthropic_answer(cache_creation_input_tokens=200, cache_creation=None),
         cases.tool_answer(),  # its tool input holds the float 1e16
     ],
-    ids=["cache", "priority", "float-input"],
+    ids=["priority", "unsplit-writes", "float-input"],
 )
 def test_answers_the_lane_does_not_write_are_the_proxys(
     proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, answer: dict

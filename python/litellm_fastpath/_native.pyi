@@ -28,6 +28,7 @@ __all__ = [
     "lane_counts",
     "lane_forget_group_lists",
     "lane_learn_messages_headers",
+    "lane_messages_cost",
     "lane_next_replays",
     "lane_replayed",
     "lane_set_cooling",
@@ -181,6 +182,9 @@ def lane_set_groups(groups: dict[str, list[tuple[Any, ...]]]) -> None: ...
 def lane_learn_messages_headers(
     deployment_id: str, key: str, headers: list[tuple[str, str]]
 ) -> None: ...
+def lane_messages_cost(
+    usage_json: str, input: float, output: float, cache: tuple[float, float, float]
+) -> tuple[float, float, float, float, float] | None: ...
 def lane_set_cooling(groups: list[str]) -> None: ...
 def lane_set_key(
     key_hash: str,

@@ -58,6 +58,10 @@ _PRIVATE: dict[str, tuple[str, str]] = {
         "litellm.proxy.anthropic_endpoints.endpoints",
         "anthropic_response",
     ),
+    "get_token_type_cost_breakdown": (
+        "litellm.litellm_core_utils.llm_cost_calc.utils",
+        "get_token_type_cost_breakdown",
+    ),
     "add_provider_specific_headers_to_request": (
         "litellm.proxy.litellm_pre_call_utils",
         "add_provider_specific_headers_to_request",

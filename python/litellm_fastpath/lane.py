@@ -510,10 +510,10 @@ def _messages_entry(kwargs: dict[str, Any], timeout: Any) -> tuple[Any, ...] | N
     return plain.deployment, list(plain.headers), list(with_version.headers), plain.timeout
 
 
-def _pricing(provider: str, model: str) -> tuple[float, float, float | None] | None:
+def _pricing(provider: str, model: str) -> tuple[Any, ...] | None:
     """LiteLLM's per-token prices, when its cost is exactly linear in the token counts: input,
-    output, and OpenAI's cached prompt tokens (None: answers with cached tokens go through the
-    proxy)."""
+    output, OpenAI's cached prompt tokens, and Anthropic's cache reads and writes for
+    `/v1/messages` (None: answers with those go through the proxy)."""
     try:
         info = litellm.get_model_info(model=model, custom_llm_provider=provider)
         prices = (float(info["input_cost_per_token"]), float(info["output_cost_per_token"]))
@@ -534,7 +534,7 @@ def _pricing(provider: str, model: str) -> tuple[float, float, float | None] | N
         if expected != (prompt * prices[0], completion * prices[1]):
             return None
     cached = _cache_read_price(provider, model, prices, cache_read)
-    return (*prices, cached)
+    return (*prices, cached, _anthropic_cache_prices(provider, model, prices))
 
 
 def _cache_read_price(
@@ -563,6 +563,86 @@ def _cache_read_price(
         if expected != ours:
             return None
     return rate
+
+
+# Anthropic usages the lane's cost of cache reads and writes is checked on: reads, writes of
+# either lifetime or both, and prompts near the top of the untiered range.
+_CACHE_USAGES = (
+    (1200, 35, 300, 200, 0),
+    (3, 1000, 0, 500, 200),
+    (17, 4, 4321, 0, 777),
+    (120_000, 512, 59_000, 300, 20_000),
+    (1, 1, 1, 1, 1),
+)
+
+
+def _anthropic_cache_prices(
+    provider: str, model: str, prices: tuple[float, float]
+) -> tuple[float, float, float] | None:
+    """Anthropic's prices per cache read, 5-minute and 1-hour write, when LiteLLM's cost of an
+    answer with them (its total and the proxy's header split) is exactly the lane's, as Rust
+    works it out (`MessagesUsage::cost`); None: such answers go through the proxy."""
+    if provider != "anthropic":
+        return None
+    names = (
+        "cache_read_input_token_cost",
+        "cache_creation_input_token_cost",
+        "cache_creation_input_token_cost_above_1hr",
+    )
+    try:
+        info = litellm.get_model_info(model=model, custom_llm_provider=provider)
+        rates = (float(info[names[0]]), float(info[names[1]]), float(info[names[2]]))
+        for text, output, read, write_5m, write_1h in _CACHE_USAGES:
+            usage = {
+                "input_tokens": text,
+                "cache_creation_input_tokens": write_5m + write_1h,
+                "cache_read_input_tokens": read,
+                "cache_creation": {
+                    "ephemeral_5m_input_tokens": write_5m,
+                    "ephemeral_1h_input_tokens": write_1h,
+                },
+                "output_tokens": output,
+                "service_tier": "standard",
+            }
+            ours = _native.lane_messages_cost(json.dumps(usage), *prices, rates)
+            if ours is None or ours != _litellm_messages_cost(model, usage):
+                return None
+    except Exception:  # a price LiteLLM does not have, or cannot work out: the proxy's
+        return None
+    return rates
+
+
+def _litellm_messages_cost(model: str, usage: dict[str, Any]) -> tuple[float, ...]:
+    """LiteLLM's cost of an Anthropic answer with this usage, as its logging works it out (the
+    answer as a `ModelResponse`, then its cost), split as the proxy's headers split it."""
+    import httpx
+
+    answer = {
+        "id": "msg_check",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": "x"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    response = litellm.AnthropicConfig().transform_parsed_response(
+        completion_response=answer,
+        raw_response=httpx.Response(200, headers={}),
+        model_response=litellm.ModelResponse(),
+    )
+    total = litellm.completion_cost(
+        completion_response=response, model=model, custom_llm_provider="anthropic"
+    )
+    prompt, output = litellm.cost_per_token(
+        model=model, custom_llm_provider="anthropic", usage_object=response.usage
+    )
+    parts = compat.get_token_type_cost_breakdown(
+        model=model, custom_llm_provider="anthropic", usage=response.usage
+    )
+    read, creation = parts.cache_read_cost or 0.0, parts.cache_creation_cost or 0.0
+    return (total, prompt - read - creation, output, read, creation)
 
 
 def _answer_headers() -> list[tuple[str, str]]:

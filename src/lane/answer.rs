@@ -20,6 +20,8 @@ pub struct Cost {
     pub reasoning: f64,
     /// Cached prompt tokens' cost, not in `input` (the proxy's additive split; 0: none).
     pub cache_read: f64,
+    /// Prompt-cache writes' cost, not in `input` (the proxy's additive split; 0: none).
+    pub cache_creation: f64,
 }
 
 /// The proxy's JSON body for a chat answer of the usual shape (text answers, no cache tokens),
@@ -483,6 +485,7 @@ impl Usage {
             total: prompt_cost + output,
             reasoning,
             cache_read,
+            cache_creation: 0.0,
         })
     }
 }
@@ -548,6 +551,7 @@ pub fn headers(
             total: 0.0,
             reasoning: 0.0,
             cache_read: 0.0,
+            cache_creation: 0.0,
         }),
     };
     if let Some(cost) = breakdown {
@@ -561,6 +565,12 @@ pub fn headers(
             push(
                 "x-litellm-response-cost-cache-read",
                 python_float(cost.cache_read),
+            );
+        }
+        if cost.cache_creation > 0.0 {
+            push(
+                "x-litellm-response-cost-cache-creation",
+                python_float(cost.cache_creation),
             );
         }
         if cost.reasoning > 0.0 {
@@ -803,6 +813,7 @@ mod tests {
             input_per_token: 1.5e-07,
             output_per_token: 6e-07,
             cache_read_per_token: Some(7.5e-08),
+            anthropic_cache: None,
         };
         let cost = usage.cost(pricing).unwrap();
         assert_eq!(python_float(cost.input), "1.6499999999999999e-06");

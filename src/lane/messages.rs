@@ -7,12 +7,14 @@
 //!
 //! The proxy's answer is the provider's JSON as Python reads and writes it back (compact,
 //! raw UTF-8, floats as `repr`) with `model` set to the model group; answers whose cost has
-//! parts of its own (cache reads and writes, server tools) are left to the proxy.
+//! parts the lane does not price (another tier, server tools; cache reads and writes where
+//! LiteLLM's cost of them is not the lane's) are left to the proxy.
 
 use serde_json::{Map, Value};
 
-use super::answer::Usage;
+use super::answer::Cost;
 use super::request::NotForLane;
+use super::table::Pricing;
 use crate::wire::body::Node;
 use crate::wire::pyjson::python_json_compact;
 
@@ -146,7 +148,7 @@ fn metadata(value: Value) -> Result<Value, NotForLane> {
 
 /// The proxy's body for the provider's answer, and its usage; None when the lane leaves the
 /// answer to the proxy.
-pub fn answer_body(raw: &[u8], model_group: &str) -> Option<(Vec<u8>, Usage)> {
+pub fn answer_body(raw: &[u8], model_group: &str) -> Option<(Vec<u8>, MessagesUsage)> {
     let Ok(Value::Object(mut answer)) = serde_json::from_slice::<Value>(raw) else {
         return None;
     };
@@ -165,37 +167,107 @@ pub fn answer_body(raw: &[u8], model_group: &str) -> Option<(Vec<u8>, Usage)> {
     ))
 }
 
-/// Anthropic's usage, when its cost is input and output tokens alone: cache counts zero (or
-/// absent), the standard tier, nothing else.
-fn usage(value: &Value) -> Option<Usage> {
+/// An Anthropic answer's token counts: input (the uncached part), output, and the prompt
+/// cache's reads and writes by lifetime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessagesUsage {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write_5m: u64,
+    pub cache_write_1h: u64,
+}
+
+/// Anthropic's usage, when its cost is tokens alone: input, output and the prompt cache (its
+/// writes split by lifetime when there are any), the standard tier, nothing else.
+pub fn usage(value: &Value) -> Option<MessagesUsage> {
     let fields = value.as_object()?;
-    let zero = |value: &Value| value.is_null() || value.as_u64() == Some(0);
-    for (name, value) in fields {
-        let plain = match name.as_str() {
-            "input_tokens" | "output_tokens" => value.is_u64(),
-            "cache_creation_input_tokens" | "cache_read_input_tokens" => zero(value),
-            "cache_creation" => {
-                value.is_null()
-                    || value
-                        .as_object()
-                        .is_some_and(|split| split.values().all(zero))
-            }
-            "service_tier" => value.is_null() || value == "standard",
-            _ => false,
-        };
-        if !plain {
-            return None;
-        }
+    let count = |name: &str| match fields.get(name) {
+        None | Some(Value::Null) => Some(0),
+        Some(value) => value.as_u64(),
+    };
+    let known = [
+        "input_tokens",
+        "output_tokens",
+        "cache_creation_input_tokens",
+        "cache_read_input_tokens",
+        "cache_creation",
+        "service_tier",
+    ];
+    if fields.keys().any(|name| !known.contains(&name.as_str())) {
+        return None;
     }
-    let input = fields.get("input_tokens")?.as_u64()?;
-    let output = fields.get("output_tokens")?.as_u64()?;
-    Some(Usage {
-        prompt_tokens: input,
-        completion_tokens: output,
-        total_tokens: input + output,
-        reasoning_tokens: 0,
-        cached_tokens: 0,
+    if !fields
+        .get("service_tier")
+        .is_none_or(|tier| tier.is_null() || tier == "standard")
+    {
+        return None;
+    }
+    let writes = count("cache_creation_input_tokens")?;
+    let (cache_write_5m, cache_write_1h) = match fields.get("cache_creation") {
+        None | Some(Value::Null) if writes == 0 => (0, 0),
+        Some(Value::Object(split)) => {
+            let part = |name: &str| match split.get(name) {
+                None | Some(Value::Null) => Some(0),
+                Some(value) => value.as_u64(),
+            };
+            if split.keys().any(|name| {
+                name != "ephemeral_5m_input_tokens" && name != "ephemeral_1h_input_tokens"
+            }) {
+                return None;
+            }
+            (
+                part("ephemeral_5m_input_tokens")?,
+                part("ephemeral_1h_input_tokens")?,
+            )
+        }
+        // Writes without their split: LiteLLM's reading of those is not the lane's to guess.
+        _ => return None,
+    };
+    if cache_write_5m.checked_add(cache_write_1h)? != writes {
+        return None;
+    }
+    Some(MessagesUsage {
+        input: fields.get("input_tokens")?.as_u64()?,
+        output: fields.get("output_tokens")?.as_u64()?,
+        cache_read: count("cache_read_input_tokens")?,
+        cache_write_5m,
+        cache_write_1h,
     })
+}
+
+impl MessagesUsage {
+    /// The cost as LiteLLM's `generic_cost_per_token` works it out for Anthropic, the same float
+    /// operations in the same order, and the proxy's additive split of it for the headers; None
+    /// for cache reads or writes without checked prices (the proxy writes that answer).
+    pub fn cost(&self, pricing: Pricing) -> Option<Cost> {
+        let output = self.output as f64 * pricing.output_per_token;
+        let mut prompt = self.input as f64 * pricing.input_per_token;
+        if self.cache_read == 0 && self.cache_write_5m == 0 && self.cache_write_1h == 0 {
+            return Some(Cost {
+                input: prompt,
+                output,
+                total: prompt + output,
+                reasoning: 0.0,
+                cache_read: 0.0,
+                cache_creation: 0.0,
+            });
+        }
+        let prices = pricing.anthropic_cache?;
+        let cache_read = self.cache_read as f64 * prices.read;
+        prompt += cache_read;
+        let cache_creation = self.cache_write_5m as f64 * prices.write_5m
+            + self.cache_write_1h as f64 * prices.write_1h;
+        prompt += cache_creation;
+        Some(Cost {
+            input: prompt - cache_read - cache_creation,
+            output,
+            total: prompt + output,
+            reasoning: 0.0,
+            cache_read,
+            cache_creation,
+        })
+    }
 }
 
 /// Whether every number prints as Python prints what `json.loads` made of it: integers
@@ -323,7 +395,54 @@ mod tests {
             String::from_utf8(written).unwrap(),
             r#"{"id":"msg_1","type":"message","role":"assistant","model":"group","content":[{"type":"text","text":"hé"},{"type":"tool_use","id":"t","name":"n","input":{"x":1.0,"y":2.5e-07}}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":0},"output_tokens":7,"service_tier":"standard"}}"#
         );
-        assert_eq!((usage.prompt_tokens, usage.completion_tokens), (12, 7));
+        assert_eq!((usage.input, usage.output, usage.cache_read), (12, 7, 0));
+    }
+
+    /// Cache reads and writes priced as LiteLLM 1.106.12 prices them for claude-sonnet-4-5
+    /// (the proxy's headers for this usage: total 0.004965, input 0.0036, cache read
+    /// 8.999999999999999e-05, cache creation 0.00075, output 0.000525).
+    #[test]
+    fn prices_the_prompt_cache_as_litellm_does() {
+        let usage = usage(&json!({
+            "input_tokens": 1200,
+            "output_tokens": 35,
+            "cache_creation_input_tokens": 200,
+            "cache_read_input_tokens": 300,
+            "cache_creation": {"ephemeral_5m_input_tokens": 200, "ephemeral_1h_input_tokens": 0},
+            "service_tier": "standard",
+        }))
+        .unwrap();
+        let mut pricing = Pricing {
+            input_per_token: 3e-06,
+            output_per_token: 1.5e-05,
+            cache_read_per_token: None,
+            anthropic_cache: None,
+        };
+        assert!(usage.cost(pricing).is_none(), "unchecked cache prices");
+        pricing.anthropic_cache = Some(super::super::CachePrices {
+            read: 3e-07,
+            write_5m: 3.75e-06,
+            write_1h: 6e-06,
+        });
+        let cost = usage.cost(pricing).unwrap();
+        let written = [
+            cost.total,
+            cost.input,
+            cost.cache_read,
+            cost.cache_creation,
+            cost.output,
+        ]
+        .map(crate::wire::pyjson::python_float);
+        assert_eq!(
+            written,
+            [
+                "0.004965",
+                "0.0036",
+                "8.999999999999999e-05",
+                "0.00075",
+                "0.000525"
+            ]
+        );
     }
 
     #[test]
@@ -334,8 +453,9 @@ mod tests {
             )
         };
         for raw in [
+            // Cache writes without their split, or a split that does not add up.
             answer(
-                r#"{"input_tokens":1,"output_tokens":1,"cache_read_input_tokens":5}"#,
+                r#"{"input_tokens":1,"output_tokens":1,"cache_creation_input_tokens":5}"#,
                 "",
             ),
             answer(

@@ -49,8 +49,8 @@ use crate::providers::chunks::StreamOptions;
 use crate::runtime::Engine;
 use crate::stream::{Piece, StreamTransform};
 pub use table::{
-    Group, LaneDeployment, LaneMessages, LaneStreams, Pricing, Settings, StreamUsage, Table,
-    Verdict,
+    CachePrices, Group, LaneDeployment, LaneMessages, LaneStreams, Pricing, Settings, StreamUsage,
+    Table, Verdict,
 };
 pub use tickets::Ticket;
 use tickets::Tickets;
@@ -675,10 +675,7 @@ async fn serve_messages(
         .raw
         .as_deref()
         .and_then(|raw| messages::answer_body(raw, &model_group))
-        .and_then(|(answer_body, usage)| {
-            let cost = usage.cost(deployment.pricing?)?;
-            Some((answer_body, cost))
-        });
+        .and_then(|(answer_body, usage)| Some((answer_body, usage.cost(deployment.pricing?)?)));
     let Some((answer_body, cost)) = written else {
         let outcome = Outcome::Call(Ok(completion));
         return Served::Replay(lane.tickets.issue(&deployment.id, call_id, outcome));

@@ -64,6 +64,17 @@ pub struct Pricing {
     pub output_per_token: f64,
     /// Cached prompt tokens (OpenAI's), when LiteLLM prices them at one rate of their own.
     pub cache_read_per_token: Option<f64>,
+    /// Anthropic's prompt cache on `/v1/messages`, when LiteLLM's cost of an answer that reads
+    /// or writes it is exactly the lane's (checked against LiteLLM when the group is loaded).
+    pub anthropic_cache: Option<CachePrices>,
+}
+
+/// Per token: cache reads, and cache writes that live 5 minutes or 1 hour.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CachePrices {
+    pub read: f64,
+    pub write_5m: f64,
+    pub write_1h: f64,
 }
 
 /// A model group the lane serves: every deployment in it is one the lane can call.

@@ -13,8 +13,8 @@ use super::bridge::{PreparedCall, settle_later};
 use super::errors::{InvalidRequestError, transport_error_to_py};
 use super::stream::PreparedStream;
 use crate::lane::{
-    self, App, Group, Lane, LaneDeployment, LaneMessages, LaneStreams, Pricing, Settings,
-    StreamUsage, Verdict,
+    self, App, CachePrices, Group, Lane, LaneDeployment, LaneMessages, LaneStreams, Pricing,
+    Settings, StreamUsage, Verdict,
 };
 use crate::runtime;
 
@@ -109,10 +109,14 @@ type Entry<'py> = (
     Bound<'py, PyDict>,
     f64,
     Vec<(String, String)>,
-    Option<(f64, f64, Option<f64>)>,
+    Option<PricingEntry>,
     Option<(bool, f64)>,
     Option<MessagesEntry>,
 );
+
+/// Per token: input, output, OpenAI's cached input (None: answers with it go to the proxy),
+/// and Anthropic's cache read, 5-minute and 1-hour write (None: likewise).
+type PricingEntry = (f64, f64, Option<f64>, Option<(f64, f64, f64)>);
 
 /// A deployment's `/v1/messages` calls: (deployment, headers, headers with the client's
 /// `anthropic-version`, timeout).
@@ -159,10 +163,17 @@ pub fn lane_set_groups(
                 params,
                 timeout: Duration::from_secs_f64(timeout),
                 headers,
-                pricing: pricing.map(|(input, output, cache_read)| Pricing {
+                pricing: pricing.map(|(input, output, cache_read, anthropic_cache)| Pricing {
                     input_per_token: input,
                     output_per_token: output,
                     cache_read_per_token: cache_read,
+                    anthropic_cache: anthropic_cache.map(|(read, write_5m, write_1h)| {
+                        CachePrices {
+                            read,
+                            write_5m,
+                            write_1h,
+                        }
+                    }),
                 }),
                 streams: streams.map(|(always, timeout)| LaneStreams {
                     usage: if always {
@@ -218,6 +229,38 @@ pub fn lane_learn_messages_headers(
         .table
         .learn_messages_headers(deployment_id, key, headers);
     Ok(())
+}
+
+/// The lane's cost of an Anthropic answer whose `usage` is `usage_json`, at these prices per
+/// token (input, output, and cache read, 5-minute and 1-hour write): `(total, input, output,
+/// cache read, cache creation)` as the proxy's headers split it, or None for a usage the lane
+/// leaves to the proxy. For the Python layer's check against LiteLLM's own cost.
+#[pyfunction]
+pub fn lane_messages_cost(
+    usage_json: &str,
+    input: f64,
+    output: f64,
+    cache: (f64, f64, f64),
+) -> Option<(f64, f64, f64, f64, f64)> {
+    let usage: serde_json::Value = serde_json::from_str(usage_json).ok()?;
+    let pricing = Pricing {
+        input_per_token: input,
+        output_per_token: output,
+        cache_read_per_token: None,
+        anthropic_cache: Some(CachePrices {
+            read: cache.0,
+            write_5m: cache.1,
+            write_1h: cache.2,
+        }),
+    };
+    let cost = lane::messages::usage(&usage)?.cost(pricing)?;
+    Some((
+        cost.total,
+        cost.input,
+        cost.output,
+        cost.cache_read,
+        cost.cache_creation,
+    ))
 }
 
 /// The groups whose deployments the router is cooling down (the proxy serves them meanwhile).

@@ -39,8 +39,8 @@ mod _native {
     #[pymodule_export]
     use super::lane::{
         lane_backlog, lane_claim, lane_configure, lane_counts, lane_forget_group_lists,
-        lane_learn_messages_headers, lane_next_replays, lane_replayed, lane_set_cooling,
-        lane_set_groups, lane_set_key, lane_stop, lane_stream_tail, start_lane,
+        lane_learn_messages_headers, lane_messages_cost, lane_next_replays, lane_replayed,
+        lane_set_cooling, lane_set_groups, lane_set_key, lane_stop, lane_stream_tail, start_lane,
     };
     use super::stream::Payload;
     #[pymodule_export]
