@@ -1010,12 +1010,15 @@ def test_openai_answers_as_sent_today_match_the_proxy(
     await_count(log, outcome, before)
 
 
-def _anthropic_as_sent_now(cache_read: int = 0) -> dict:
+def _anthropic_as_sent_now(cache_read: int = 0, write_5m: int = 0, write_1h: int = 0) -> dict:
     usage = {
         "input_tokens": 12,
-        "cache_creation_input_tokens": 0,
+        "cache_creation_input_tokens": write_5m + write_1h,
         "cache_read_input_tokens": cache_read,
-        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+        "cache_creation": {
+            "ephemeral_5m_input_tokens": write_5m,
+            "ephemeral_1h_input_tokens": write_1h,
+        },
         "output_tokens": 6,
         "service_tier": "standard",
     }
@@ -1041,10 +1044,11 @@ CONVERSE_AS_SENT_NOW = {
     ("provider", "path", "answer", "outcome"),
     [
         ("anthropic", "/v1/messages", _anthropic_as_sent_now(), "served"),
-        ("anthropic", "/v1/messages", _anthropic_as_sent_now(cache_read=100), "replayed"),
+        ("anthropic", "/v1/messages", _anthropic_as_sent_now(cache_read=100), "served"),
+        ("anthropic", "/v1/messages", _anthropic_as_sent_now(300, 500, 200), "served"),
         ("bedrock", "/converse", CONVERSE_AS_SENT_NOW, "served"),
     ],
-    ids=["anthropic", "anthropic-cached", "bedrock"],
+    ids=["anthropic", "anthropic-cache-read", "anthropic-cache-writes", "bedrock"],
 )
 def test_converted_answers_as_sent_today_match_the_proxy(
     proxy: ProxyProcess,
@@ -1055,8 +1059,9 @@ def test_converted_answers_as_sent_today_match_the_proxy(
     answer: dict,
     outcome: str,
 ) -> None:
-    """Anthropic's usage as its API sends it now (the cache split by TTL, the service tier) and
-    Bedrock's with its cache counts: the proxy's answer byte for byte, and its headers."""
+    """Anthropic's usage as its API sends it now (the cache split by TTL, the service tier; cache
+    reads and writes priced by the lane) and Bedrock's with its cache counts: the proxy's answer
+    byte for byte, and its headers."""
     before = lane_counts(log).get(outcome, 0)
     plain, rust = twin_answers(proxy, upstream, provider, path, answer)
     assert plain.status_code == rust.status_code == 200

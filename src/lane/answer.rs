@@ -7,6 +7,7 @@
 use http::HeaderMap;
 use serde_json::{Map, Value, json};
 
+use super::messages::MessagesUsage;
 use super::table::{LaneDeployment, Pricing, Settings};
 use crate::wire::pyjson::python_float;
 
@@ -234,6 +235,7 @@ fn converted_usage(value: &Value) -> Option<(Usage, Value)> {
         total_tokens: fields.get("total_tokens")?.as_u64()?,
         reasoning_tokens: 0,
         cached_tokens: 0,
+        anthropic_cache: None,
     };
     // Reasoning next to LiteLLM's own `text_tokens` count is priced by rules of its own.
     if fields
@@ -243,14 +245,10 @@ fn converted_usage(value: &Value) -> Option<(Usage, Value)> {
     {
         return None;
     }
-    for cache in ["cache_creation_input_tokens", "cache_read_input_tokens"] {
-        if fields
-            .get(cache)
-            .is_some_and(|tokens| tokens.as_u64() != Some(0))
-        {
-            return None;
-        }
-    }
+    let usage = Usage {
+        anthropic_cache: anthropic_cache(fields, &usage)?,
+        ..usage
+    };
     let mut out = Map::new();
     out.insert("completion_tokens".into(), json!(usage.completion_tokens));
     out.insert("prompt_tokens".into(), json!(usage.prompt_tokens));
@@ -285,6 +283,43 @@ fn converted_usage(value: &Value) -> Option<(Usage, Value)> {
         }
     }
     Some((usage, Value::Object(out)))
+}
+
+/// The prompt cache's counts in a converted Anthropic usage (None inside: no cache use), as
+/// `MessagesUsage` prices them; None when the writes come without their split by lifetime.
+fn anthropic_cache(fields: &Map<String, Value>, usage: &Usage) -> Option<Option<MessagesUsage>> {
+    let count = |name: &str| match fields.get(name) {
+        None | Some(Value::Null) => Some(0),
+        Some(value) => value.as_u64(),
+    };
+    let (read, writes) = (
+        count("cache_read_input_tokens")?,
+        count("cache_creation_input_tokens")?,
+    );
+    if read == 0 && writes == 0 {
+        return Some(None);
+    }
+    let split = fields
+        .get("prompt_tokens_details")
+        .and_then(|details| details.get("cache_creation_token_details"));
+    let part = |name: &str| match split.and_then(|split| split.get(name)) {
+        None | Some(Value::Null) => Some(0),
+        Some(value) => value.as_u64(),
+    };
+    let (write_5m, write_1h) = (
+        part("ephemeral_5m_input_tokens")?,
+        part("ephemeral_1h_input_tokens")?,
+    );
+    if write_5m.checked_add(write_1h)? != writes {
+        return None;
+    }
+    Some(Some(MessagesUsage {
+        input: usage.prompt_tokens.checked_sub(read)?.checked_sub(writes)?,
+        output: usage.completion_tokens,
+        cache_read: read,
+        cache_write_5m: write_5m,
+        cache_write_1h: write_1h,
+    }))
 }
 
 /// One choice with a text answer and a plain finish reason.
@@ -373,6 +408,9 @@ pub struct Usage {
     pub reasoning_tokens: u64,
     /// Of `prompt_tokens`, read from the provider's prompt cache (priced apart).
     pub cached_tokens: u64,
+    /// Anthropic's counts, when its answer read or wrote the prompt cache (priced apart, as on
+    /// `/v1/messages`).
+    pub anthropic_cache: Option<MessagesUsage>,
 }
 
 /// The token details LiteLLM's `Usage` writes for OpenAI, in the order it writes them (the
@@ -406,6 +444,7 @@ fn openai_usage(value: &Value) -> Option<(Usage, Value)> {
         total_tokens: count("total_tokens")?,
         reasoning_tokens: 0,
         cached_tokens: 0,
+        anthropic_cache: None,
     };
     let mut out = Map::new();
     for name in totals {
@@ -457,6 +496,9 @@ impl Usage {
     /// in the same order, and the proxy's split of it for the headers; None for cached tokens
     /// without a price of their own (the proxy writes that answer).
     pub fn cost(&self, pricing: Pricing) -> Option<Cost> {
+        if let Some(anthropic) = self.anthropic_cache {
+            return anthropic.cost(pricing);
+        }
         // Cached tokens: the rest of the prompt at the input price, plus the cached ones at
         // theirs; the proxy's `input` header is that sum less the cached part.
         let (prompt_cost, cache_read) = if self.cached_tokens > 0 {
@@ -795,9 +837,28 @@ mod tests {
                 r#""cache_creation_input_tokens":0,"cache_read_input_tokens":0}}"#
             )
         );
+        // The prompt cache read: priced apart, at prices checked for the deployment only.
         let mut cached = converted.clone();
         cached["usage"]["cache_read_input_tokens"] = json!(3);
-        assert!(chat_body("bedrock", &cached, "g", ("x", 1)).is_none());
+        let (_, usage) = chat_body("bedrock", &cached, "g", ("x", 1)).unwrap();
+        let mut pricing = Pricing {
+            input_per_token: 3e-06,
+            output_per_token: 1.5e-05,
+            cache_read_per_token: None,
+            anthropic_cache: None,
+        };
+        assert!(usage.cost(pricing).is_none());
+        pricing.anthropic_cache = Some(super::super::CachePrices {
+            read: 3e-07,
+            write_5m: 3.75e-06,
+            write_1h: 6e-06,
+        });
+        let cost = usage.cost(pricing).unwrap();
+        assert_eq!(python_float(cost.cache_read), "9e-07");
+        assert_eq!(python_float(cost.input), "2.4e-05");
+        // Writes without their split by lifetime: the proxy's.
+        cached["usage"]["cache_creation_input_tokens"] = json!(2);
+        assert!(chat_body("anthropic", &cached, "g", ("x", 1)).is_none());
     }
 
     #[test]
@@ -808,6 +869,7 @@ mod tests {
             total_tokens: 18,
             reasoning_tokens: 0,
             cached_tokens: 0,
+            anthropic_cache: None,
         };
         let pricing = Pricing {
             input_per_token: 1.5e-07,
@@ -834,6 +896,7 @@ mod tests {
             total_tokens: 1929,
             reasoning_tokens: 0,
             cached_tokens: 1024,
+            anthropic_cache: None,
         };
         let cost = cached.cost(pricing).unwrap();
         assert_eq!(python_float(cost.input), "0.00013424999999999998");
