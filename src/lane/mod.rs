@@ -490,13 +490,7 @@ fn admit(
     parts: &http::request::Parts,
     body: &Bytes,
 ) -> Result<Admitted, &'static str> {
-    if !lane.table.settings().enabled {
-        return Err(reason::OFF);
-    }
-    if has_proxy_options(&parts.headers, Route::Chat) {
-        return Err(reason::HEADER);
-    }
-    let key_hash = key_hash(&parts.headers, Route::Chat).ok_or(reason::AUTH)?;
+    let key_hash = gate(lane, parts, Route::Chat)?;
     let request = request::parse(body).map_err(|_| reason::BODY)?;
     let (deployment, key_spend) = judge(lane, &key_hash, &request.model)?;
     let mut chat = request.chat;
@@ -550,6 +544,18 @@ fn admit(
     })
 }
 
+/// The checks every route shares before the body is read: the lane is on, no header asks the
+/// proxy for something, and the key comes the way the lane reads it (its hash).
+fn gate(lane: &Lane, parts: &http::request::Parts, route: Route) -> Result<String, &'static str> {
+    if !lane.table.settings().enabled {
+        return Err(reason::OFF);
+    }
+    if has_proxy_options(&parts.headers, route) {
+        return Err(reason::HEADER);
+    }
+    key_hash(&parts.headers, route).ok_or(reason::AUTH)
+}
+
 /// The checks every route shares, after the request is read: the model group, the key's
 /// verdict for it, cooldowns and the backlog; then the deployment (picked as the router picks)
 /// and the key's spend.
@@ -589,13 +595,7 @@ fn admit_messages(
     parts: &http::request::Parts,
     body: &Bytes,
 ) -> Result<MessagesAdmitted, &'static str> {
-    if !lane.table.settings().enabled {
-        return Err(reason::OFF);
-    }
-    if has_proxy_options(&parts.headers, Route::Messages) {
-        return Err(reason::HEADER);
-    }
-    let key_hash = key_hash(&parts.headers, Route::Messages).ok_or(reason::AUTH)?;
+    let key_hash = gate(lane, parts, Route::Messages)?;
     let request = messages::parse(body).map_err(|_| reason::BODY)?;
     if request.stream {
         return Err(reason::STREAM);
