@@ -665,10 +665,7 @@ async fn serve_messages(
     let upstream_ms = called.elapsed().as_secs_f64() * 1000.0;
     let completion = match outcome {
         Ok(completion) => completion,
-        Err(err) => {
-            let outcome = Outcome::Call(Err(err));
-            return Served::Replay(lane.tickets.issue(&deployment.id, call_id, outcome));
-        }
+        Err(err) => return with_ticket(lane, &deployment, call_id, Err(err)),
     };
     // An answer the lane does not write, or one whose cost it cannot work out: the proxy's.
     let written = completion
@@ -677,8 +674,7 @@ async fn serve_messages(
         .and_then(|raw| messages::answer_body(raw, &model_group))
         .and_then(|(answer_body, usage)| Some((answer_body, usage.cost(deployment.pricing?)?)));
     let Some((answer_body, cost)) = written else {
-        let outcome = Outcome::Call(Ok(completion));
-        return Served::Replay(lane.tickets.issue(&deployment.id, call_id, outcome));
+        return with_ticket(lane, &deployment, call_id, Ok(completion));
     };
     let timings = answer::Timings {
         total_ms: received.elapsed().as_secs_f64() * 1000.0,
@@ -695,10 +691,36 @@ async fn serve_messages(
     );
     lane.table.add_spend(&key_hash, cost.total);
     let response = answer_response(full(Bytes::from(answer_body)), headers);
+    let replay = pending_replay(parts, body, connection);
+    answered(lane, &deployment, call_id, completion, replay, response)
+}
+
+/// A call the lane does not answer itself: the proxy answers with this ticket for its outcome.
+fn with_ticket(
+    lane: &Lane,
+    deployment: &LaneDeployment,
+    call_id: (String, bool),
+    outcome: Result<Completion, CallError>,
+) -> Served {
+    Served::Replay(
+        lane.tickets
+            .issue(&deployment.id, call_id, Outcome::Call(outcome)),
+    )
+}
+
+/// A call the lane answered: its replay (with a ticket for the outcome) joins the queue.
+fn answered(
+    lane: &Lane,
+    deployment: &LaneDeployment,
+    call_id: (String, bool),
+    completion: Completion,
+    replay: PendingReplay,
+    response: Response<Body>,
+) -> Served {
     let issued = lane
         .tickets
         .issue(&deployment.id, call_id, Outcome::Call(Ok(completion)));
-    enqueue_replay(lane, pending_replay(parts, body, connection), issued, false);
+    enqueue_replay(lane, replay, issued, false);
     lane.count("served");
     Served::Answer(response)
 }
@@ -792,24 +814,14 @@ async fn serve_chat(
             let provider = deployment.deployment.provider.as_str();
             match answer::chat_body(provider, &completion.body, &model_group, minted.as_ref()) {
                 Some((answer_body, usage)) => (completion, answer_body, usage),
-                None => {
-                    let outcome = Outcome::Call(Ok(completion));
-                    let issued = lane.tickets.issue(&deployment.id, call_id, outcome);
-                    return Served::Replay(issued);
-                }
+                None => return with_ticket(lane, &deployment, call_id, Ok(completion)),
             }
         }
-        Err(err) => {
-            let outcome = Outcome::Call(Err(err));
-            return Served::Replay(lane.tickets.issue(&deployment.id, call_id, outcome));
-        }
+        Err(err) => return with_ticket(lane, &deployment, call_id, Err(err)),
     };
     let cost = match deployment.pricing.map(|pricing| usage.cost(pricing)) {
-        Some(None) => {
-            // A price the lane does not know (cached tokens): the proxy answers.
-            let outcome = Outcome::Call(Ok(completion));
-            return Served::Replay(lane.tickets.issue(&deployment.id, call_id, outcome));
-        }
+        // A price the lane does not know (cached tokens): the proxy answers.
+        Some(None) => return with_ticket(lane, &deployment, call_id, Ok(completion)),
         Some(Some(cost)) => Some(cost),
         None => None,
     };
@@ -831,12 +843,8 @@ async fn serve_chat(
         lane.table.add_spend(&key_hash, cost.total);
     }
     let response = answer_response(full(Bytes::from(answer_body)), headers);
-    let issued = lane
-        .tickets
-        .issue(&deployment.id, call_id, Outcome::Call(Ok(completion)));
-    enqueue_replay(lane, pending_replay(parts, body, connection), issued, false);
-    lane.count("served");
-    Served::Answer(response)
+    let replay = pending_replay(parts, body, connection);
+    answered(lane, &deployment, call_id, completion, replay, response)
 }
 
 /// The id and time of an answer: the provider's (OpenAI), else new ones as LiteLLM makes them
