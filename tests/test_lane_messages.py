@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests import messages_cases as cases
-from tests.conftest import logged_proxy, twin_models
+from tests.conftest import deployment_kwargs, logged_proxy, twin_models
 from tests.harness import MASTER_KEY, ProxyProcess, RecordingUpstream, Reply
 from tests.proxy_logger import read_events
 from tests.test_lane_proxy import REPLAY_DECLINED, VOLATILE_HEADERS
@@ -71,7 +71,12 @@ def proxy(upstream: RecordingUpstream, log: Path) -> Iterator[ProxyProcess]:
         "api_base": upstream.url,
         "api_key": "sk-ant-test",
     }
-    with logged_proxy(twin_models("claude", params), log, fastpath_lane=True) as server:
+    # An OpenAI group too: the lane calls it for chat, never for `/v1/messages`.
+    models = [
+        *twin_models("claude", params),
+        *twin_models("gpt", deployment_kwargs("openai", upstream.url)),
+    ]
+    with logged_proxy(models, log, fastpath_lane=True) as server:
         # The first request of a key goes through the proxy, which hands the lane its verdict.
         upstream.enqueue(Reply(json=anthropic_answer()))
         assert post(server, "plain-claude", {"messages": HI, "max_tokens": 8}, BEARER)
@@ -344,6 +349,24 @@ def test_requests_the_lane_does_not_take_get_the_proxys_answer(
     after = counts_now(proxy, upstream, log)
     assert after["served"] == before["served"] + 1  # the probe
     assert after.get(reason, 0) == before.get(reason, 0) + 2 * counted
+
+
+def test_messages_to_a_group_the_lane_calls_only_for_chat_go_to_the_proxy(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path
+) -> None:
+    before = counts_now(proxy, upstream, log)
+    answers = []
+    for model in ("plain-gpt", "rust-gpt"):
+        sent_before = len(upstream.requests)
+        response = post(proxy, model, REQUESTS["text"], BEARER)
+        answers.append((response, len(upstream.requests) - sent_before))
+    (plain, plain_calls), (rust, rust_calls) = answers
+    assert plain.status_code == rust.status_code
+    assert plain_calls == rust_calls
+    after = counts_now(proxy, upstream, log)
+    assert after["served"] == before["served"] + 1  # the probe
+    # Both requests: the plain group is not the lane's, the rust one has no Messages calls.
+    assert after.get("lane_model", 0) == before.get("lane_model", 0) + 2
 
 
 # Requests whose treatment LiteLLM decides per value: the first goes to the proxy, where the fast
