@@ -907,6 +907,8 @@ def learn_messages_headers(
     deployment_id = (kwargs.get("model_info") or {}).get("id")
     if not isinstance(deployment_id, str) or set(caller) - _ANTHROPIC_CLIENT_HEADERS:
         return
+    if len(small) == 1 and dict(caller) in ({}, _ANTHROPIC_VERSION):
+        return  # the usual request: the lane has its headers from when the group was loaded
     dumps = functools.partial(json.dumps, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     try:
         small_key = dumps(small) if len(small) > 1 else ""
