@@ -906,6 +906,29 @@ def test_streams_under_another_repetition_guard_go_to_the_proxy(
         assert counts.get("lane_stream") == 1 and counts.get("served") == 1, counts
 
 
+@pytest.mark.parametrize(
+    "provider_headers",
+    [{"x-request-id": "req-a"}, {"request-id": "req-b", "x-request-id": "req-a"}, {"cf-ray": "r"}],
+    ids=["x-request-id", "both", "none"],
+)
+def test_the_providers_request_id_is_passed_on_as_the_proxy_does(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, provider_headers: dict
+) -> None:
+    """LiteLLM names the provider's request id `request-id` (and `llm_provider-request-id`)."""
+    served_before = lane_counts(log).get("served", 0)
+    answers = []
+    for model in ("plain-openai", "rust-openai"):
+        upstream.enqueue(Reply(headers=provider_headers))
+        answers.append(call(proxy, upstream, model, messages=HI)[0])
+    plain, rust = answers
+    assert rust.headers["x-litellm-rust"] == "true"
+    assert stable_headers(plain) == stable_headers(rust)
+    named = {k: v for k, v in rust.headers.items() if k.endswith("request-id")}
+    expected = provider_headers.get("request-id") or provider_headers.get("x-request-id")
+    assert (named.get("request-id"), named.get("llm_provider-request-id")) == (expected, expected)
+    await_count(log, "served", served_before)
+
+
 def twin_answers(
     proxy: ProxyProcess, upstream: RecordingUpstream, provider: str, path: str, answer: dict
 ) -> tuple[httpx.Response, httpx.Response]:

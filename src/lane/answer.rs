@@ -555,6 +555,14 @@ pub struct Timings {
     pub upstream_ms: f64,
 }
 
+/// Where LiteLLM looks for the provider's request id, first found first.
+const REQUEST_ID_HEADERS: [&str; 4] = [
+    "request-id",
+    "x-request-id",
+    "llm_provider-request-id",
+    "llm_provider-x-request-id",
+];
+
 /// Every header the proxy sends with such an answer, in the proxy's order.
 #[allow(clippy::too_many_arguments)]
 pub fn headers(
@@ -647,15 +655,30 @@ pub fn headers(
             push(name.as_str(), value);
         }
     }
+    // LiteLLM names the provider's request id `request-id` (`get_provider_request_id`), and the
+    // proxy's second pass over those headers puts it under `llm_provider-request-id` as well.
+    let request_id = REQUEST_ID_HEADERS.iter().find_map(|name| {
+        provider_headers
+            .get(*name)
+            .and_then(text)
+            .filter(|id| !id.is_empty())
+    });
     for (name, value) in provider_headers {
         if let Some(value) = text(value) {
             let name = name.as_str();
+            if request_id.is_some() && matches!(name, "request-id" | "llm_provider-request-id") {
+                continue;
+            }
             if name.starts_with("llm_provider-") {
                 push(name, value);
             } else {
                 push(&format!("llm_provider-{name}"), value);
             }
         }
+    }
+    if let Some(id) = request_id {
+        push("llm_provider-request-id", id.clone());
+        push("request-id", id);
     }
     for (name, value) in &settings.headers {
         push(name, value.clone());
