@@ -1,11 +1,11 @@
 """`/v1/messages` on the fast lane (`fastpath_lane: true`), in one run against: the plain model
 (LiteLLM's Python path), `rust: true` without the lane, and LiteLLM's own native route
 (`LITELLM_RUST=1`). Requests as the Anthropic SDK sends them (`x-api-key`, `anthropic-version`),
-non-streaming, to `anthropic/…` on the package's mock provider.
+to `anthropic/…` on the package's mock provider, non-streaming and streamed (64 text deltas).
 
-Added latency over direct-to-mock at 45 req/s through one worker (p50, p99), open loop, arms
-interleaved per repetition; callback count = request count on the lane proxy (read after its
-shutdown). Method: benches/README.md.
+Added latency over direct-to-mock at 45 req/s through one worker (p50, p99; to the last byte for
+streams) and the proxy's CPU per request, open loop, arms interleaved per repetition; callback
+count = request count on the lane proxy (read after its shutdown). Method: benches/README.md.
 
 `python -m benches.lane_messages [--quick]`; results in `benches/results/lane-messages.{md,json}`.
 """
@@ -23,11 +23,13 @@ from typing import Any
 from benches._common import (
     MESSAGES,
     arg_parser,
+    cpu_seconds,
     lat_stats,
     log,
     machine,
     machine_line,
     median,
+    process_tree,
     run_loadgen,
     write_results,
 )
@@ -40,6 +42,7 @@ from tests.harness import MASTER_KEY, ProxyProcess
 ROUTE = "/v1/messages"
 SDK_HEADERS = ("-H", f"x-api-key: {MASTER_KEY}", "-H", "anthropic-version: 2023-06-01")
 ARMS = ("python", "native", "rust", "lane")
+KINDS = ("plain", "stream")
 RUST = "x-litellm-rust: true"
 FASTPATH = f"x-litellm-fastpath: {_native.__version__}"
 
@@ -72,11 +75,16 @@ def start_proxy(mock_url: str, log_path: Path, *, lane: bool, native: bool) -> P
     return proxy
 
 
-def body(model: str) -> dict[str, Any]:
-    return {"model": model, "messages": MESSAGES, "max_tokens": 64}
+def body(model: str, stream: bool = False) -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": MESSAGES,
+        "max_tokens": 64,
+        **({"stream": True} if stream else {}),
+    }
 
 
-def step(url: str, model: str, arm: str, secs: float) -> dict[str, Any]:
+def step(proxy: ProxyProcess, model: str, arm: str, secs: float, stream: bool) -> dict[str, Any]:
     # LiteLLM's native route tags its answers `x-litellm-rust: true` too; ours carry
     # `x-litellm-fastpath` as well.
     checks = {
@@ -85,10 +93,22 @@ def step(url: str, model: str, arm: str, secs: float) -> dict[str, Any]:
         "rust": ("--expect-header", RUST, "--expect-header", FASTPATH),
         "lane": ("--expect-header", RUST, "--expect-header", FASTPATH),
     }[arm]
+    pids = process_tree(proxy.pid)
+    cpu = cpu_seconds(pids)
     res = run_loadgen(
-        url + ROUTE, json.dumps(body(model)), LATENCY_RATE, secs, *SDK_HEADERS, *checks
+        proxy.url + ROUTE,
+        json.dumps(body(model, stream)),
+        LATENCY_RATE,
+        secs,
+        *SDK_HEADERS,
+        *checks,
     )
-    return {"ok": res["ok"], "errors": res["errors"], "lat": lat_stats(res["latencies_ms"])}
+    return {
+        "ok": res["ok"],
+        "errors": res["errors"],
+        "lat": lat_stats(res["latencies_ms"]),
+        "cpu_ms_per_request": (cpu_seconds(pids) - cpu) / max(1, res["ok"] + WARMUP) * 1000,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,37 +130,57 @@ def main(argv: list[str] | None = None) -> int:
             "rust": (plain, "claude-rust"),
             "lane": (lane, "claude-rust"),
         }
-        steps: dict[str, list[dict[str, Any]]] = {arm: [] for arm in (*ARMS, "direct")}
-        warm: dict[str, dict[str, Any]] = {}
+        steps: dict[str, dict[str, list[dict[str, Any]]]] = {
+            kind: {arm: [] for arm in (*ARMS, "direct")} for kind in KINDS
+        }
+        warm: list[dict[str, Any]] = []
         try:
             for arm in ARMS:
                 proxy, model = targets[arm]
-                warm[arm] = step(proxy.url, model, arm, 2.0)
+                for kind in KINDS:
+                    warmed = step(proxy, model, arm, 2.0, kind == "stream")
+                    if arm == "lane":
+                        warm.append(warmed)
             for rep in range(reps):
-                direct = run_loadgen(
-                    mock.url + ROUTE, json.dumps(body("claude-sonnet-4-5")), LATENCY_RATE, secs
-                )
-                steps["direct"].append({"lat": lat_stats(direct["latencies_ms"])})
-                for arm in ARMS:
-                    proxy, model = targets[arm]
-                    steps[arm].append(step(proxy.url, model, arm, secs))
-                    log(f"  rep {rep} {arm}: p50 {steps[arm][-1]['lat']['p50']:.2f} ms")
+                for kind in KINDS:
+                    stream = kind == "stream"
+                    direct = run_loadgen(
+                        mock.url + ROUTE,
+                        json.dumps(body("claude-sonnet-4-5", stream)),
+                        LATENCY_RATE,
+                        secs,
+                    )
+                    steps[kind]["direct"].append({"lat": lat_stats(direct["latencies_ms"])})
+                    for arm in ARMS:
+                        proxy, model = targets[arm]
+                        steps[kind][arm].append(step(proxy, model, arm, secs, stream))
+                        p50 = steps[kind][arm][-1]["lat"]["p50"]
+                        log(f"  rep {rep} {kind} {arm}: p50 {p50:.2f} ms")
         finally:
             lane.stop(term_timeout=60)  # drains: every served request is replayed and logged
             for proxy in (lane, native, plain):
                 proxy.__exit__(None, None, None)
-    base = {q: median(s["lat"][q] for s in steps["direct"]) for q in ("p50", "p99")}
-    data["added"] = {
-        arm: {q: median(s["lat"][q] for s in steps[arm]) - base[q] for q in base} for arm in ARMS
-    }
-    data["direct"] = base
+    data["kinds"] = {}
+    for kind in KINDS:
+        base = {q: median(s["lat"][q] for s in steps[kind]["direct"]) for q in ("p50", "p99")}
+        data["kinds"][kind] = {
+            "direct": base,
+            "added": {
+                arm: {q: median(s["lat"][q] for s in steps[kind][arm]) - base[q] for q in base}
+                for arm in ARMS
+            },
+            "cpu_ms_per_request": {
+                arm: median(s["cpu_ms_per_request"] for s in steps[kind][arm]) for arm in ARMS
+            },
+        }
     data["steps"] = steps
+    lane_steps = [*warm, *(s for kind in KINDS for s in steps[kind]["lane"])]
     events = [json.loads(line) for line in logs["lane"].read_text().splitlines()]
     data["callbacks"] = {
         "lane_events": sum(e.get("model_group") == "claude-rust" for e in events),
         # Measured and warm-up steps, each with its unrecorded requests, and the 3 of the start.
-        "lane_requests": sum(s["ok"] + WARMUP for s in [warm["lane"], *steps["lane"]]) + 3,
-        "lane_errors": sum(s["errors"] for s in steps["lane"]),
+        "lane_requests": sum(s["ok"] + WARMUP for s in lane_steps) + 3,
+        "lane_errors": sum(s["errors"] for s in lane_steps),
         "lane_served": max((e.get("lane") or {}).get("served", 0) for e in events),
     }
     write_results("lane-messages", render(data), data)
@@ -148,26 +188,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def render(data: dict[str, Any]) -> str:
-    added = data["added"]
-    py = added["python"]
     lines = [
         "# `/v1/messages` on the fast lane (`benches/lane_messages.py`)",
         "",
         machine_line(data["machine"]),
         "",
-        f"One worker, open loop at {data['rate']:g} req/s, non-streaming, Anthropic SDK headers;"
-        " added latency over the same request sent to the mock directly.",
+        f"One worker, open loop at {data['rate']:g} req/s, Anthropic SDK headers; added latency"
+        " over the same request sent to the mock directly (to the last byte of a stream), and"
+        " the proxy's CPU per request (its process tree).",
         "",
         "| | Python (plain model) | LiteLLM native (`LITELLM_RUST=1`) | `rust: true` | lane "
         "| lane / Python | lane / native |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for q in ("p50", "p99"):
+    for kind, label in (("plain", "non-streaming"), ("stream", "streamed, 64 deltas")):
+        added = data["kinds"][kind]["added"]
+        cpu = data["kinds"][kind]["cpu_ms_per_request"]
+        py = added["python"]
+        for q in ("p50", "p99"):
+            lines.append(
+                f"| {label}: added {q} | {py[q]:.2f} ms | {added['native'][q]:.2f} ms | "
+                f"{added['rust'][q]:.2f} ms | {added['lane'][q]:.2f} ms | "
+                f"**{added['lane'][q] / py[q]:.3f}x** | "
+                f"**{added['lane'][q] / added['native'][q]:.3f}x** |"
+            )
         lines.append(
-            f"| added {q} | {py[q]:.2f} ms | {added['native'][q]:.2f} ms | "
-            f"{added['rust'][q]:.2f} ms | {added['lane'][q]:.2f} ms | "
-            f"**{added['lane'][q] / py[q]:.3f}x** | "
-            f"**{added['lane'][q] / added['native'][q]:.3f}x** |"
+            f"| {label}: proxy CPU per request | {cpu['python']:.2f} ms | {cpu['native']:.2f} ms"
+            f" | {cpu['rust']:.2f} ms | {cpu['lane']:.2f} ms | "
+            f"**{cpu['lane'] / cpu['python']:.3f}x** | **{cpu['lane'] / cpu['native']:.3f}x** |"
         )
     calls = data["callbacks"]
     lines += [

@@ -53,11 +53,12 @@ def logged_proxy(
     callbacks: tuple[str, ...] = (),
     workers: int = 1,
     env: dict[str, str] | None = None,
+    router_settings: dict[str, Any] | None = None,
     **litellm_settings: Any,
 ) -> ProxyProcess:
     """The real proxy with the accelerator and `tests.proxy_logger` (events in `callback_log`),
-    plus `callbacks` and `litellm_settings`; router retries off, since the tests count upstream
-    requests per call."""
+    plus `callbacks` and `litellm_settings`; router retries off unless `router_settings` say
+    otherwise, since the tests count upstream requests per call."""
     pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     return ProxyProcess(
         model_list,
@@ -69,7 +70,7 @@ def logged_proxy(
             ],
             **litellm_settings,
         },
-        router_settings={"num_retries": 0},
+        router_settings={"num_retries": 0} if router_settings is None else router_settings,
         workers=workers,
         extra_env={
             "PYTHONPATH": pythonpath,

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from litellm_fastpath.mock_provider import anthropic_stream_events
 from tests import messages_cases as cases
 from tests.conftest import deployment_kwargs, logged_proxy, twin_models
 from tests.harness import MASTER_KEY, ProxyProcess, RecordingUpstream, Reply
@@ -107,6 +108,8 @@ def twins(
         upstream.enqueue(reply)
         response = post(proxy, model, body, headers)
         out[model] = (response, upstream.requests[before:])
+        if len(out[model][1]) == 0:
+            upstream.discard_queued()  # answered without a call: the reply must not linger
     return out
 
 
@@ -311,7 +314,6 @@ def counts_now(proxy: ProxyProcess, upstream: RecordingUpstream, log: Path) -> d
     # `counted`: per round, how many of the two requests count the reason (those counted before
     # the model group is looked up count the plain model's request too).
     [
-        ({"stream": True}, BEARER, "lane_stream", 2),
         ({"metadata": {"user_id": 7}}, BEARER, "lane_body", 2),
         ({"top_q": 0.5}, BEARER, "lane_body", 2),
         ({}, {**API_KEY, **BEARER}, "lane_auth", 2),
@@ -322,7 +324,6 @@ def counts_now(proxy: ProxyProcess, upstream: RecordingUpstream, log: Path) -> d
         ({"thinking": {"type": "adaptive"}, "max_tokens": 4000}, BEARER, "lane_unseen", 1),
     ],
     ids=[
-        "stream",
         "metadata-user-id",
         "unknown-field",
         "two-keys",
@@ -405,3 +406,238 @@ def test_bad_keys_get_the_proxys_answer(proxy: ProxyProcess, upstream: Recording
         ]
         assert answers[0].status_code == answers[1].status_code >= 400
         assert answers[0].text == answers[1].text
+
+
+# -- streams -------------------------------------------------------------------------------
+
+STREAM_HEADERS = {"content-type": "text/event-stream", "request-id": "req_1"}
+PING = b'event: ping\ndata: {"type": "ping"}\n\n'
+ERROR_EVENT = (
+    b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"busy"}}\n\n'
+)
+
+
+def stream_reply(body: bytes, **options: Any) -> Reply:
+    return Reply(body=body, headers=dict(STREAM_HEADERS), **options)
+
+
+def first_events(count: int) -> bytes:
+    """The first `count` events of a text stream (`message_start`, the block's start, deltas)."""
+    return b"".join(anthropic_stream_events(cases.ANTHROPIC_MODEL, ["a ", "b ", "c "])[:count])
+
+
+def unusual_start() -> bytes:
+    """A stream whose `message_start` holds a number Python prints otherwise than it reads."""
+    return cases.text_stream(2).replace(b'"input_tokens":11', b'"input_tokens":1e16', 1)
+
+
+STREAMS = {
+    "text": lambda: stream_reply(cases.text_stream(3)),
+    "thinking-and-tool": lambda: stream_reply(b"".join(cases.tool_stream_events())),
+    "ping-first": lambda: stream_reply(PING + cases.text_stream(2)),
+    "crlf": lambda: stream_reply(cases.text_stream(2).replace(b"\n", b"\r\n")),
+    # Torn frames: the body in 9 pieces, 20 ms apart.
+    "trickled": lambda: stream_reply(
+        cases.text_stream(8), action="trickle", pieces=9, delay_s=0.02
+    ),
+    "error-event-after-content": lambda: stream_reply(first_events(4) + ERROR_EVENT),
+    # The router here passes an error event before content on as it comes (no retries).
+    "error-event-first": lambda: stream_reply(ERROR_EVENT),
+}
+
+
+@pytest.mark.parametrize("case", list(STREAMS))
+def test_streams_take_the_lane_as_the_proxy_sends_them(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, case: str
+) -> None:
+    before = counts_now(proxy, upstream, log)
+    request = {**REQUESTS["tools"], "stream": True}
+    answers = {}
+    for model in ("plain-claude", "rust-claude"):
+        sent = len(upstream.requests)
+        upstream.enqueue(STREAMS[case]())
+        answers[model] = (post(proxy, model, request, SDK), upstream.requests[sent:])
+    rust = same_answers(answers, stream=True)
+    plain = answers["plain-claude"][0]
+    assert rust.status_code == 200
+    assert rust.headers["x-litellm-rust"] == "true"
+    # The proxy's bytes (its `message_start` names the group), and its headers.
+    assert as_group(plain, "rust-claude") == rust.content
+    assert stable_headers(plain) == stable_headers(rust)
+    assert rust.headers["request-id"] == "req_1"
+    after = counts_now(proxy, upstream, log)
+    assert after["served"] == before["served"] + 2  # and the probe
+    assert_logged_alike(log, rust, plain, "error-event-first" not in case)
+
+
+def assert_logged_alike(
+    log: Path, rust: httpx.Response, plain: httpx.Response, logged: bool = True
+) -> None:
+    """The same events for both, each with LiteLLM's usage and cost of the stream: one success
+    when `logged` (LiteLLM cannot assemble some streams for its logging, on either path)."""
+    rust_events, plain_events = events_of(log, rust), events_of(log, plain)
+    assert [e["event"] for e in rust_events] == [e["event"] for e in plain_events]
+    assert len(rust_events) == (1 if logged else 0)
+    for rust_event, plain_event in zip(rust_events, plain_events, strict=True):
+        assert rust_event["usage"] == plain_event["usage"]
+        assert rust_event["response_cost"] == plain_event["response_cost"]
+
+
+# Streams the lane reads to their end and leaves to the proxy, with its ticket.
+STREAMS_TO_THE_PROXY = {
+    "unusual-start": lambda: stream_reply(unusual_start()),
+    "empty": lambda: stream_reply(b""),
+}
+
+
+@pytest.mark.parametrize("case", list(STREAMS_TO_THE_PROXY))
+def test_streams_the_lane_leaves_to_the_proxy_get_its_answer(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, case: str
+) -> None:
+    before = counts_now(proxy, upstream, log)
+    request = {**REQUESTS["text"], "stream": True}
+    answers = {}
+    for model in ("plain-claude", "rust-claude"):
+        sent = len(upstream.requests)
+        upstream.enqueue(STREAMS_TO_THE_PROXY[case]())
+        answers[model] = (post(proxy, model, request, SDK), upstream.requests[sent:])
+    rust = same_answers(answers, stream=True)
+    plain = answers["plain-claude"][0]
+    assert as_group(plain, "rust-claude") == rust.content
+    assert stable_headers(plain) == stable_headers(rust)
+    after = counts_now(proxy, upstream, log)
+    assert after.get("replayed", 0) == before.get("replayed", 0) + 1
+    assert after["served"] == before["served"] + 1  # the probe
+    assert_logged_alike(log, rust, plain, case != "empty")
+
+
+# The fast path's own answer through the proxy, for the same model: an `Origin` header keeps a
+# request off the lane (`lane_header`) and changes nothing else in the answer's body.
+OFF_THE_LANE = {**SDK, "origin": "http://client.test"}
+
+
+@pytest.mark.parametrize("cut", ["before-the-first-event", "mid-way"])
+def test_a_stream_cut_short_ends_as_the_fast_path_ends_it(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, cut: str
+) -> None:
+    """The connection drops mid-frame: with the lane, the client gets what the fast path sends
+    without it, the stream so far and then the proxy's error event (the proxy writes it from the
+    ticket). LiteLLM's own transport answers 500 when the drop comes within its first read, as
+    here (deliberate difference 9)."""
+    body = cases.text_stream(1)[:50] + b"x" * 400 if cut == "before-the-first-event" else b""
+    body = body or cases.text_stream(40)
+    before = counts_now(proxy, upstream, log)
+    failures_before = len(failures(log))
+    request = {"model": "rust-claude", **REQUESTS["text"], "stream": True}
+    answers = []
+    for headers in (OFF_THE_LANE, SDK):
+        sent = len(upstream.requests)
+        upstream.enqueue(stream_reply(body, action="disconnect_mid_body"))
+        answers.append(post(proxy, "rust-claude", request, headers))
+        assert len(upstream.requests) == sent + 1
+    fast_path, lane = answers
+    assert "x-litellm-rust" in fast_path.headers and "x-litellm-rust" in lane.headers
+    assert lane.status_code == fast_path.status_code == 200
+    assert lane.content == fast_path.content
+    assert b"event: error\ndata: " in lane.content
+    after = counts_now(proxy, upstream, log)
+    taken = {"before-the-first-event": ("replayed", 0), "mid-way": ("served", 1)}[cut]
+    assert after.get(taken[0], 0) == before.get(taken[0], 0) + 1 + taken[1]
+    assert after["lane_header"] == before.get("lane_header", 0) + 1
+    deadline = time.monotonic() + 10
+    while len(failures(log)) < failures_before + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(failures(log)) == failures_before + 2
+
+
+def test_a_client_leaving_mid_stream_closes_the_provider_stream(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path
+) -> None:
+    before = counts_now(proxy, upstream, log)
+    upstream.enqueue(stream_reply(cases.text_stream(30), action="trickle", pieces=30, delay_s=0.1))
+    request = {"model": "rust-claude", **REQUESTS["text"], "stream": True}
+    with httpx.Client(timeout=5) as client:
+        url = f"{proxy.url}/v1/messages"
+        with client.stream("POST", url, json=request, headers=SDK) as response:
+            assert response.headers["x-litellm-rust"] == "true"
+            assert b"message_start" in next(response.iter_raw())
+            streaming = upstream.open_connections
+    left_at = time.monotonic()
+    # The provider's connection closes at once (its handler's next write fails, 0.1 s on), not
+    # when its 3 s body would have ended.
+    while upstream.open_connections >= streaming and time.monotonic() - left_at < 5:
+        time.sleep(0.02)
+    assert time.monotonic() - left_at < 0.5
+    # Its replay logs what was streamed until the client left, once.
+    assert [e["event"] for e in events_of(log, response)] == ["success"]
+    assert counts_now(proxy, upstream, log)["client_gone"] == before.get("client_gone", 0) + 1
+
+
+# -- streams the router holds until content (it may retry them) ----------------------------
+
+
+@pytest.fixture(scope="module")
+def retrying(
+    upstream: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ProxyProcess, Path]]:
+    """A proxy whose router retries (`num_retries: 1`): it holds a `/v1/messages` stream's
+    frames until its first content, so that an error event before it can be retried."""
+    log = tmp_path_factory.mktemp("lane-messages-retrying") / "events.jsonl"
+    log.touch()
+    params = {
+        "model": f"anthropic/{cases.ANTHROPIC_MODEL}",
+        "api_base": upstream.url,
+        "api_key": "sk-ant-test",
+    }
+    models = twin_models("claude", params)
+    with logged_proxy(
+        models, log, router_settings={"num_retries": 1}, fastpath_lane=True
+    ) as server:
+        upstream.enqueue(Reply(json=anthropic_answer()))
+        assert post(server, "plain-claude", {"messages": HI, "max_tokens": 8}, BEARER)
+        yield server, log
+        assert REPLAY_DECLINED not in server.log_text()
+
+
+@pytest.mark.parametrize("case", ["text", "thinking-and-tool", "ping-first", "trickled"])
+def test_streams_the_router_holds_take_the_lane_once_content_is_in(
+    retrying: tuple[ProxyProcess, Path], upstream: RecordingUpstream, case: str
+) -> None:
+    proxy, log = retrying
+    before = counts_now(proxy, upstream, log)
+    request = {**REQUESTS["tools"], "stream": True}
+    answers = {}
+    for model in ("plain-claude", "rust-claude"):
+        sent = len(upstream.requests)
+        upstream.enqueue(STREAMS[case]())
+        answers[model] = (post(proxy, model, request, SDK), upstream.requests[sent:])
+    rust = same_answers(answers, stream=True)
+    plain = answers["plain-claude"][0]
+    assert rust.headers["x-litellm-rust"] == "true"
+    assert as_group(plain, "rust-claude") == rust.content
+    assert stable_headers(plain) == stable_headers(rust)
+    assert counts_now(proxy, upstream, log)["served"] == before["served"] + 2  # and the probe
+    assert_logged_alike(log, rust, plain)
+
+
+def test_an_error_event_before_content_is_retried_by_the_proxy(
+    retrying: tuple[ProxyProcess, Path], upstream: RecordingUpstream
+) -> None:
+    """The router retries such a stream: the lane leaves it to the proxy (with the ticket for
+    the first attempt), whose router makes the second call as it does for the plain model."""
+    proxy, log = retrying
+    before = counts_now(proxy, upstream, log)
+    request = {**REQUESTS["text"], "stream": True}
+    answers = {}
+    for model in ("plain-claude", "rust-claude"):
+        sent = len(upstream.requests)
+        upstream.enqueue(stream_reply(first_events(1) + ERROR_EVENT))
+        upstream.enqueue(stream_reply(cases.text_stream(2)))
+        answers[model] = (post(proxy, model, request, SDK), upstream.requests[sent:])
+    (plain, plain_sent), (rust, rust_sent) = answers["plain-claude"], answers["rust-claude"]
+    assert len(plain_sent) == len(rust_sent) == 2
+    assert rust.status_code == plain.status_code == 200
+    assert as_group(plain, "rust-claude") == rust.content
+    after = counts_now(proxy, upstream, log)
+    assert after.get("replayed", 0) == before.get("replayed", 0) + 1
+    assert after["served"] == before["served"] + 1  # the probe

@@ -221,6 +221,54 @@ def router_timeout(router: Any, litellm_params: dict[str, Any], *, stream: bool)
     return router._get_timeout(kwargs={"stream": stream}, data=litellm_params)
 
 
+def router_messages_timeout(router: Any, litellm_params: dict[str, Any], *, stream: bool) -> Any:
+    """The timeout LiteLLM's router gives a `/v1/messages` call to this deployment (its generic
+    calls resolve it as SDK passthroughs do: `resolve_llm_passthrough_timeout`)."""
+    from litellm.passthrough.timeout_utils import resolve_llm_passthrough_timeout
+
+    explicit = router._explicit_timeout
+    router_timeout = (
+        router.request_timeout
+        if router.request_timeout is not None
+        else float(explicit)
+        if isinstance(explicit, (int, float))
+        else None
+    )
+    router_stream_timeout = (
+        router.stream_timeout
+        if router.stream_timeout is not None
+        else router.request_timeout
+        if router.request_timeout is not None
+        else router.default_litellm_params.get("stream_timeout")
+    )
+    return resolve_llm_passthrough_timeout(
+        kwargs={"stream": stream},
+        litellm_params=litellm_params,
+        router_timeout=router_timeout,
+        router_stream_timeout=router_stream_timeout,
+    )
+
+
+def router_holds_messages_streams(router: Any, model_group: str, model_info: Any) -> bool | None:
+    """How LiteLLM's router passes a `/v1/messages` stream to this deployment on
+    (`Router._aanthropic_messages_streaming_iterator`): False when it passes every frame on as
+    it arrives, True when it holds them until the first content because a retry could still take
+    the stream over, None when a fallback could (or LiteLLM changed)."""
+    kwargs = {
+        "model": model_group,
+        "stream": True,
+        "model_info": dict(model_info or {}),
+        "metadata": {},
+        "litellm_metadata": {},
+    }
+    try:
+        if router._anthropic_messages_stream_can_fall_back(model_group, kwargs):
+            return None
+        return bool(router._anthropic_messages_stream_can_retry(kwargs))
+    except Exception:  # a LiteLLM change: its streams stay with the proxy
+        return None
+
+
 def proxy_server() -> Any:
     """The proxy's module: its globals (router, settings, key cache, master key, app)."""
     return importlib.import_module("litellm.proxy.proxy_server")

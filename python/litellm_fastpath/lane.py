@@ -26,7 +26,7 @@ from typing import Any
 
 import litellm
 
-from litellm_fastpath import _native, compat, routing
+from litellm_fastpath import _native, compat, routing, streaming
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -83,11 +83,13 @@ _KEY_FIELDS_REAPPLIED = frozenset(
 )
 
 _running = False
-# Set by a replayed request's pre-call hook, read by its (first) provider call.
-_claimed_call: contextvars.ContextVar[Any] = contextvars.ContextVar(
+# Set by a replayed request's pre-call hook, read by its (first) provider call and pick. Each
+# holds a list, emptied when read: the request's tasks get copies of the context, and a retry
+# in another task must find the outcome taken, not take it again.
+_claimed_call: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
     "litellm_fastpath_lane_call", default=None
 )
-_forced_deployment: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+_forced_deployment: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
     "litellm_fastpath_lane_deployment", default=None
 )
 _lane_groups: frozenset[str] = frozenset()
@@ -470,7 +472,7 @@ def _entry(deployment: Mapping[str, Any], router: Any) -> tuple[Any, ...] | None
         headers,
         pricing,
         stream_route.timeout if streams else None,
-        _messages_entry(kwargs, compat.router_timeout(router, litellm_params, stream=False)),
+        _messages_entry(kwargs, deployment, router),
     )
 
 
@@ -478,18 +480,24 @@ def _entry(deployment: Mapping[str, Any], router: Any) -> tuple[Any, ...] | None
 _ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
 
 
-def _messages_entry(kwargs: dict[str, Any], timeout: Any) -> tuple[Any, ...] | None:
-    """(Deployment, headers, headers with the client's `anthropic-version`, timeout) of the
-    deployment's non-streaming `/v1/messages` calls without thinking, sampling params or betas,
-    from LiteLLM's own functions (as the fast path asks them); None when the proxy serves them.
-    """
+def _messages_entry(
+    kwargs: dict[str, Any], deployment: Mapping[str, Any], router: Any
+) -> tuple[Any, ...] | None:
+    """(Deployment, headers, headers with the client's `anthropic-version`, timeout, streams'
+    timeout) of the deployment's `/v1/messages` calls without thinking, sampling params or
+    betas, from LiteLLM's own functions (as the fast path asks them); None when the proxy serves
+    them, and the streams' timeout None when it serves their streams."""
     from litellm_fastpath import messages
 
     versioned: dict[str, Any] = {}
     compat.add_provider_specific_headers_to_request(versioned, _ANTHROPIC_VERSION)
+    litellm_params = dict(deployment.get("litellm_params") or {})
 
-    def route(max_tokens: int, **extra: Any) -> Any:
+    def route(max_tokens: int, stream: bool = False, **extra: Any) -> Any:
         call = {**kwargs, "max_tokens": max_tokens, **extra}
+        if stream:
+            call["stream"] = True
+        timeout = compat.router_messages_timeout(router, litellm_params, stream=stream)
         if timeout is not None:
             call["timeout"] = timeout
         return messages.route_messages(call)
@@ -507,7 +515,40 @@ def _messages_entry(kwargs: dict[str, Any], timeout: Any) -> tuple[Any, ...] | N
     if len({(r.headers, r.timeout) for r in routes[1::2]}) != 1:
         return None
     plain, with_version = routes[0], routes[1]
-    return plain.deployment, list(plain.headers), list(with_version.headers), plain.timeout
+    return (
+        plain.deployment,
+        list(plain.headers),
+        list(with_version.headers),
+        plain.timeout,
+        _messages_streams(route, plain, deployment, router),
+    )
+
+
+def _messages_streams(
+    route: Any, plain: Any, deployment: Mapping[str, Any], router: Any
+) -> tuple[float, bool] | None:
+    """The timeout of the deployment's `/v1/messages` streams and whether the router holds
+    their frames until content, when the lane can serve them as the proxy does: no fallback
+    could take them over, the proxy's stream hooks leave them alone, and LiteLLM sends them as
+    it sends the rest (None: the proxy serves them)."""
+    held = compat.router_holds_messages_streams(
+        router, deployment["model_name"], deployment.get("model_info")
+    )
+    if held is None:
+        return None
+    caps = compat.proxy_callback_capabilities()
+    if caps is None or caps.has_guardrail or caps.has_streaming_chunk_override:
+        return None
+    if getattr(litellm, "include_cost_in_streaming_usage", False) or any(
+        type(callback).__name__ not in streaming.PASS_THROUGH_ITERATOR_HOOKS
+        for callback, _kind in caps.iterator_overrides
+    ):
+        return None
+    streamed = [route(max_tokens, stream=True) for max_tokens in (1, 4096, 128_000)]
+    if any(isinstance(r, routing.Decline) or r.headers != plain.headers for r in streamed):
+        return None
+    timeouts = {r.timeout for r in streamed}
+    return (timeouts.pop(), held) if len(timeouts) == 1 else None
 
 
 def _pricing(provider: str, model: str) -> tuple[Any, ...] | None:
@@ -697,8 +738,8 @@ async def _replay(record: tuple[Any, ...]) -> None:
         if claimed is None:
             return
         deployment_id, _call_id_added, call = claimed
-        _claimed_call.set(call)
-        _forced_deployment.set(deployment_id)
+        _claimed_call.set([call])
+        _forced_deployment.set([deployment_id])
         request = _request(path, headers, body, client, server)
         key = await compat.user_api_key_auth(
             request=request,
@@ -890,8 +931,8 @@ def _take_ticket(data: dict[str, Any]) -> None:
         # claimed once: a replay that finds none must not reach the provider.
         raise RuntimeError("fast lane replay without its outcome; not calling the provider")
     deployment_id, _call_id_added, call = claimed
-    _claimed_call.set(call)
-    _forced_deployment.set(deployment_id)
+    _claimed_call.set([call])
+    _forced_deployment.set([deployment_id])
 
 
 def learn_messages_headers(
@@ -926,19 +967,18 @@ def refuse_second_call() -> None:
     """Raises in a replay whose call the fast path would not make (the lane and the fast path
     disagree on a request): the lane called the provider once already, and LiteLLM's own path
     must not call it again. Logged, since it means a request shape the lane should decline."""
-    if _claimed_call.get() is None:
+    claimed = _claimed_call.get()
+    if not claimed:
         return
-    _claimed_call.set(None)
+    claimed.clear()
     logger.warning("fastpath_lane: a served request's replay was declined by the fast path")
     raise RuntimeError("fast lane replay declined by the fast path; not calling the provider")
 
 
 def claimed_call() -> Any:
     """The lane's outcome for this request's provider call, once (None: call the provider)."""
-    call = _claimed_call.get()
-    if call is not None:
-        _claimed_call.set(None)
-    return call
+    claimed = _claimed_call.get()
+    return claimed.pop() if claimed else None
 
 
 def _install_forced_pick(router: Any) -> None:
@@ -948,9 +988,9 @@ def _install_forced_pick(router: Any) -> None:
     original = router.async_get_available_deployment
 
     async def pick(model: str, *args: Any, **kwargs: Any) -> Any:
-        forced = _forced_deployment.get()
-        if forced is not None:
-            _forced_deployment.set(None)
+        holder = _forced_deployment.get()
+        if holder:
+            forced = holder.pop()
             for deployment in router.model_list:
                 if (deployment.get("model_info") or {}).get("id") == forced and deployment.get(
                     "model_name"

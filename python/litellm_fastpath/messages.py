@@ -447,10 +447,10 @@ async def call(kwargs: dict[str, Any], admitted: tuple[routing.MessagesRoute, An
     route, prepared, rewrote = admitted
     start_time = datetime.datetime.now()
     logging_obj = _logging_obj(kwargs, route, prepared, rewrote, start_time)
-    if route.stream:
-        return await _start_stream(route, prepared, kwargs, logging_obj, start_time)
     # A request the fast lane served, replayed through the proxy: its outcome is known.
     claimed = lane.claimed_call() if lane.is_running() else None
+    if route.stream:
+        return await _start_stream(route, claimed or prepared, kwargs, logging_obj, start_time)
     try:
         body, provider_headers = await await_call(claimed or prepared)
     except _native.FastpathError as err:

@@ -26,7 +26,7 @@ from litellm_fastpath.bridge import settle
 from litellm_fastpath.routing import StreamRoute
 
 # Iterator hooks known to pass chat chunks through untouched (LiteLLM's default proxy hook).
-_PASS_THROUGH_ITERATOR_HOOKS = frozenset({"ResponsesIDSecurity"})
+PASS_THROUGH_ITERATOR_HOOKS = frozenset({"ResponsesIDSecurity"})
 
 
 _LOGGING_TASKS: set[asyncio.Task[Any]] = set()
@@ -50,7 +50,7 @@ def frames_allowed(kwargs: dict[str, Any]) -> bool:
     if caps is None or caps.has_guardrail or caps.has_streaming_chunk_override:
         return False
     return all(
-        type(callback).__name__ in _PASS_THROUGH_ITERATOR_HOOKS
+        type(callback).__name__ in PASS_THROUGH_ITERATOR_HOOKS
         for callback, _kind in caps.iterator_overrides
     )
 

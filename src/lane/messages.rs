@@ -272,7 +272,7 @@ impl MessagesUsage {
 
 /// Whether every number prints as Python prints what `json.loads` made of it: integers
 /// beyond 64 bits arrive here as floats, where Python keeps them exact.
-fn numbers_read_back_alike(value: &Value) -> bool {
+pub(super) fn numbers_read_back_alike(value: &Value) -> bool {
     const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0; // 2^53
     match value {
         Value::Number(number) => match number.as_f64().filter(|_| number.is_f64()) {

@@ -19,7 +19,9 @@
 
 pub mod answer;
 pub mod messages;
+mod messages_stream;
 pub mod request;
+mod restamp;
 mod streamed;
 pub mod table;
 mod tickets;
@@ -49,8 +51,8 @@ use crate::providers::chunks::StreamOptions;
 use crate::runtime::Engine;
 use crate::stream::{Piece, StreamTransform};
 pub use table::{
-    CachePrices, Group, LaneDeployment, LaneMessages, LaneStreams, Pricing, Settings, StreamUsage,
-    Table, Verdict,
+    CachePrices, Group, LaneDeployment, LaneMessages, LaneStreams, MessagesStreams, Pricing,
+    Settings, StreamUsage, Table, Verdict,
 };
 pub use tickets::Ticket;
 use tickets::Tickets;
@@ -588,6 +590,9 @@ struct MessagesAdmitted {
     key_spend: f64,
     deployment: Arc<LaneDeployment>,
     upstream: UpstreamRequest,
+    stream: bool,
+    /// The router holds a stream's frames until its first content.
+    held: bool,
 }
 
 fn admit_messages(
@@ -597,12 +602,14 @@ fn admit_messages(
 ) -> Result<MessagesAdmitted, &'static str> {
     let key_hash = gate(lane, parts, Route::Messages)?;
     let request = messages::parse(body).map_err(|_| reason::BODY)?;
-    if request.stream {
-        return Err(reason::STREAM);
-    }
     let client_headers = messages_client_headers(&parts.headers).ok_or(reason::HEADER)?;
     let (deployment, key_spend) = judge(lane, &key_hash, &request.model)?;
     let route = deployment.messages.as_ref().ok_or(reason::MODEL)?;
+    let (timeout, held) = match (request.stream, route.streams) {
+        (false, _) => (route.timeout, false),
+        (true, Some(streams)) => (streams.timeout, streams.held),
+        (true, None) => return Err(reason::STREAM),
+    };
     // The client's `anthropic-*` headers reach LiteLLM's header merge with the small params.
     let version = client_headers.get("anthropic-version");
     let usual = request.small_params.is_none()
@@ -621,19 +628,21 @@ fn admit_messages(
         &route.deployment,
         crate::providers::messages::MessagesRequest {
             fields: request.fields,
-            stream: false,
+            stream: request.stream,
             headers,
         },
     )
     .map_err(|_| reason::PARAM)?;
     let mut upstream = prepared.upstream;
-    upstream.timeout = route.timeout;
+    upstream.timeout = timeout;
     Ok(MessagesAdmitted {
         model_group: request.model,
         key_hash,
         key_spend,
         deployment,
         upstream,
+        stream: request.stream,
+        held,
     })
 }
 
@@ -648,15 +657,30 @@ async fn serve_messages(
         Ok(admitted) => admitted,
         Err(why) => return Served::ToProxy(why),
     };
-    let _serving = Serving::new(lane);
+    let serving = Serving::new(lane);
     let MessagesAdmitted {
         model_group,
         key_hash,
         key_spend,
         deployment,
         upstream,
+        stream,
+        held,
     } = admitted;
     let call_id = call_id(&parts.headers);
+    if stream {
+        let stream = messages_stream::MessagesStream {
+            model_group,
+            key_spend,
+            deployment,
+            call_id,
+            received,
+            held,
+        };
+        return messages_stream::serve(lane, parts, body, connection, stream, upstream, serving)
+            .await;
+    }
+    let _serving = serving;
     let called = Instant::now();
     let outcome = tokio::select! {
         outcome = call::run(&lane.engine.transport, vec![upstream], &ResponseShape::Raw) => outcome,
@@ -1061,4 +1085,6 @@ pub enum Outcome {
 pub struct StreamOutcome {
     pub opened: Result<http::HeaderMap, CallError>,
     pub pieces: Vec<Piece>,
+    /// The pieces are the provider's bytes (`/v1/messages`), not chunks.
+    pub raw: bool,
 }

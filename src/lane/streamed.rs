@@ -27,9 +27,9 @@ use crate::http::UpstreamRequest;
 use crate::stream::{self, Piece, StreamError, StreamTransform};
 
 /// Frames buffered for the client: a slow client slows the provider read past this.
-const CLIENT_FRAMES: usize = 8;
+pub(super) const CLIENT_FRAMES: usize = 8;
 /// How long a stream waits for the proxy to write its end (a replay waits behind others).
-const TAIL_TIMEOUT: Duration = Duration::from_secs(60);
+pub(super) const TAIL_TIMEOUT: Duration = Duration::from_secs(60);
 const DONE: &[u8] = b"data: [DONE]\n\n";
 
 /// An admitted stream.
@@ -65,6 +65,7 @@ pub(super) async fn serve(
             let outcome = StreamOutcome {
                 opened: Err(err),
                 pieces: Vec::new(),
+                raw: false,
             };
             return replay_through_proxy(lane, &stream, outcome);
         }
@@ -89,6 +90,7 @@ pub(super) async fn serve(
         let outcome = StreamOutcome {
             opened: Ok(provider_headers),
             pieces: first.end.into_iter().map(end_piece).collect(),
+            raw: false,
         };
         return replay_through_proxy(lane, &stream, outcome);
     };
@@ -134,7 +136,7 @@ fn replay_through_proxy(lane: &super::Lane, stream: &Stream, outcome: StreamOutc
     Served::Replay(issued)
 }
 
-fn end_piece(end: Result<Value, StreamError>) -> Piece {
+pub(super) fn end_piece(end: Result<Value, StreamError>) -> Piece {
     match end {
         Ok(answer) => Piece::End(answer),
         Err(err) => Piece::Failed(err),
@@ -142,7 +144,7 @@ fn end_piece(end: Result<Value, StreamError>) -> Piece {
 }
 
 /// The response body: whatever the writer sends, as it sends it.
-fn client_body(frames: mpsc::Receiver<Bytes>) -> Body {
+pub(super) fn client_body(frames: mpsc::Receiver<Bytes>) -> Body {
     let frames = futures_util::stream::unfold(frames, |mut frames| async move {
         let frame = frames.recv().await?;
         Some((Ok::<_, hyper::Error>(Frame::data(frame)), frames))
@@ -239,6 +241,7 @@ impl Writer {
         let outcome = StreamOutcome {
             opened: Ok(self.headers.clone()),
             pieces: vec![Piece::Chunks(vec![first_chunk]), end_piece(end)],
+            raw: false,
         };
         self.lane.tickets.issue(
             &stream.deployment.id,

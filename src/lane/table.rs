@@ -41,6 +41,15 @@ pub struct LaneMessages {
     /// The same when the client sent `anthropic-version: 2023-06-01` (the proxy passes it on).
     pub versioned_headers: MessagesHeaders,
     pub timeout: Duration,
+    /// Its streams; None when they go to the proxy.
+    pub streams: Option<MessagesStreams>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct MessagesStreams {
+    pub timeout: Duration,
+    /// The router holds their frames until the first content (a retry could take them over).
+    pub held: bool,
 }
 
 #[derive(Clone, Copy, Debug)]

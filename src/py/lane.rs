@@ -11,10 +11,10 @@ use serde_json::{Map, Value};
 use super::_native::Deployment;
 use super::bridge::{PreparedCall, settle_later};
 use super::errors::{InvalidRequestError, transport_error_to_py};
-use super::stream::PreparedStream;
+use super::stream::{Payload, PreparedStream};
 use crate::lane::{
-    self, App, CachePrices, Group, Lane, LaneDeployment, LaneMessages, LaneStreams, Pricing,
-    Settings, StreamUsage, Verdict,
+    self, App, CachePrices, Group, Lane, LaneDeployment, LaneMessages, LaneStreams,
+    MessagesStreams, Pricing, Settings, StreamUsage, Verdict,
 };
 use crate::runtime;
 
@@ -119,12 +119,14 @@ type Entry<'py> = (
 type PricingEntry = (f64, f64, Option<f64>, Option<(f64, f64, f64)>);
 
 /// A deployment's `/v1/messages` calls: (deployment, headers, headers with the client's
-/// `anthropic-version`, timeout).
+/// `anthropic-version`, timeout, streams): streams (timeout, whether the router holds their
+/// frames until content), None when they go to the proxy.
 type MessagesEntry = (
     Py<Deployment>,
     Vec<(String, String)>,
     Vec<(String, String)>,
     f64,
+    Option<(f64, bool)>,
 );
 
 /// Replaces the groups the lane serves: `{group: [(deployment, id, weight, params, timeout,
@@ -152,7 +154,9 @@ pub fn lane_set_groups(
             let positive = |seconds: f64| seconds > 0.0 && seconds.is_finite();
             if !positive(timeout)
                 || streams.is_some_and(|(_, timeout)| !positive(timeout))
-                || messages.as_ref().is_some_and(|entry| !positive(entry.3))
+                || messages.as_ref().is_some_and(|entry| {
+                    !positive(entry.3) || entry.4.is_some_and(|(timeout, _)| !positive(timeout))
+                })
             {
                 return Err(InvalidRequestError::new_err("timeout must be positive"));
             }
@@ -207,12 +211,16 @@ pub fn lane_set_groups(
 }
 
 fn lane_messages(py: Python<'_>, entry: MessagesEntry) -> PyResult<LaneMessages> {
-    let (deployment, headers, versioned_headers, timeout) = entry;
+    let (deployment, headers, versioned_headers, timeout, streams) = entry;
     Ok(LaneMessages {
         deployment: Arc::clone(&deployment.bind(py).get().inner),
         headers: super::header_list(headers)?,
         versioned_headers: super::header_list(versioned_headers)?,
         timeout: Duration::from_secs_f64(timeout),
+        streams: streams.map(|(timeout, held)| MessagesStreams {
+            timeout: Duration::from_secs_f64(timeout),
+            held,
+        }),
     })
 }
 
@@ -315,7 +323,16 @@ pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<Py<PyAny>>> {
             Py::new(py, PreparedCall::done(outcome, String::new()))?.into_any()
         }
         lane::Outcome::Stream(outcome) => {
-            Py::new(py, PreparedStream::replayed(outcome.opened, outcome.pieces))?.into_any()
+            let payload = if outcome.raw {
+                Payload::Raw
+            } else {
+                Payload::Chunks
+            };
+            Py::new(
+                py,
+                PreparedStream::replayed(outcome.opened, outcome.pieces, payload),
+            )?
+            .into_any()
         }
     };
     Ok(Some(

@@ -76,10 +76,14 @@ impl PreparedStream {
 
     /// A stream the fast lane served, for the proxy's replay of it: it opens as the provider's
     /// stream did and yields `pieces` (its first chunk and its end) without calling anyone.
-    pub fn replayed(opened: Result<HeaderMap, CallError>, pieces: Vec<stream::Piece>) -> Self {
+    pub fn replayed(
+        opened: Result<HeaderMap, CallError>,
+        pieces: Vec<stream::Piece>,
+        payload: Payload,
+    ) -> Self {
         PreparedStream {
             url: String::new(),
-            payload: Payload::Chunks,
+            payload,
             work: Mutex::new(Some(StreamWork::Replayed { opened, pieces })),
         }
     }

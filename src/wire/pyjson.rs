@@ -23,6 +23,10 @@ const COMPACT: Style = Style {
     key_separator: ":",
     ascii: false,
 };
+const COMPACT_ASCII: Style = Style {
+    ascii: true,
+    ..COMPACT
+};
 
 /// `json.dumps(value)` with Python's defaults: `", "` and `": "` separators, non-ASCII escaped
 /// as `\uXXXX`, floats as Python's `repr`.
@@ -36,6 +40,14 @@ pub fn python_json(value: &Value) -> String {
 pub fn python_json_compact(value: &Value) -> String {
     let mut out = String::new();
     write_python_json(value, COMPACT, &mut out);
+    out
+}
+
+/// `json.dumps(value, separators=(",", ":"))`: compact, non-ASCII escaped (the proxy's
+/// `message_start` restamp on `/v1/messages` streams).
+pub fn python_json_compact_ascii(value: &Value) -> String {
+    let mut out = String::new();
+    write_python_json(value, COMPACT_ASCII, &mut out);
     out
 }
 

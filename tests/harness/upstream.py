@@ -312,10 +312,22 @@ class RecordingUpstream:
         with self._lock:
             return list(self._requests)
 
+    @property
+    def open_connections(self) -> int:
+        """Connections a handler still serves (a client that closed one is noticed at the
+        handler's next write)."""
+        with self._lock:
+            return len(self._conns)
+
     def clear(self) -> None:
         """Forget recorded requests (scripted replies stay)."""
         with self._lock:
             self._requests.clear()
+
+    def discard_queued(self) -> None:
+        """Forget scripted replies not served yet (a request the proxy answered itself)."""
+        with self._lock:
+            self._queue.clear()
 
     def reset(self) -> None:
         """Forget recorded requests, queued replies and per-suffix defaults."""

@@ -1,0 +1,307 @@
+//! `/v1/messages` streams on the lane (`anthropic/…`): the provider's bytes go to the client as
+//! the proxy relays them — `message_start` naming the model group ([`Restamper`]), every byte
+//! after it as it arrives — and LiteLLM's end-of-stream logging runs in the replay, over the
+//! transcript Rust kept.
+//!
+//! The lane answers once the restamp is decided (the first event is in, as a rule) and, where
+//! the router holds frames back until content because a retry could still take the stream over
+//! (`num_retries`), once content is in. A stream that fails or ends before that, brings an error
+//! event first, or whose first frame the proxy would read differently, is read to its end and
+//! answered by the proxy from its ticket (whose router then retries as it would). A stream that fails after it: the proxy
+//! writes its error frame (its exception mapping), so the lane queues the replay first and sends
+//! the client the end of the proxy's answer.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use super::answer::{self, CostHeaders, Timings};
+use super::restamp::{Restamper, contains};
+use super::streamed::{CLIENT_FRAMES, TAIL_TIMEOUT, client_body, end_piece};
+use super::{
+    Connection, LaneDeployment, Outcome, PendingReplay, Served, Serving, StreamOutcome,
+    enqueue_replay, pending_replay, tickets,
+};
+use crate::http::UpstreamRequest;
+use crate::providers::messages::stream::AnthropicPassthrough;
+use crate::stream::{self, Piece, StreamError};
+
+/// The proxy seals a frame cut short before its error frame by the last bytes it wrote; the
+/// replay is handed this many of them.
+const SEAL_LOOKBACK: usize = 64;
+
+/// The router commits to a held stream after this many reads without content.
+const MAX_HELD_READS: usize = 200;
+
+/// An admitted `/v1/messages` stream.
+pub(super) struct MessagesStream {
+    pub model_group: String,
+    pub key_spend: f64,
+    pub deployment: Arc<LaneDeployment>,
+    pub call_id: (String, bool),
+    pub received: Instant,
+    /// The router holds the stream's frames back until its first content (a retry could
+    /// still take it over): the lane answers only then.
+    pub held: bool,
+}
+
+pub(super) async fn serve(
+    lane: &Arc<super::Lane>,
+    parts: &http::request::Parts,
+    body: &Bytes,
+    connection: &Connection,
+    stream: MessagesStream,
+    upstream: UpstreamRequest,
+    serving: Serving,
+) -> Served {
+    let called = Instant::now();
+    let opened = tokio::select! {
+        opened = stream::open(&lane.engine.transport, upstream) => opened,
+        () = connection.closed() => return Served::Gone,
+    };
+    let response = match opened {
+        Ok(response) => response,
+        Err(err) => return to_proxy(lane, &stream, Err(err), Vec::new()),
+    };
+    let provider_headers = response.headers().clone();
+    let (tx, mut receiver) = stream::channel();
+    let stop = Arc::new(Notify::new());
+    lane.engine.runtime.spawn(stream::pump(
+        response,
+        Box::new(AnthropicPassthrough::new()),
+        tx,
+        Arc::clone(&stop),
+    ));
+    let mut restamper = Restamper::new(&stream.model_group);
+    // Every byte read until the restamp is decided, and what the proxy writes of them.
+    let mut head = Vec::new();
+    let mut written = Vec::new();
+    let mut end;
+    let mut reads = 0;
+    let mut committed = !stream.held;
+    let decided = loop {
+        let batch = tokio::select! {
+            batch = receiver.next_batch(usize::MAX) => batch,
+            // Dropping the receiver ends the pump and closes the provider connection.
+            () = connection.closed() => return Served::Gone,
+        };
+        let Some(batch) = batch else {
+            return Served::Gone;
+        };
+        head.extend_from_slice(&batch.raw);
+        end = batch.end;
+        match restamper.process(&batch.raw) {
+            Ok(bytes) => written.extend(bytes),
+            Err(_) => break false,
+        }
+        if !committed {
+            // An error event before content is the router's to retry: the proxy's.
+            if contains(&head, b"error") {
+                break false;
+            }
+            reads += 1;
+            committed = has_content(&batch.raw) || reads >= MAX_HELD_READS;
+        }
+        if committed && !restamper.armed() {
+            break true;
+        }
+        if end.is_some() {
+            break false;
+        }
+    };
+    if !decided {
+        let end = match end {
+            Some(end) => end,
+            None => loop {
+                let batch = tokio::select! {
+                    batch = receiver.next_batch(usize::MAX) => batch,
+                    () = connection.closed() => return Served::Gone,
+                };
+                let Some(batch) = batch else {
+                    return Served::Gone;
+                };
+                head.extend_from_slice(&batch.raw);
+                if let Some(end) = batch.end {
+                    break end;
+                }
+            },
+        };
+        let pieces = vec![Piece::Raw(Bytes::from(head)), end_piece(end)];
+        return to_proxy(lane, &stream, Ok(provider_headers), pieces);
+    }
+    let timings = Timings {
+        total_ms: stream.received.elapsed().as_secs_f64() * 1000.0,
+        upstream_ms: called.elapsed().as_secs_f64() * 1000.0,
+    };
+    let headers = answer::headers(
+        &lane.table.settings(),
+        &stream.deployment,
+        &stream.model_group,
+        &stream.call_id.0,
+        CostHeaders::Stream,
+        stream.key_spend,
+        timings,
+        &provider_headers,
+    );
+    let (frames, frames_rx) = mpsc::channel::<Bytes>(CLIENT_FRAMES);
+    let writer = Writer {
+        lane: Arc::clone(lane),
+        pending: pending_replay(parts, body, connection),
+        connection: connection.clone(),
+        frames,
+        stop,
+        headers: provider_headers,
+        head: Bytes::from(head),
+        _serving: serving,
+    };
+    lane.engine
+        .runtime
+        .spawn(writer.run(stream, written, end, receiver));
+    lane.count("served");
+    Served::Answer(super::answer_response(client_body(frames_rx), headers))
+}
+
+/// Whether a read carries generated content, as the router tells (an `event:
+/// content_block_delta` line; `bytes.splitlines` breaks at `\n`, `\r` and `\r\n`).
+fn has_content(read: &[u8]) -> bool {
+    read.split(|byte| *byte == b'\n' || *byte == b'\r')
+        .any(|line| line == b"event: content_block_delta")
+}
+
+/// The proxy answers: the request is forwarded with a ticket for the stream's outcome.
+fn to_proxy(
+    lane: &super::Lane,
+    stream: &MessagesStream,
+    opened: Result<http::HeaderMap, crate::call::CallError>,
+    pieces: Vec<Piece>,
+) -> Served {
+    let outcome = StreamOutcome {
+        opened,
+        pieces,
+        raw: true,
+    };
+    Served::Replay(lane.tickets.issue(
+        &stream.deployment.id,
+        stream.call_id.clone(),
+        Outcome::Stream(outcome),
+    ))
+}
+
+/// Writes one stream to its client, then queues its replay.
+struct Writer {
+    lane: Arc<super::Lane>,
+    pending: PendingReplay,
+    connection: Connection,
+    frames: mpsc::Sender<Bytes>,
+    stop: Arc<Notify>,
+    headers: http::HeaderMap,
+    /// The bytes read until the restamp was decided: the replay's stream starts with them, so
+    /// the proxy's restamp decides there too.
+    head: Bytes,
+    /// Counts the stream as being served until the writer is done with it.
+    _serving: Serving,
+}
+
+impl Writer {
+    async fn run(
+        self,
+        stream: MessagesStream,
+        written: Vec<u8>,
+        mut end: Option<Result<serde_json::Value, StreamError>>,
+        mut receiver: stream::Receiver,
+    ) {
+        // The last bytes sent after the head (what the proxy's seal of a cut frame looks at).
+        let mut last = Vec::new();
+        if !written.is_empty() && self.frames.send(Bytes::from(written)).await.is_err() {
+            return self.client_gone(stream, receiver).await;
+        }
+        while end.is_none() {
+            let batch = tokio::select! {
+                batch = receiver.next_batch(usize::MAX) => batch,
+                () = self.frames.closed() => return self.client_gone(stream, receiver).await,
+                () = self.connection.closed() => return self.client_gone(stream, receiver).await,
+            };
+            let Some(batch) = batch else { break };
+            if !batch.raw.is_empty() {
+                last.extend_from_slice(&batch.raw);
+                let cut = last.len().saturating_sub(SEAL_LOOKBACK);
+                last.drain(..cut);
+                if self.frames.send(Bytes::from(batch.raw)).await.is_err() {
+                    return self.client_gone(stream, receiver).await;
+                }
+            }
+            end = batch.end;
+        }
+        let Some(end) = end else { return };
+        if end.is_ok() {
+            let issued = self.issue(&stream, Vec::new(), end);
+            enqueue_replay(&self.lane, self.pending, issued, false);
+            return;
+        }
+        let issued = self.issue(&stream, last, end);
+        let (tail_tx, tail_rx) = oneshot::channel();
+        self.lane
+            .tails
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(issued.id.clone(), tail_tx);
+        let ticket = issued.id.clone();
+        enqueue_replay(&self.lane, self.pending, issued, true);
+        match tokio::time::timeout(TAIL_TIMEOUT, tail_rx).await {
+            Ok(Ok(tail)) if !tail.is_empty() => {
+                let _ = self.frames.send(tail).await;
+            }
+            _ => {
+                self.lane
+                    .tails
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&ticket);
+            }
+        }
+    }
+
+    /// A ticket for the replay: the head (and `last`, the stream's last bytes), then its end.
+    fn issue(
+        &self,
+        stream: &MessagesStream,
+        last: Vec<u8>,
+        end: Result<serde_json::Value, StreamError>,
+    ) -> tickets::Issued {
+        let mut read = Vec::with_capacity(self.head.len() + last.len());
+        read.extend_from_slice(&self.head);
+        read.extend_from_slice(&last);
+        let outcome = StreamOutcome {
+            opened: Ok(self.headers.clone()),
+            pieces: vec![Piece::Raw(Bytes::from(read)), end_piece(end)],
+            raw: true,
+        };
+        self.lane.tickets.issue(
+            &stream.deployment.id,
+            stream.call_id.clone(),
+            Outcome::Stream(outcome),
+        )
+    }
+
+    /// The client left mid-stream: the provider connection is closed at once, and the replay
+    /// logs what was read until then (the transcript so far, as the pump hands it over on
+    /// `stop`).
+    async fn client_gone(self, stream: MessagesStream, mut receiver: stream::Receiver) {
+        self.lane.count("client_gone");
+        self.stop.notify_one();
+        let end = loop {
+            match receiver.next_batch(usize::MAX).await {
+                Some(batch) if batch.end.is_some() => break batch.end,
+                Some(_) => {}
+                None => break None,
+            }
+        };
+        drop(receiver);
+        if let Some(Ok(transcript)) = end {
+            let issued = self.issue(&stream, Vec::new(), Ok(transcript));
+            enqueue_replay(&self.lane, self.pending, issued, false);
+        }
+    }
+}
