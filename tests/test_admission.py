@@ -367,7 +367,7 @@ async def test_a_lane_replay_the_fast_path_declines_never_calls_the_provider(
     from litellm_fastpath import lane
 
     monkeypatch.setattr(lane, "_running", True)
-    lane._claimed_call.set(object())
+    lane._claimed_call.set([object()])
     declined = {**deployment_kwargs("openai", upstream.url), "messages": HELLO, "n": 2}
     with pytest.raises(Exception, match="not calling the provider"):
         await litellm.acompletion(**declined, rust=True)
