@@ -446,24 +446,37 @@ STREAMS = {
 }
 
 
+def stream_twins(
+    proxy: ProxyProcess, upstream: RecordingUpstream, body: dict[str, Any], *replies: Reply
+) -> tuple[httpx.Response, httpx.Response]:
+    """The plain model's and the rust one's answers to the same stream request, each upstream
+    call answered by the next of `replies` (a copy of them per model): the same provider
+    requests, bytes (with the group's name) and headers. Returns (plain, rust)."""
+    answers = {}
+    for model in ("plain-claude", "rust-claude"):
+        sent = len(upstream.requests)
+        for reply in replies:
+            upstream.enqueue(reply)
+        answers[model] = (
+            post(proxy, model, {**body, "stream": True}, SDK),
+            upstream.requests[sent:],
+        )
+    rust = same_answers(answers, stream=True)
+    plain = answers["plain-claude"][0]
+    assert as_group(plain, "rust-claude") == rust.content
+    assert stable_headers(plain) == stable_headers(rust)
+    return plain, rust
+
+
 @pytest.mark.parametrize("case", list(STREAMS))
 def test_streams_take_the_lane_as_the_proxy_sends_them(
     proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, case: str
 ) -> None:
     before = counts_now(proxy, upstream, log)
-    request = {**REQUESTS["tools"], "stream": True}
-    answers = {}
-    for model in ("plain-claude", "rust-claude"):
-        sent = len(upstream.requests)
-        upstream.enqueue(STREAMS[case]())
-        answers[model] = (post(proxy, model, request, SDK), upstream.requests[sent:])
-    rust = same_answers(answers, stream=True)
-    plain = answers["plain-claude"][0]
+    # The proxy's bytes (its `message_start` names the group), and its headers.
+    plain, rust = stream_twins(proxy, upstream, REQUESTS["tools"], STREAMS[case]())
     assert rust.status_code == 200
     assert rust.headers["x-litellm-rust"] == "true"
-    # The proxy's bytes (its `message_start` names the group), and its headers.
-    assert as_group(plain, "rust-claude") == rust.content
-    assert stable_headers(plain) == stable_headers(rust)
     assert rust.headers["request-id"] == "req_1"
     after = counts_now(proxy, upstream, log)
     assert after["served"] == before["served"] + 2  # and the probe
@@ -495,16 +508,7 @@ def test_streams_the_lane_leaves_to_the_proxy_get_its_answer(
     proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, case: str
 ) -> None:
     before = counts_now(proxy, upstream, log)
-    request = {**REQUESTS["text"], "stream": True}
-    answers = {}
-    for model in ("plain-claude", "rust-claude"):
-        sent = len(upstream.requests)
-        upstream.enqueue(STREAMS_TO_THE_PROXY[case]())
-        answers[model] = (post(proxy, model, request, SDK), upstream.requests[sent:])
-    rust = same_answers(answers, stream=True)
-    plain = answers["plain-claude"][0]
-    assert as_group(plain, "rust-claude") == rust.content
-    assert stable_headers(plain) == stable_headers(rust)
+    plain, rust = stream_twins(proxy, upstream, REQUESTS["text"], STREAMS_TO_THE_PROXY[case]())
     after = counts_now(proxy, upstream, log)
     assert after.get("replayed", 0) == before.get("replayed", 0) + 1
     assert after["served"] == before["served"] + 1  # the probe
@@ -605,17 +609,8 @@ def test_streams_the_router_holds_take_the_lane_once_content_is_in(
 ) -> None:
     proxy, log = retrying
     before = counts_now(proxy, upstream, log)
-    request = {**REQUESTS["tools"], "stream": True}
-    answers = {}
-    for model in ("plain-claude", "rust-claude"):
-        sent = len(upstream.requests)
-        upstream.enqueue(STREAMS[case]())
-        answers[model] = (post(proxy, model, request, SDK), upstream.requests[sent:])
-    rust = same_answers(answers, stream=True)
-    plain = answers["plain-claude"][0]
+    plain, rust = stream_twins(proxy, upstream, REQUESTS["tools"], STREAMS[case]())
     assert rust.headers["x-litellm-rust"] == "true"
-    assert as_group(plain, "rust-claude") == rust.content
-    assert stable_headers(plain) == stable_headers(rust)
     assert counts_now(proxy, upstream, log)["served"] == before["served"] + 2  # and the probe
     assert_logged_alike(log, rust, plain)
 
@@ -627,17 +622,14 @@ def test_an_error_event_before_content_is_retried_by_the_proxy(
     the first attempt), whose router makes the second call as it does for the plain model."""
     proxy, log = retrying
     before = counts_now(proxy, upstream, log)
-    request = {**REQUESTS["text"], "stream": True}
-    answers = {}
-    for model in ("plain-claude", "rust-claude"):
-        sent = len(upstream.requests)
-        upstream.enqueue(stream_reply(first_events(1) + ERROR_EVENT))
-        upstream.enqueue(stream_reply(cases.text_stream(2)))
-        answers[model] = (post(proxy, model, request, SDK), upstream.requests[sent:])
-    (plain, plain_sent), (rust, rust_sent) = answers["plain-claude"], answers["rust-claude"]
-    assert len(plain_sent) == len(rust_sent) == 2
+    sent = len(upstream.requests)
+    failing, retried = (
+        stream_reply(first_events(1) + ERROR_EVENT),
+        stream_reply(cases.text_stream(2)),
+    )
+    plain, rust = stream_twins(proxy, upstream, REQUESTS["text"], failing, retried)
+    assert len(upstream.requests) == sent + 4  # two calls each (equal per arm: `stream_twins`)
     assert rust.status_code == plain.status_code == 200
-    assert as_group(plain, "rust-claude") == rust.content
     after = counts_now(proxy, upstream, log)
     assert after.get("replayed", 0) == before.get("replayed", 0) + 1
     assert after["served"] == before["served"] + 1  # the probe

@@ -15,18 +15,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, mpsc};
 
 use super::answer::{self, CostHeaders, Timings};
 use super::restamp::{Restamper, contains};
-use super::streamed::{CLIENT_FRAMES, TAIL_TIMEOUT, client_body, end_piece};
+use super::streamed::{CLIENT_FRAMES, client_body, end_after_stop, end_piece, send_the_proxys_end};
 use super::{
     Connection, LaneDeployment, Outcome, PendingReplay, Served, Serving, StreamOutcome,
     enqueue_replay, pending_replay, tickets,
 };
 use crate::http::UpstreamRequest;
 use crate::providers::messages::stream::AnthropicPassthrough;
-use crate::stream::{self, Piece, StreamError};
+use crate::stream::{self, Batch, Piece, StreamError};
 
 /// The proxy seals a frame cut short before its error frame by the last bytes it wrote; the
 /// replay is handed this many of them.
@@ -82,12 +82,7 @@ pub(super) async fn serve(
     let mut reads = 0;
     let mut committed = !stream.held;
     let decided = loop {
-        let batch = tokio::select! {
-            batch = receiver.next_batch(usize::MAX) => batch,
-            // Dropping the receiver ends the pump and closes the provider connection.
-            () = connection.closed() => return Served::Gone,
-        };
-        let Some(batch) = batch else {
+        let Some(batch) = next_read(&mut receiver, connection).await else {
             return Served::Gone;
         };
         head.extend_from_slice(&batch.raw);
@@ -115,11 +110,7 @@ pub(super) async fn serve(
         let end = match end {
             Some(end) => end,
             None => loop {
-                let batch = tokio::select! {
-                    batch = receiver.next_batch(usize::MAX) => batch,
-                    () = connection.closed() => return Served::Gone,
-                };
-                let Some(batch) = batch else {
+                let Some(batch) = next_read(&mut receiver, connection).await else {
                     return Served::Gone;
                 };
                 head.extend_from_slice(&batch.raw);
@@ -161,6 +152,15 @@ pub(super) async fn serve(
         .spawn(writer.run(stream, written, end, receiver));
     lane.count("served");
     Served::Answer(super::answer_response(client_body(frames_rx), headers))
+}
+
+/// The next reads of the provider's stream; None once the client is gone (dropping the receiver
+/// then ends the pump and closes the provider connection) or the stream is over.
+async fn next_read(receiver: &mut stream::Receiver, connection: &Connection) -> Option<Batch> {
+    tokio::select! {
+        batch = receiver.next_batch(usize::MAX) => batch,
+        () = connection.closed() => None,
+    }
 }
 
 /// Whether a read carries generated content, as the router tells (an `event:
@@ -241,26 +241,7 @@ impl Writer {
             return;
         }
         let issued = self.issue(&stream, last, end);
-        let (tail_tx, tail_rx) = oneshot::channel();
-        self.lane
-            .tails
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(issued.id.clone(), tail_tx);
-        let ticket = issued.id.clone();
-        enqueue_replay(&self.lane, self.pending, issued, true);
-        match tokio::time::timeout(TAIL_TIMEOUT, tail_rx).await {
-            Ok(Ok(tail)) if !tail.is_empty() => {
-                let _ = self.frames.send(tail).await;
-            }
-            _ => {
-                self.lane
-                    .tails
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&ticket);
-            }
-        }
+        send_the_proxys_end(&self.lane, self.pending, issued, &self.frames).await;
     }
 
     /// A ticket for the replay: the head (and `last`, the stream's last bytes), then its end.
@@ -288,18 +269,10 @@ impl Writer {
     /// The client left mid-stream: the provider connection is closed at once, and the replay
     /// logs what was read until then (the transcript so far, as the pump hands it over on
     /// `stop`).
-    async fn client_gone(self, stream: MessagesStream, mut receiver: stream::Receiver) {
+    async fn client_gone(self, stream: MessagesStream, receiver: stream::Receiver) {
         self.lane.count("client_gone");
         self.stop.notify_one();
-        let end = loop {
-            match receiver.next_batch(usize::MAX).await {
-                Some(batch) if batch.end.is_some() => break batch.end,
-                Some(_) => {}
-                None => break None,
-            }
-        };
-        drop(receiver);
-        if let Some(Ok(transcript)) = end {
+        if let Some(Ok(transcript)) = end_after_stop(receiver).await {
             let issued = self.issue(&stream, Vec::new(), Ok(transcript));
             enqueue_replay(&self.lane, self.pending, issued, false);
         }

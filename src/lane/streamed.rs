@@ -29,7 +29,7 @@ use crate::stream::{self, Piece, StreamError, StreamTransform};
 /// Frames buffered for the client: a slow client slows the provider read past this.
 pub(super) const CLIENT_FRAMES: usize = 8;
 /// How long a stream waits for the proxy to write its end (a replay waits behind others).
-pub(super) const TAIL_TIMEOUT: Duration = Duration::from_secs(60);
+const TAIL_TIMEOUT: Duration = Duration::from_secs(60);
 const DONE: &[u8] = b"data: [DONE]\n\n";
 
 /// An admitted stream.
@@ -143,6 +143,48 @@ pub(super) fn end_piece(end: Result<Value, StreamError>) -> Piece {
     }
 }
 
+/// Queues the replay ahead of the others and sends the client the end of the proxy's answer to
+/// it: what LiteLLM writes from its own state (the usage chunk, its error frame).
+pub(super) async fn send_the_proxys_end(
+    lane: &super::Lane,
+    pending: PendingReplay,
+    issued: tickets::Issued,
+    frames: &mpsc::Sender<Bytes>,
+) {
+    let (tail_tx, tail_rx) = oneshot::channel();
+    lane.tails
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(issued.id.clone(), tail_tx);
+    let ticket = issued.id.clone();
+    enqueue_replay(lane, pending, issued, true);
+    match tokio::time::timeout(TAIL_TIMEOUT, tail_rx).await {
+        Ok(Ok(tail)) if !tail.is_empty() => {
+            let _ = frames.send(tail).await;
+        }
+        _ => {
+            lane.tails
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&ticket);
+        }
+    }
+}
+
+/// The end the pump hands over once stopped (the answer so far); the pieces before it are
+/// dropped, and so is the receiver, which closes the provider connection.
+pub(super) async fn end_after_stop(
+    mut receiver: stream::Receiver,
+) -> Option<Result<Value, StreamError>> {
+    loop {
+        match receiver.next_batch(usize::MAX).await {
+            Some(batch) if batch.end.is_some() => return batch.end,
+            Some(_) => {}
+            None => return None,
+        }
+    }
+}
+
 /// The response body: whatever the writer sends, as it sends it.
 pub(super) fn client_body(frames: mpsc::Receiver<Bytes>) -> Body {
     let frames = futures_util::stream::unfold(frames, |mut frames| async move {
@@ -205,26 +247,7 @@ impl Writer {
             enqueue_replay(&self.lane, self.pending, issued, false);
             return;
         }
-        let (tail_tx, tail_rx) = oneshot::channel();
-        self.lane
-            .tails
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(issued.id.clone(), tail_tx);
-        let ticket = issued.id.clone();
-        enqueue_replay(&self.lane, self.pending, issued, true);
-        match tokio::time::timeout(TAIL_TIMEOUT, tail_rx).await {
-            Ok(Ok(tail)) if !tail.is_empty() => {
-                let _ = self.frames.send(tail).await;
-            }
-            _ => {
-                self.lane
-                    .tails
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&ticket);
-            }
-        }
+        send_the_proxys_end(&self.lane, self.pending, issued, &self.frames).await;
     }
 
     async fn send(&self, frame: Vec<u8>) -> bool {
@@ -252,17 +275,10 @@ impl Writer {
 
     /// The client left mid-stream: the provider connection is closed at once, and the replay
     /// logs what was read until then (the answer so far, as the pump hands it over on `stop`).
-    async fn client_gone(self, stream: Stream, first_chunk: Value, mut receiver: stream::Receiver) {
+    async fn client_gone(self, stream: Stream, first_chunk: Value, receiver: stream::Receiver) {
         self.lane.count("client_gone");
         self.stop.notify_one();
-        let end = loop {
-            match receiver.next_batch(usize::MAX).await {
-                Some(batch) if batch.end.is_some() => break batch.end,
-                Some(_) => {}
-                None => break None,
-            }
-        };
-        drop(receiver);
+        let end = end_after_stop(receiver).await;
         if let Some(Ok(answer)) = end {
             let issued = self.issue(stream, first_chunk, Ok(answer));
             enqueue_replay(&self.lane, self.pending, issued, false);
