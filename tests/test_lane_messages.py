@@ -19,6 +19,7 @@ from tests.conftest import deployment_kwargs, logged_proxy, twin_models
 from tests.harness import MASTER_KEY, ProxyProcess, RecordingUpstream, Reply
 from tests.proxy_logger import read_events
 from tests.test_lane_proxy import REPLAY_DECLINED, VOLATILE_HEADERS
+from tests.test_messages import bedrock_deployment
 
 pytestmark = pytest.mark.proxy
 
@@ -76,6 +77,7 @@ def proxy(upstream: RecordingUpstream, log: Path) -> Iterator[ProxyProcess]:
     models = [
         *twin_models("claude", params),
         *twin_models("gpt", deployment_kwargs("openai", upstream.url)),
+        *twin_models("bedrock", bedrock_deployment(upstream.url)),
     ]
     with logged_proxy(models, log, fastpath_lane=True) as server:
         # The first request of a key goes through the proxy, which hands the lane its verdict.
@@ -633,3 +635,76 @@ def test_an_error_event_before_content_is_retried_by_the_proxy(
     after = counts_now(proxy, upstream, log)
     assert after.get("replayed", 0) == before.get("replayed", 0) + 1
     assert after["served"] == before["served"] + 1  # the probe
+
+
+# -- Bedrock Invoke ---------------------------------------------------------------------------
+
+EVENT_STREAM = {"content-type": "application/vnd.amazon.eventstream"}
+# SigV4 signs the time of each request.
+SIGNATURE_HEADERS = {"authorization", "x-amz-date", "x-amz-content-sha256", "x-amz-security-token"}
+
+BEDROCK = {
+    "answer": (False, lambda: Reply(json={**anthropic_answer(), "model": cases.BEDROCK_MODEL})),
+    "answer-with-cache": (
+        False,
+        lambda: Reply(json=anthropic_answer(cache_read_input_tokens=40)),
+    ),
+    "stream": (True, lambda: Reply(body=cases.bedrock_invoke_stream(cases.bedrock_events()))),
+    "stream-with-cache": (
+        True,
+        lambda: Reply(body=cases.bedrock_invoke_stream(cases.bedrock_events(cache=True))),
+    ),
+    # No `message_stop`: LiteLLM's error event ends it.
+    "stream-cut-short": (
+        True,
+        lambda: Reply(body=cases.bedrock_invoke_stream(cases.bedrock_events(stop=False))),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BEDROCK))
+def test_bedrock_invoke_takes_the_lane_as_the_proxy_answers(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, case: str
+) -> None:
+    stream, reply = BEDROCK[case]
+    body = {**REQUESTS["tools"], "stream": stream}
+    before = counts_now(proxy, upstream, log)
+    answers = {}
+    for model in ("plain-bedrock", "rust-bedrock"):
+        sent = len(upstream.requests)
+        answer = reply()
+        if stream:
+            answer.headers.update(EVENT_STREAM)
+        upstream.enqueue(answer)
+        answers[model] = (post(proxy, model, body, SDK), upstream.requests[sent:])
+    (plain, plain_sent), (rust, rust_sent) = answers["plain-bedrock"], answers["rust-bedrock"]
+    assert plain.status_code == rust.status_code == 200
+    assert len(plain_sent) == len(rust_sent) == 1
+    assert plain_sent[0].path == rust_sent[0].path
+    unsigned = [
+        ({k: v for k, v in headers.items() if k not in SIGNATURE_HEADERS}, sent_body)
+        for sent_body, headers in map(provider_request, (plain_sent[0], rust_sent[0]))
+    ]
+    assert unsigned[0] == unsigned[1]
+    assert rust.headers["x-litellm-rust"] == "true"
+    group = b'"model":"rust-bedrock"'
+    assert plain.content.replace(b'"model":"plain-bedrock"', group) == rust.content
+    if not stream:
+        assert stable_headers(plain) == stable_headers(rust)
+    else:
+        # The proxy writes a stream's cost headers from its logging object when it starts the
+        # answer: 0.0 as a rule, but the stream's cost when LiteLLM's own logging of a stream the
+        # mock sent in one piece has already run by then (a race on its path). The lane's are 0.0.
+        def uncosted(response: httpx.Response) -> dict[str, str]:
+            return {
+                k: v
+                for k, v in stable_headers(response).items()
+                if not k.startswith("x-litellm-response-cost")
+            }
+
+        assert uncosted(plain) == uncosted(rust)
+        assert rust.headers["x-litellm-response-cost-original"] == "0.0"
+    after = counts_now(proxy, upstream, log)
+    taken = "replayed" if case == "answer-with-cache" else "served"
+    assert after.get(taken, 0) == before.get(taken, 0) + 1 + (taken == "served")
+    assert_logged_alike(log, rust, plain)

@@ -472,7 +472,7 @@ def _entry(deployment: Mapping[str, Any], router: Any) -> tuple[Any, ...] | None
         headers,
         pricing,
         stream_route.timeout if streams else None,
-        _messages_entry(kwargs, deployment, router),
+        _messages_entry(kwargs, deployment, router, pricing),
     )
 
 
@@ -481,12 +481,12 @@ _ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
 
 
 def _messages_entry(
-    kwargs: dict[str, Any], deployment: Mapping[str, Any], router: Any
+    kwargs: dict[str, Any], deployment: Mapping[str, Any], router: Any, pricing: tuple[Any, ...]
 ) -> tuple[Any, ...] | None:
-    """(Deployment, headers, headers with the client's `anthropic-version`, timeout, streams'
-    timeout) of the deployment's `/v1/messages` calls without thinking, sampling params or
-    betas, from LiteLLM's own functions (as the fast path asks them); None when the proxy serves
-    them, and the streams' timeout None when it serves their streams."""
+    """(Deployment, headers, headers with the client's `anthropic-version`, timeout, streams,
+    streams' API base header) of the deployment's `/v1/messages` calls without thinking,
+    sampling params or betas, from LiteLLM's own functions (as the fast path asks them); None
+    when the proxy serves them, and the streams None when it serves their streams."""
     from litellm_fastpath import messages
 
     versioned: dict[str, Any] = {}
@@ -507,7 +507,12 @@ def _messages_entry(
         for max_tokens in (1, 4096, 128_000)
         for extra in ({}, {"provider_specific_header": versioned["provider_specific_header"]})
     ]
-    if any(isinstance(r, routing.Decline) or r.provider != "anthropic" for r in routes):
+    if any(isinstance(r, routing.Decline) for r in routes):
+        return None
+    providers = {r.provider for r in routes}
+    if providers not in ({"anthropic"}, {"bedrock"}):
+        return None
+    if providers == {"bedrock"} and not _bedrock_messages_priced(routes[0].model, pricing):
         return None
     # LiteLLM treats every `max_tokens` alike here (else the proxy asks it per request).
     if len({(r.headers, r.timeout) for r in routes[0::2]}) != 1:
@@ -515,12 +520,15 @@ def _messages_entry(
     if len({(r.headers, r.timeout) for r in routes[1::2]}) != 1:
         return None
     plain, with_version = routes[0], routes[1]
+    # What the proxy names the API base of a `/v1/messages` stream (LiteLLM's `get_api_base`).
+    api_base = litellm.get_api_base(model=litellm_params["model"], optional_params=litellm_params)
     return (
         plain.deployment,
         list(plain.headers),
         list(with_version.headers),
         plain.timeout,
         _messages_streams(route, plain, deployment, router),
+        api_base.split("?")[0] if api_base else None,
     )
 
 
@@ -653,7 +661,28 @@ def _anthropic_cache_prices(
     return rates
 
 
-def _litellm_messages_cost(model: str, usage: dict[str, Any]) -> tuple[float, ...]:
+# Token counts (input, output) the lane's cost of Bedrock's `/v1/messages` answers is checked on.
+_PLAIN_USAGES = ((12, 7), (1000, 1), (1, 1000), (120_000, 30_000), (3, 0))
+
+
+def _bedrock_messages_priced(model: str, pricing: tuple[Any, ...]) -> bool:
+    """Whether LiteLLM's cost of a Bedrock `/v1/messages` answer (its total and the proxy's
+    header split) is exactly the lane's for answers without the prompt cache (answers with it
+    go through the proxy)."""
+    for text, output in _PLAIN_USAGES:
+        usage = {"input_tokens": text, "output_tokens": output}
+        try:
+            ours = _native.lane_messages_cost(json.dumps(usage), pricing[0], pricing[1], None)
+            if ours is None or ours != _litellm_messages_cost(model, usage, "bedrock"):
+                return False
+        except Exception:  # a price LiteLLM does not have, or cannot work out: the proxy's
+            return False
+    return True
+
+
+def _litellm_messages_cost(
+    model: str, usage: dict[str, Any], provider: str = "anthropic"
+) -> tuple[float, ...]:
     """LiteLLM's cost of an Anthropic answer with this usage, as its logging works it out (the
     answer as a `ModelResponse`, then its cost), split as the proxy's headers split it."""
     import httpx
@@ -674,13 +703,13 @@ def _litellm_messages_cost(model: str, usage: dict[str, Any]) -> tuple[float, ..
         model_response=litellm.ModelResponse(),
     )
     total = litellm.completion_cost(
-        completion_response=response, model=model, custom_llm_provider="anthropic"
+        completion_response=response, model=model, custom_llm_provider=provider
     )
     prompt, output = litellm.cost_per_token(
-        model=model, custom_llm_provider="anthropic", usage_object=response.usage
+        model=model, custom_llm_provider=provider, usage_object=response.usage
     )
     parts = compat.get_token_type_cost_breakdown(
-        model=model, custom_llm_provider="anthropic", usage=response.usage
+        model=model, custom_llm_provider=provider, usage=response.usage
     )
     read, creation = parts.cache_read_cost or 0.0, parts.cache_creation_cost or 0.0
     return (total, prompt - read - creation, output, read, creation)

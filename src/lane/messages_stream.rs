@@ -1,5 +1,5 @@
-//! `/v1/messages` streams on the lane (`anthropic/…`): the provider's bytes go to the client as
-//! the proxy relays them — `message_start` naming the model group ([`Restamper`]), every byte
+//! `/v1/messages` streams on the lane (`anthropic/…`, Bedrock Invoke): the provider's bytes
+//! (Bedrock's events as LiteLLM writes them) go to the client as the proxy relays them — `message_start` naming the model group ([`Restamper`]), every byte
 //! after it as it arrives — and LiteLLM's end-of-stream logging runs in the replay, over the
 //! transcript Rust kept.
 //!
@@ -25,13 +25,14 @@ use super::{
     enqueue_replay, pending_replay, tickets,
 };
 use crate::http::UpstreamRequest;
-use crate::providers::messages::stream::AnthropicPassthrough;
-use crate::stream::{self, Batch, Piece, StreamError};
+use crate::providers::messages::stream::{AnthropicPassthrough, BedrockInvokeStream, sse_frame};
+use crate::stream::{self, Batch, Piece, StreamError, StreamTransform};
 
 /// The proxy seals a frame cut short before its error frame by the last bytes it wrote; the
 /// replay is handed this many of them.
 const SEAL_LOOKBACK: usize = 64;
 
+const API_BASE_HEADER: &str = "x-litellm-model-api-base";
 /// The router commits to a held stream after this many reads without content.
 const MAX_HELD_READS: usize = 200;
 
@@ -45,6 +46,9 @@ pub(super) struct MessagesStream {
     /// The router holds the stream's frames back until its first content (a retry could
     /// still take it over): the lane answers only then.
     pub held: bool,
+    /// A Bedrock Invoke stream: its events are written as LiteLLM writes them (the proxy then
+    /// relays those frames as it relays Anthropic's bytes).
+    pub bedrock: bool,
 }
 
 pub(super) async fn serve(
@@ -68,12 +72,14 @@ pub(super) async fn serve(
     let provider_headers = response.headers().clone();
     let (tx, mut receiver) = stream::channel();
     let stop = Arc::new(Notify::new());
-    lane.engine.runtime.spawn(stream::pump(
-        response,
-        Box::new(AnthropicPassthrough::new()),
-        tx,
-        Arc::clone(&stop),
-    ));
+    let transform: Box<dyn StreamTransform> = if stream.bedrock {
+        Box::new(BedrockInvokeStream::new())
+    } else {
+        Box::new(AnthropicPassthrough::new())
+    };
+    lane.engine
+        .runtime
+        .spawn(stream::pump(response, transform, tx, Arc::clone(&stop)));
     let mut restamper = Restamper::new(&stream.model_group);
     // Every byte read until the restamp is decided, and what the proxy writes of them.
     let mut head = Vec::new();
@@ -82,12 +88,13 @@ pub(super) async fn serve(
     let mut reads = 0;
     let mut committed = !stream.held;
     let decided = loop {
-        let Some(batch) = next_read(&mut receiver, connection).await else {
+        let Some((read, read_end)) = next_read(&mut receiver, connection, stream.bedrock).await
+        else {
             return Served::Gone;
         };
-        head.extend_from_slice(&batch.raw);
-        end = batch.end;
-        match restamper.process(&batch.raw) {
+        head.extend_from_slice(&read);
+        end = read_end;
+        match restamper.process(&read) {
             Ok(bytes) => written.extend(bytes),
             Err(_) => break false,
         }
@@ -97,7 +104,7 @@ pub(super) async fn serve(
                 break false;
             }
             reads += 1;
-            committed = has_content(&batch.raw) || reads >= MAX_HELD_READS;
+            committed = has_content(&read) || reads >= MAX_HELD_READS;
         }
         if committed && !restamper.armed() {
             break true;
@@ -110,11 +117,13 @@ pub(super) async fn serve(
         let end = match end {
             Some(end) => end,
             None => loop {
-                let Some(batch) = next_read(&mut receiver, connection).await else {
+                let Some((read, read_end)) =
+                    next_read(&mut receiver, connection, stream.bedrock).await
+                else {
                     return Served::Gone;
                 };
-                head.extend_from_slice(&batch.raw);
-                if let Some(end) = batch.end {
+                head.extend_from_slice(&read);
+                if let Some(end) = read_end {
                     break end;
                 }
             },
@@ -126,7 +135,7 @@ pub(super) async fn serve(
         total_ms: stream.received.elapsed().as_secs_f64() * 1000.0,
         upstream_ms: called.elapsed().as_secs_f64() * 1000.0,
     };
-    let headers = answer::headers(
+    let mut headers = answer::headers(
         &lane.table.settings(),
         &stream.deployment,
         &stream.model_group,
@@ -136,6 +145,16 @@ pub(super) async fn serve(
         timings,
         &provider_headers,
     );
+    // The proxy names the API base of its `/v1/messages` route, not its chat route's.
+    headers.retain(|(name, _)| name != API_BASE_HEADER);
+    let api_base = stream
+        .deployment
+        .messages
+        .as_ref()
+        .and_then(|m| m.api_base.clone());
+    if let Some(api_base) = api_base {
+        headers.push((API_BASE_HEADER.to_string(), api_base));
+    }
     let (frames, frames_rx) = mpsc::channel::<Bytes>(CLIENT_FRAMES);
     let writer = Writer {
         lane: Arc::clone(lane),
@@ -154,13 +173,34 @@ pub(super) async fn serve(
     Served::Answer(super::answer_response(client_body(frames_rx), headers))
 }
 
-/// The next reads of the provider's stream; None once the client is gone (dropping the receiver
-/// then ends the pump and closes the provider connection) or the stream is over.
-async fn next_read(receiver: &mut stream::Receiver, connection: &Connection) -> Option<Batch> {
-    tokio::select! {
+/// The next reads of the provider's stream as the proxy's bytes, and the end when it came; None
+/// once the client is gone (dropping the receiver then ends the pump and closes the provider
+/// connection) or the stream is over.
+async fn next_read(
+    receiver: &mut stream::Receiver,
+    connection: &Connection,
+    bedrock: bool,
+) -> Option<Read> {
+    let batch = tokio::select! {
         batch = receiver.next_batch(usize::MAX) => batch,
         () = connection.closed() => None,
+    };
+    Some(read_of(batch?, bedrock))
+}
+
+type Read = (Vec<u8>, Option<Result<serde_json::Value, StreamError>>);
+
+/// A batch's bytes as the proxy relays them: Anthropic's as they came, Bedrock's events as
+/// LiteLLM writes them (`event: …` and `json.dumps`).
+fn read_of(batch: Batch, bedrock: bool) -> Read {
+    if !bedrock {
+        return (batch.raw, batch.end);
     }
+    let mut frames = Vec::new();
+    for event in &batch.chunks {
+        sse_frame(event, &mut frames);
+    }
+    (frames, batch.end)
 }
 
 /// Whether a read carries generated content, as the router tells (an `event:
@@ -224,15 +264,16 @@ impl Writer {
                 () = self.connection.closed() => return self.client_gone(stream, receiver).await,
             };
             let Some(batch) = batch else { break };
-            if !batch.raw.is_empty() {
-                last.extend_from_slice(&batch.raw);
+            let (read, read_end) = read_of(batch, stream.bedrock);
+            if !read.is_empty() {
+                last.extend_from_slice(&read);
                 let cut = last.len().saturating_sub(SEAL_LOOKBACK);
                 last.drain(..cut);
-                if self.frames.send(Bytes::from(batch.raw)).await.is_err() {
+                if self.frames.send(Bytes::from(read)).await.is_err() {
                     return self.client_gone(stream, receiver).await;
                 }
             }
-            end = batch.end;
+            end = read_end;
         }
         let Some(end) = end else { return };
         if end.is_ok() {

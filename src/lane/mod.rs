@@ -593,6 +593,7 @@ struct MessagesAdmitted {
     stream: bool,
     /// The router holds a stream's frames until its first content.
     held: bool,
+    bedrock: bool,
 }
 
 fn admit_messages(
@@ -635,6 +636,7 @@ fn admit_messages(
     .map_err(|_| reason::PARAM)?;
     let mut upstream = prepared.upstream;
     upstream.timeout = timeout;
+    let bedrock = route.deployment.provider.as_str() == "bedrock";
     Ok(MessagesAdmitted {
         model_group: request.model,
         key_hash,
@@ -643,6 +645,7 @@ fn admit_messages(
         upstream,
         stream: request.stream,
         held,
+        bedrock,
     })
 }
 
@@ -666,6 +669,7 @@ async fn serve_messages(
         upstream,
         stream,
         held,
+        bedrock,
     } = admitted;
     let call_id = call_id(&parts.headers);
     if stream {
@@ -676,6 +680,7 @@ async fn serve_messages(
             call_id,
             received,
             held,
+            bedrock,
         };
         return messages_stream::serve(lane, parts, body, connection, stream, upstream, serving)
             .await;

@@ -43,6 +43,8 @@ pub struct LaneMessages {
     pub timeout: Duration,
     /// Its streams; None when they go to the proxy.
     pub streams: Option<MessagesStreams>,
+    /// The API base the proxy names on its streams (`x-litellm-model-api-base`), if any.
+    pub api_base: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug)]

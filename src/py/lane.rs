@@ -119,14 +119,16 @@ type Entry<'py> = (
 type PricingEntry = (f64, f64, Option<f64>, Option<(f64, f64, f64)>);
 
 /// A deployment's `/v1/messages` calls: (deployment, headers, headers with the client's
-/// `anthropic-version`, timeout, streams): streams (timeout, whether the router holds their
-/// frames until content), None when they go to the proxy.
+/// `anthropic-version`, timeout, streams, API base): streams (timeout, whether the router holds
+/// their frames until content), None when they go to the proxy; the API base the proxy names
+/// on streams, if any.
 type MessagesEntry = (
     Py<Deployment>,
     Vec<(String, String)>,
     Vec<(String, String)>,
     f64,
     Option<(f64, bool)>,
+    Option<String>,
 );
 
 /// Replaces the groups the lane serves: `{group: [(deployment, id, weight, params, timeout,
@@ -211,7 +213,7 @@ pub fn lane_set_groups(
 }
 
 fn lane_messages(py: Python<'_>, entry: MessagesEntry) -> PyResult<LaneMessages> {
-    let (deployment, headers, versioned_headers, timeout, streams) = entry;
+    let (deployment, headers, versioned_headers, timeout, streams, api_base) = entry;
     Ok(LaneMessages {
         deployment: Arc::clone(&deployment.bind(py).get().inner),
         headers: super::header_list(headers)?,
@@ -221,6 +223,7 @@ fn lane_messages(py: Python<'_>, entry: MessagesEntry) -> PyResult<LaneMessages>
             timeout: Duration::from_secs_f64(timeout),
             held,
         }),
+        api_base,
     })
 }
 
@@ -240,25 +243,25 @@ pub fn lane_learn_messages_headers(
 }
 
 /// The lane's cost of an Anthropic answer whose `usage` is `usage_json`, at these prices per
-/// token (input, output, and cache read, 5-minute and 1-hour write): `(total, input, output,
-/// cache read, cache creation)` as the proxy's headers split it, or None for a usage the lane
-/// leaves to the proxy. For the Python layer's check against LiteLLM's own cost.
+/// token (input, output, and cache read, 5-minute and 1-hour write, None when the lane leaves
+/// cache use to the proxy): `(total, input, output, cache read, cache creation)` as the proxy's
+/// headers split it, or None for a usage the lane leaves to the proxy. For the Python layer's check against LiteLLM's own cost.
 #[pyfunction]
 pub fn lane_messages_cost(
     usage_json: &str,
     input: f64,
     output: f64,
-    cache: (f64, f64, f64),
+    cache: Option<(f64, f64, f64)>,
 ) -> Option<(f64, f64, f64, f64, f64)> {
     let usage: serde_json::Value = serde_json::from_str(usage_json).ok()?;
     let pricing = Pricing {
         input_per_token: input,
         output_per_token: output,
         cache_read_per_token: None,
-        anthropic_cache: Some(CachePrices {
-            read: cache.0,
-            write_5m: cache.1,
-            write_1h: cache.2,
+        anthropic_cache: cache.map(|(read, write_5m, write_1h)| CachePrices {
+            read,
+            write_5m,
+            write_1h,
         }),
     };
     let cost = lane::messages::usage(&usage)?.cost(pricing)?;
