@@ -544,12 +544,8 @@ def _messages_streams(
     )
     if held is None:
         return None
-    caps = compat.proxy_callback_capabilities()
-    if caps is None or caps.has_guardrail or caps.has_streaming_chunk_override:
-        return None
-    if getattr(litellm, "include_cost_in_streaming_usage", False) or any(
-        type(callback).__name__ not in streaming.PASS_THROUGH_ITERATOR_HOOKS
-        for callback, _kind in caps.iterator_overrides
+    if not streaming.proxy_stream_hooks_idle() or getattr(
+        litellm, "include_cost_in_streaming_usage", False
     ):
         return None
     streamed = [route(max_tokens, stream=True) for max_tokens in (1, 4096, 128_000)]

@@ -26,7 +26,7 @@ from litellm_fastpath.bridge import settle
 from litellm_fastpath.routing import StreamRoute
 
 # Iterator hooks known to pass chat chunks through untouched (LiteLLM's default proxy hook).
-PASS_THROUGH_ITERATOR_HOOKS = frozenset({"ResponsesIDSecurity"})
+_PASS_THROUGH_ITERATOR_HOOKS = frozenset({"ResponsesIDSecurity"})
 
 
 _LOGGING_TASKS: set[asyncio.Task[Any]] = set()
@@ -46,11 +46,17 @@ def frames_allowed(kwargs: dict[str, Any]) -> bool:
     logging_obj = kwargs.get("litellm_logging_obj")
     if getattr(logging_obj, "call_type", "acompletion") != "acompletion":
         return False
+    return proxy_stream_hooks_idle()
+
+
+def proxy_stream_hooks_idle() -> bool:
+    """Whether the proxy's stream hooks leave every chunk as it is: no guardrail, no chunk hook,
+    and only iterator hooks that pass chunks through (False outside a running proxy)."""
     caps = compat.proxy_callback_capabilities()
     if caps is None or caps.has_guardrail or caps.has_streaming_chunk_override:
         return False
     return all(
-        type(callback).__name__ in PASS_THROUGH_ITERATOR_HOOKS
+        type(callback).__name__ in _PASS_THROUGH_ITERATOR_HOOKS
         for callback, _kind in caps.iterator_overrides
     )
 
