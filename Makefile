@@ -94,6 +94,7 @@ bench-lane: $(PY)
 bench-lane-messages: $(PY)
 	$(PY) -m pip install -q matplotlib
 	$(PY) -m benches.lane_messages
+	$(PY) -m benches.lane_messages --provider bedrock
 
 # Not part of `bench`: 10 minutes per arm (~22 min in all).
 bench-soak: $(PY)

@@ -56,7 +56,12 @@ async fn requests_the_lane_does_not_take_reach_the_app_unchanged() {
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let lane = Lane::new(App { socket }, _native::runtime::engine().unwrap());
+    let lane = Lane::new(
+        App { socket },
+        _native::runtime::engine().unwrap(),
+        false,
+        None,
+    );
     tokio::spawn(serve(listener, lane));
 
     let client = client();
@@ -95,7 +100,12 @@ async fn an_unreachable_app_is_a_502_saying_so() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let missing = std::env::temp_dir().join("lane-test-no-such.sock");
-    let lane = Lane::new(App { socket: missing }, _native::runtime::engine().unwrap());
+    let lane = Lane::new(
+        App { socket: missing },
+        _native::runtime::engine().unwrap(),
+        false,
+        None,
+    );
     tokio::spawn(serve(listener, lane));
     let answer = client()
         .get(format!("http://127.0.0.1:{port}/"))

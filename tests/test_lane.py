@@ -63,7 +63,7 @@ def lane_url() -> Iterator[str]:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(128)
-    _native.start_lane(listener.fileno(), path)
+    _native.start_lane(listener.fileno(), path, shared_socket=False, keep_alive_timeout=5.0)
     yield f"http://127.0.0.1:{listener.getsockname()[1]}"
     server.should_exit = True
     thread.join(timeout=5)

@@ -51,9 +51,15 @@ FASTPATH_HEADERS = {"x-litellm-rust", "x-litellm-fastpath"}
 REPLAY_DECLINED = "replay was declined by the fast path"
 
 
-def lane_proxy(upstream: RecordingUpstream, log: Path, *, workers: int = 1) -> ProxyProcess:
+def lane_proxy(
+    upstream: RecordingUpstream,
+    log: Path,
+    *,
+    workers: int = 1,
+    env: dict[str, str] | None = None,
+) -> ProxyProcess:
     models = [m for p in PROVIDERS for m in twin_models(p, deployment_kwargs(p, upstream.url))]
-    return logged_proxy(models, log, workers=workers, fastpath_lane=True)
+    return logged_proxy(models, log, workers=workers, env=env, fastpath_lane=True)
 
 
 @pytest.fixture(scope="module")
@@ -419,6 +425,32 @@ def test_two_workers_share_the_port(upstream: RecordingUpstream, tmp_path: Path)
                 )
         assert all(a.status_code == 200 for a in answers)
         assert events_for(log, "rust-openai", 20, timeout=30)
+
+
+@pytest.mark.parametrize("workers", [2, 1])
+def test_a_busy_worker_leaves_its_clients_next_connection_to_the_others(
+    upstream: RecordingUpstream, tmp_path: Path, workers: int
+) -> None:
+    """With several workers on one socket, a worker whose replays fall behind closes the
+    connection after its answer (and pauses accepting), so the client's next connection can go
+    to a less busy worker; a lone worker keeps its connections. Busy here from the first
+    waiting replay (the default is 32), so every lane answer of two workers closes."""
+    log = tmp_path / "events.jsonl"
+    log.touch()
+    env = {"LITELLM_FASTPATH_LANE_BUSY_BACKLOG": "1"}
+    with lane_proxy(upstream, log, workers=workers, env=env) as proxy:
+        answers = [
+            proxy.post("/chat/completions", json={"model": "rust-openai", "messages": HI})
+            for _ in range(12)
+        ]
+        assert all(a.status_code == 200 for a in answers)
+        closed = sum(a.headers.get("connection") == "close" for a in answers)
+        if workers == 1:
+            assert closed == 0
+        else:
+            # Each worker leaves its first request to the proxy (to learn the key's verdict).
+            assert closed >= len(answers) - workers
+        assert len(events_for(log, "rust-openai", len(answers), timeout=30)) == len(answers)
 
 
 # -- virtual keys: the lane against the normal path, key by key --------------------------------

@@ -177,9 +177,11 @@ def take_over() -> None:
         logger.warning("fastpath_lane: uvicorn serves a socket file, fd or TLS; the lane stays off")
         return
     app_socket = os.path.join(tempfile.mkdtemp(prefix="litellm-fastpath-"), "app.sock")
+    # Several workers share the parent's listening socket.
+    shared = bool(sockets)
     if sockets:
-        # Several workers share the parent's listening socket: each worker's lane accepts on
-        # it, and each worker's uvicorn serves its own private socket.
+        # Each worker's lane accepts on it, and each worker's uvicorn serves its own private
+        # socket.
         public = sockets[0]
         private = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         private.bind(app_socket)
@@ -190,7 +192,12 @@ def take_over() -> None:
         config.uds = app_socket
     public.listen(config.backlog)  # uvicorn's own servers would have called it
     config.loaded_app = _ClientAddress(config.loaded_app)
-    _native.start_lane(public.fileno(), app_socket)
+    _native.start_lane(
+        public.fileno(),
+        app_socket,
+        shared_socket=shared,
+        keep_alive_timeout=config.timeout_keep_alive,
+    )
     server._litellm_fastpath_public_socket = public  # kept open for the worker's lifetime
     _wrap_shutdown(server)
     _running = True

@@ -18,6 +18,7 @@
 //! lane waits for the replay and sends the end the proxy wrote.
 
 pub mod answer;
+mod keepalive;
 pub mod messages;
 mod messages_stream;
 pub mod request;
@@ -34,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::header::{AUTHORIZATION, CONTENT_LENGTH};
+use http::header::{AUTHORIZATION, CONNECTION, CONTENT_LENGTH};
 use http::{HeaderName, HeaderValue, Method};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -89,13 +90,18 @@ const MAX_CALL_ID_LEN: usize = 256;
 /// and spend no more than this far behind); past this the lane sends new requests to the proxy.
 /// Env `LITELLM_FASTPATH_LANE_BACKLOG` overrides.
 const MAX_BACKLOG: usize = 256;
+/// With several workers on one socket: replays waiting past which this worker counts as busy
+/// (about 0.1 s of the proxy's Python). Env `LITELLM_FASTPATH_LANE_BUSY_BACKLOG` overrides.
+const BUSY_BACKLOG: usize = 32;
+/// The longest a busy worker leaves new connections to the others before it takes one anyway.
+const BUSY_ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 
-fn max_backlog() -> usize {
-    std::env::var("LITELLM_FASTPATH_LANE_BACKLOG")
+fn backlog_setting(name: &str, default: usize) -> usize {
+    std::env::var(name)
         .ok()
         .and_then(|value| value.parse().ok())
         .filter(|n| *n > 0)
-        .unwrap_or(MAX_BACKLOG)
+        .unwrap_or(default)
 }
 
 /// Where requests the lane does not answer go.
@@ -110,6 +116,10 @@ pub enum LaneError {
     AppUnreachable(std::io::Error),
     #[error("forwarding to the app failed: {0}")]
     Forward(#[from] hyper::Error),
+    /// The client stopped sending before its body was whole: the connection closes unanswered,
+    /// as uvicorn leaves it.
+    #[error("the client's request body ended early")]
+    BodyCut,
 }
 
 type Body = BoxBody<Bytes, hyper::Error>;
@@ -139,6 +149,11 @@ pub struct Lane {
     replay_ready: Notify,
     backlog: AtomicUsize,
     max_backlog: usize,
+    /// Other workers accept on the same socket (see `Lane::busy`).
+    shared_socket: bool,
+    busy_backlog: usize,
+    /// uvicorn's `timeout_keep_alive`, applied to the client connections the lane holds.
+    keep_alive_timeout: Option<Duration>,
     /// Requests the lane is serving now (each joins the backlog when it is answered).
     serving: AtomicUsize,
     counts: Mutex<HashMap<&'static str, u64>>,
@@ -147,7 +162,12 @@ pub struct Lane {
 }
 
 impl Lane {
-    pub fn new(app: App, engine: Arc<Engine>) -> Arc<Lane> {
+    pub fn new(
+        app: App,
+        engine: Arc<Engine>,
+        shared_socket: bool,
+        keep_alive_timeout: Option<Duration>,
+    ) -> Arc<Lane> {
         Arc::new(Lane {
             table: Table::new(),
             app,
@@ -156,7 +176,10 @@ impl Lane {
             replays: Mutex::new(ReplayQueue::default()),
             replay_ready: Notify::new(),
             backlog: AtomicUsize::new(0),
-            max_backlog: max_backlog(),
+            max_backlog: backlog_setting("LITELLM_FASTPATH_LANE_BACKLOG", MAX_BACKLOG),
+            shared_socket,
+            busy_backlog: backlog_setting("LITELLM_FASTPATH_LANE_BUSY_BACKLOG", BUSY_BACKLOG),
+            keep_alive_timeout,
             serving: AtomicUsize::new(0),
             counts: Mutex::new(HashMap::new()),
             tails: Mutex::new(HashMap::new()),
@@ -213,6 +236,15 @@ impl Lane {
         }
     }
 
+    /// Whether this worker's Python is falling behind while other workers share its socket.
+    /// A busy worker closes the connection after each answer and leaves new connections to
+    /// the others for a moment, so its clients' next requests go to a less busy worker:
+    /// connections are spread by whoever accepts first, and a few keep-alive connections could
+    /// otherwise keep one worker's Python saturated while another idles.
+    fn busy(&self) -> bool {
+        self.shared_socket && self.backlog.load(Ordering::Acquire) >= self.busy_backlog
+    }
+
     /// The proxy finished one replay.
     pub fn replayed(&self) {
         let _ = self
@@ -238,6 +270,10 @@ impl Lane {
 /// Accepts connections on `listener` until the task is dropped; each is served on its own task.
 pub async fn serve(listener: TcpListener, lane: Arc<Lane>) {
     loop {
+        let paused = Instant::now();
+        while lane.busy() && paused.elapsed() < BUSY_ACCEPT_PAUSE {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(_) => {
@@ -273,18 +309,43 @@ async fn serve_connection(
     lane: Arc<Lane>,
     connection: Connection,
 ) -> Result<(), LaneError> {
-    let app_connection: Arc<tokio::sync::Mutex<Option<AppSender>>> = Arc::default();
+    let keep_alive = lane.keep_alive_timeout;
+    let activity = keepalive::Activity::new();
+    let app_connection: Arc<tokio::sync::Mutex<Option<AppConnection>>> = Arc::default();
+    let io = TokioIo::new(keepalive::Tracked::new(stream, Arc::clone(&activity)));
+    let in_flight = Arc::clone(&activity);
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let lane = Arc::clone(&lane);
         let app_connection = Arc::clone(&app_connection);
         let connection = connection.clone();
-        async move { Ok::<_, hyper::Error>(handle(&lane, &app_connection, request, &connection).await) }
+        let answering = in_flight.enter();
+        async move {
+            let response = handle(&lane, &app_connection, request, &connection).await?;
+            // The request counts as in flight until its body has been written (or dropped).
+            Ok::<_, LaneError>(response.map(|body| keepalive::Answering::new(body, answering)))
+        }
     });
-    hyper::server::conn::http1::Builder::new()
-        .serve_connection(TokioIo::new(stream), service)
-        .with_upgrades()
-        .await?;
-    Ok(())
+    let serving = hyper::server::conn::http1::Builder::new()
+        // uvicorn (h11) takes any number of headers; hyper's default is 100.
+        .max_headers(MAX_HEADERS)
+        .serve_connection(io, service)
+        .with_upgrades();
+    tokio::pin!(serving);
+    let Some(limit) = keep_alive else {
+        return Ok(serving.await?);
+    };
+    loop {
+        let check_in = activity.idle_close_in(limit).unwrap_or(limit);
+        tokio::select! {
+            served = serving.as_mut() => return Ok(served?),
+            _ = tokio::time::sleep(check_in.max(IDLE_CHECK_MIN)) => {
+                if activity.idle_close_in(limit).is_some_and(|left| left.is_zero()) {
+                    serving.as_mut().graceful_shutdown();
+                    return Ok(serving.await?);
+                }
+            }
+        }
+    }
 }
 
 async fn connect_app(app: &App) -> Result<AppSender, LaneError> {
@@ -296,30 +357,57 @@ async fn connect_app(app: &App) -> Result<AppSender, LaneError> {
     Ok(sender)
 }
 
+/// A client connection's own connection to the app, and when it was last used.
+struct AppConnection {
+    sender: AppSender,
+    used: Instant,
+}
+
 /// Sends one request to the app on the connection's own app connection.
+///
+/// uvicorn closes an app connection `timeout_keep_alive` after its last answer, so one idle
+/// for a while is replaced before use rather than raced; and a request the app connection
+/// never took (it closed just then) is sent once more on a new one.
 async fn forward(
     lane: &Lane,
-    app_connection: &tokio::sync::Mutex<Option<AppSender>>,
+    app_connection: &tokio::sync::Mutex<Option<AppConnection>>,
     request: Request<Body>,
 ) -> Response<Body> {
     let mut slot = app_connection.lock().await;
-    if slot.as_ref().is_none_or(|sender| sender.is_closed()) {
-        *slot = connect_app(&lane.app).await.ok();
-    }
-    let Some(sender) = slot.as_mut() else {
-        return bad_gateway();
-    };
-    if sender.ready().await.is_err() {
-        *slot = None;
-        return bad_gateway();
-    }
-    match sender.send_request(request).await {
-        Ok(response) => response.map(BodyExt::boxed),
-        Err(_) => {
+    let mut request = request;
+    for _ in 0..2 {
+        let stale = slot.as_ref().is_none_or(|app| {
+            app.sender.is_closed() || app.used.elapsed() >= APP_CONNECTION_REUSE_LIMIT
+        });
+        if stale {
+            *slot = match connect_app(&lane.app).await {
+                Ok(sender) => Some(AppConnection {
+                    sender,
+                    used: Instant::now(),
+                }),
+                Err(_) => None,
+            };
+        }
+        let Some(app) = slot.as_mut() else {
+            return bad_gateway();
+        };
+        app.used = Instant::now();
+        if app.sender.ready().await.is_err() {
             *slot = None;
-            bad_gateway()
+            continue;
+        }
+        match app.sender.try_send_request(request).await {
+            Ok(response) => return response.map(BodyExt::boxed),
+            Err(mut failed) => {
+                *slot = None;
+                match failed.take_message() {
+                    Some(unsent) => request = unsent,
+                    None => return bad_gateway(),
+                }
+            }
         }
     }
+    bad_gateway()
 }
 
 fn bad_gateway() -> Response<Body> {
@@ -388,10 +476,10 @@ fn watched(
 
 async fn handle(
     lane: &Arc<Lane>,
-    app_connection: &tokio::sync::Mutex<Option<AppSender>>,
+    app_connection: &tokio::sync::Mutex<Option<AppConnection>>,
     request: Request<Incoming>,
     connection: &Connection,
-) -> Response<Body> {
+) -> Result<Response<Body>, LaneError> {
     let (mut parts, body) = request.into_parts();
     // Only the lane hands out tickets and says who the client is.
     parts.headers.remove(TICKET_HEADER);
@@ -402,24 +490,31 @@ async fn handle(
         &connection.peer.to_string(),
     );
     let Some(route) = lane_route(&parts) else {
-        return forward(
+        return Ok(forward(
             lane,
             app_connection,
             Request::from_parts(parts, body.boxed()),
         )
-        .await;
+        .await);
     };
     let Ok(collected) = body.collect().await else {
-        // The client went away mid-body: nobody is left to answer.
-        return bad_gateway();
+        return Err(LaneError::BodyCut);
     };
     let body = collected.to_bytes();
     let served = match route {
         Route::Chat => serve_chat(lane, &parts, &body, connection).await,
         Route::Messages => serve_messages(lane, &parts, &body, connection).await,
     };
-    match served {
-        Served::Answer(response) => response,
+    Ok(match served {
+        Served::Answer(mut response) => {
+            if lane.busy() {
+                lane.count("closed_busy");
+                response
+                    .headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
+            }
+            response
+        }
         Served::Gone => {
             lane.count("client_gone");
             bad_gateway()
@@ -437,7 +532,7 @@ async fn handle(
             }
             forward(lane, app_connection, request).await
         }
-    }
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1129,6 +1224,12 @@ impl ReplayQueue {
     }
 }
 
+/// Headers the lane takes in one request (see `serve_connection`).
+const MAX_HEADERS: usize = 1000;
+/// The shortest pause between two checks of an idle connection.
+const IDLE_CHECK_MIN: Duration = Duration::from_millis(10);
+/// An app connection unused for this long is replaced before use (uvicorn closes idle ones).
+const APP_CONNECTION_REUSE_LIMIT: Duration = Duration::from_secs(1);
 /// How long the listener pauses after a failed accept.
 const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(10);
 /// How often a waiting request checks that its client is still there.

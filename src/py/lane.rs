@@ -37,8 +37,16 @@ fn running() -> PyResult<Arc<Lane>> {
 /// Starts the lane on the runtime: it accepts on the listening socket `listen_fd` (a duplicate
 /// is taken; the caller keeps its own) and forwards what it does not serve to the app on the
 /// Unix socket `app_socket`. Serves nothing until `lane_configure(enabled=True)`.
+/// `shared_socket`: other workers accept on the same socket. `keep_alive_timeout`: uvicorn's
+/// `timeout_keep_alive` in seconds, for idle client connections (None: never closed).
 #[pyfunction]
-pub fn start_lane(listen_fd: i32, app_socket: String) -> PyResult<()> {
+#[pyo3(signature = (listen_fd, app_socket, shared_socket, keep_alive_timeout))]
+pub fn start_lane(
+    listen_fd: i32,
+    app_socket: String,
+    shared_socket: bool,
+    keep_alive_timeout: Option<f64>,
+) -> PyResult<()> {
     use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd};
 
     // SAFETY: the caller passes an open listening socket it keeps open for this call.
@@ -57,6 +65,10 @@ pub fn start_lane(listen_fd: i32, app_socket: String) -> PyResult<()> {
             socket: app_socket.into(),
         },
         Arc::clone(&engine),
+        shared_socket,
+        keep_alive_timeout
+            .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
+            .map(std::time::Duration::from_secs_f64),
     );
     let serving = Arc::clone(&lane);
     let accept = engine.runtime.spawn(async move {
