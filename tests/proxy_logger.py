@@ -89,6 +89,7 @@ class Recorder(CustomLogger):
                 "usage": _usage(response_obj),
                 "rust": _served_by_rust(response_obj),
                 "lane": _lane_counts(),
+                "pid": os.getpid(),
                 "requester_ip": _requester_ip(kwargs),
                 "payload": kwargs.get("standard_logging_object"),
             }
