@@ -17,12 +17,13 @@ use std::time::Instant;
 use bytes::Bytes;
 use tokio::sync::{Notify, mpsc};
 
-use super::answer::{self, CostHeaders, Timings};
 use super::restamp::{Restamper, contains};
-use super::streamed::{CLIENT_FRAMES, client_body, end_after_stop, end_piece, send_the_proxys_end};
+use super::streamed::{
+    CLIENT_FRAMES, StreamHead, client_body, end_after_stop, end_piece, send_the_proxys_end,
+};
 use super::{
-    Connection, LaneDeployment, Outcome, PendingReplay, Served, Serving, StreamOutcome,
-    enqueue_replay, pending_replay, tickets,
+    Connection, PendingReplay, Served, Serving, StreamOutcome, enqueue_replay, pending_replay,
+    tickets,
 };
 use crate::http::UpstreamRequest;
 use crate::providers::messages::stream::{AnthropicPassthrough, BedrockInvokeStream, sse_frame};
@@ -38,11 +39,7 @@ const MAX_HELD_READS: usize = 200;
 
 /// An admitted `/v1/messages` stream.
 pub(super) struct MessagesStream {
-    pub model_group: String,
-    pub key_spend: f64,
-    pub deployment: Arc<LaneDeployment>,
-    pub call_id: (String, bool),
-    pub received: Instant,
+    pub head: StreamHead,
     /// The router holds the stream's frames back until its first content (a retry could
     /// still take it over): the lane answers only then.
     pub held: bool,
@@ -80,7 +77,7 @@ pub(super) async fn serve(
     lane.engine
         .runtime
         .spawn(stream::pump(response, transform, tx, Arc::clone(&stop)));
-    let mut restamper = Restamper::new(&stream.model_group);
+    let mut restamper = Restamper::new(&stream.head.model_group);
     // Every byte read until the restamp is decided, and what the proxy writes of them.
     let mut head = Vec::new();
     let mut written = Vec::new();
@@ -131,23 +128,15 @@ pub(super) async fn serve(
         let pieces = vec![Piece::Raw(Bytes::from(head)), end_piece(end)];
         return to_proxy(lane, &stream, Ok(provider_headers), pieces);
     }
-    let timings = Timings {
-        total_ms: stream.received.elapsed().as_secs_f64() * 1000.0,
-        upstream_ms: called.elapsed().as_secs_f64() * 1000.0,
-    };
-    let mut headers = answer::headers(
+    let mut headers = stream.head.headers(
         &lane.table.settings(),
-        &stream.deployment,
-        &stream.model_group,
-        &stream.call_id.0,
-        CostHeaders::Stream,
-        stream.key_spend,
-        timings,
+        called.elapsed().as_secs_f64() * 1000.0,
         &provider_headers,
     );
     // The proxy names the API base of its `/v1/messages` route, not its chat route's.
     headers.retain(|(name, _)| name != API_BASE_HEADER);
     let api_base = stream
+        .head
         .deployment
         .messages
         .as_ref()
@@ -222,11 +211,7 @@ fn to_proxy(
         pieces,
         raw: true,
     };
-    Served::Replay(lane.tickets.issue(
-        &stream.deployment.id,
-        stream.call_id.clone(),
-        Outcome::Stream(outcome),
-    ))
+    Served::Replay(stream.head.issue(lane, outcome))
 }
 
 /// Writes one stream to its client, then queues its replay.
@@ -300,11 +285,7 @@ impl Writer {
             pieces: vec![Piece::Raw(Bytes::from(read)), end_piece(end)],
             raw: true,
         };
-        self.lane.tickets.issue(
-            &stream.deployment.id,
-            stream.call_id.clone(),
-            Outcome::Stream(outcome),
-        )
+        stream.head.issue(&self.lane, outcome)
     }
 
     /// The client left mid-stream: the provider connection is closed at once, and the replay

@@ -779,11 +779,13 @@ async fn serve_messages(
     let call_id = call_id(&parts.headers);
     if stream {
         let stream = messages_stream::MessagesStream {
-            model_group,
-            key_spend,
-            deployment,
-            call_id,
-            received,
+            head: streamed::StreamHead {
+                model_group,
+                key_spend,
+                deployment,
+                call_id,
+                received,
+            },
             held,
             bedrock,
         };
@@ -920,12 +922,14 @@ async fn serve_chat(
             usage_chunk,
         } => {
             let stream = streamed::Stream {
-                model_group,
-                key_spend,
-                deployment,
-                call_id,
+                head: streamed::StreamHead {
+                    model_group,
+                    key_spend,
+                    deployment,
+                    call_id,
+                    received,
+                },
                 usage_chunk,
-                received,
             };
             return streamed::serve(
                 lane, parts, body, connection, stream, upstream, transform, serving,

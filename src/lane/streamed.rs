@@ -32,15 +32,54 @@ pub(super) const CLIENT_FRAMES: usize = 8;
 const TAIL_TIMEOUT: Duration = Duration::from_secs(60);
 const DONE: &[u8] = b"data: [DONE]\n\n";
 
-/// An admitted stream.
-pub(super) struct Stream {
+/// What every stream the lane admits carries, chat and `/v1/messages` alike.
+pub(super) struct StreamHead {
     pub model_group: String,
     pub key_spend: f64,
     pub deployment: Arc<LaneDeployment>,
     pub call_id: (String, bool),
+    pub received: Instant,
+}
+
+impl StreamHead {
+    /// The proxy's headers for a stream, written before any cost is known.
+    pub fn headers(
+        &self,
+        settings: &super::table::Settings,
+        upstream_ms: f64,
+        provider_headers: &http::HeaderMap,
+    ) -> Vec<(String, String)> {
+        let timings = Timings {
+            total_ms: self.received.elapsed().as_secs_f64() * 1000.0,
+            upstream_ms,
+        };
+        answer::headers(
+            settings,
+            &self.deployment,
+            &self.model_group,
+            &self.call_id.0,
+            CostHeaders::Stream,
+            self.key_spend,
+            timings,
+            provider_headers,
+        )
+    }
+
+    /// A ticket for the proxy: this stream's outcome.
+    pub fn issue(&self, lane: &super::Lane, outcome: StreamOutcome) -> tickets::Issued {
+        lane.tickets.issue(
+            &self.deployment.id,
+            self.call_id.clone(),
+            Outcome::Stream(outcome),
+        )
+    }
+}
+
+/// An admitted chat stream.
+pub(super) struct Stream {
+    pub head: StreamHead,
     /// The client asked for the usage chunk (`stream_options.include_usage`).
     pub usage_chunk: bool,
-    pub received: Instant,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -94,21 +133,9 @@ pub(super) async fn serve(
         };
         return replay_through_proxy(lane, &stream, outcome);
     };
-    let settings = lane.table.settings();
-    let timings = Timings {
-        total_ms: stream.received.elapsed().as_secs_f64() * 1000.0,
-        upstream_ms,
-    };
-    let headers = answer::headers(
-        &settings,
-        &stream.deployment,
-        &stream.model_group,
-        &stream.call_id.0,
-        CostHeaders::Stream,
-        stream.key_spend,
-        timings,
-        &provider_headers,
-    );
+    let headers = stream
+        .head
+        .headers(&lane.table.settings(), upstream_ms, &provider_headers);
     let (frames, frames_rx) = mpsc::channel::<Bytes>(CLIENT_FRAMES);
     let writer = Writer {
         lane: Arc::clone(lane),
@@ -128,12 +155,7 @@ pub(super) async fn serve(
 
 /// Forwards the request to the proxy with a ticket for the stream's outcome.
 fn replay_through_proxy(lane: &super::Lane, stream: &Stream, outcome: StreamOutcome) -> Served {
-    let issued = lane.tickets.issue(
-        &stream.deployment.id,
-        stream.call_id.clone(),
-        Outcome::Stream(outcome),
-    );
-    Served::Replay(issued)
+    Served::Replay(stream.head.issue(lane, outcome))
 }
 
 pub(super) fn end_piece(end: Result<Value, StreamError>) -> Piece {
@@ -215,7 +237,7 @@ impl Writer {
         mut receiver: stream::Receiver,
     ) {
         let mut frame = Vec::new();
-        stream::proxy_frame(&first_chunk, &stream.model_group, &mut frame);
+        stream::proxy_frame(&first_chunk, &stream.head.model_group, &mut frame);
         if !self.send(frame).await {
             return self.client_gone(stream, first_chunk, receiver).await;
         }
@@ -232,7 +254,7 @@ impl Writer {
             let Some(batch) = batch else { break };
             let mut frames = Vec::new();
             for chunk in &batch.chunks {
-                stream::proxy_frame(chunk, &stream.model_group, &mut frames);
+                stream::proxy_frame(chunk, &stream.head.model_group, &mut frames);
             }
             if !frames.is_empty() && !self.send(frames).await {
                 return self.client_gone(stream, first_chunk, receiver).await;
@@ -266,11 +288,7 @@ impl Writer {
             pieces: vec![Piece::Chunks(vec![first_chunk]), end_piece(end)],
             raw: false,
         };
-        self.lane.tickets.issue(
-            &stream.deployment.id,
-            stream.call_id,
-            Outcome::Stream(outcome),
-        )
+        stream.head.issue(&self.lane, outcome)
     }
 
     /// The client left mid-stream: the provider connection is closed at once, and the replay
