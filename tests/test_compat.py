@@ -161,3 +161,38 @@ def test_importing_compat_does_not_import_litellm() -> None:
         "assert 'litellm' not in sys.modules, sorted(m for m in sys.modules if 'litellm.' in m)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_sdk_install_registers_no_litellm_callbacks() -> None:
+    """Importing the proxy's module registers its hooks as LiteLLM callbacks, after which every
+    SDK call (on either path) runs LiteLLM's logging and cost: `install()` must not do that."""
+    code = (
+        "import sys, litellm, litellm_fastpath\n"
+        "litellm_fastpath.install()\n"
+        "assert litellm_fastpath.is_installed()\n"
+        "assert 'litellm.proxy.proxy_server' not in sys.modules\n"
+        "assert litellm.callbacks == [] and litellm._async_success_callback == [], "
+        "litellm.callbacks\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_proxy_names_are_checked_where_the_proxy_runs() -> None:
+    """A name from the proxy's module that LiteLLM lacks turns the fast path off in the proxy,
+    and is not looked up (so not imported) in an SDK process."""
+    code = (
+        "import sys, warnings, litellm_fastpath\n"
+        "from litellm_fastpath import compat\n"
+        "compat._PRIVATE['gone'] = ('litellm.proxy.proxy_server', 'gone')\n"
+        "if sys.argv[1] == 'proxy':\n"
+        "    import litellm.proxy.proxy_server\n"
+        "with warnings.catch_warnings(record=True):\n"
+        "    warnings.simplefilter('always')\n"
+        "    litellm_fastpath.install()\n"
+        "print(litellm_fastpath.is_installed())\n"
+    )
+    for where, installed in (("sdk", "True"), ("proxy", "False")):
+        out = subprocess.run(
+            [sys.executable, "-c", code, where], check=True, timeout=120, capture_output=True
+        )
+        assert out.stdout.decode().split()[-1] == installed, where

@@ -271,7 +271,7 @@ def router_holds_messages_streams(router: Any, model_group: str, model_info: Any
 
 def proxy_server() -> Any:
     """The proxy's module: its globals (router, settings, key cache, master key, app)."""
-    return importlib.import_module("litellm.proxy.proxy_server")
+    return importlib.import_module(_PROXY_SERVER)
 
 
 def logging_executor() -> Any:
@@ -302,6 +302,19 @@ def is_tested_version(version: str) -> bool:
     return _TESTED_FROM <= release < _TESTED_BELOW
 
 
+# Importing the proxy's module registers its hooks (the model max-budget limiter) as LiteLLM
+# callbacks: in an SDK process every call, on either path, would then run LiteLLM's logging and
+# cost for nobody. Names from it are checked only where the proxy is already loaded.
+_PROXY_SERVER = "litellm.proxy.proxy_server"
+
+
+def _checked_names() -> list[str]:
+    import sys
+
+    in_proxy = _PROXY_SERVER in sys.modules
+    return [name for name, (module, _) in _PRIVATE.items() if in_proxy or module != _PROXY_SERVER]
+
+
 def unusable_reason() -> str | None:
     """Why `install()` must leave LiteLLM alone, or None when it may patch it."""
     version = litellm_version()
@@ -310,7 +323,7 @@ def unusable_reason() -> str | None:
     try:
         import litellm
 
-        for name in _PRIVATE:
+        for name in _checked_names():
             _private(name)
         for attribute in _PRIVATE_ATTRIBUTES:
             getattr(litellm, attribute)
