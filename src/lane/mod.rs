@@ -35,8 +35,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::header::{AUTHORIZATION, CONNECTION, CONTENT_LENGTH};
-use http::{HeaderName, HeaderValue, Method};
+use http::header::{AUTHORIZATION, CONNECTION, CONTENT_LENGTH, UPGRADE};
+use http::{HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -375,6 +375,12 @@ async fn forward(
 ) -> Response<Body> {
     let mut slot = app_connection.lock().await;
     let mut request = request;
+    // A WebSocket (or other) upgrade: once the app answers 101, both connections become one
+    // byte stream that the lane carries both ways until either side closes.
+    let mut client_upgrade = request
+        .headers()
+        .contains_key(UPGRADE)
+        .then(|| hyper::upgrade::on(&mut request));
     for _ in 0..2 {
         let stale = slot.as_ref().is_none_or(|app| {
             app.sender.is_closed() || app.used.elapsed() >= APP_CONNECTION_REUSE_LIMIT
@@ -397,7 +403,17 @@ async fn forward(
             continue;
         }
         match app.sender.try_send_request(request).await {
-            Ok(response) => return response.map(BodyExt::boxed),
+            Ok(mut response) => {
+                if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    if let Some(client_upgrade) = client_upgrade.take() {
+                        let app_upgrade = hyper::upgrade::on(&mut response);
+                        // This app connection now belongs to the upgraded session.
+                        *slot = None;
+                        tokio::spawn(carry_upgraded(client_upgrade, app_upgrade));
+                    }
+                }
+                return response.map(BodyExt::boxed);
+            }
             Err(mut failed) => {
                 *slot = None;
                 match failed.take_message() {
@@ -408,6 +424,15 @@ async fn forward(
         }
     }
     bad_gateway()
+}
+
+/// Carries an upgraded connection's bytes both ways until one side closes (the other side's
+/// write half is then shut down) or breaks (both are dropped, which closes the other).
+async fn carry_upgraded(client: hyper::upgrade::OnUpgrade, app: hyper::upgrade::OnUpgrade) {
+    let (Ok(client), Ok(app)) = tokio::join!(client, app) else {
+        return;
+    };
+    let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(app)).await;
 }
 
 fn bad_gateway() -> Response<Body> {
