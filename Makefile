@@ -21,16 +21,16 @@ build: $(PY)
 	$(VENV)/bin/maturin develop --release -q
 
 demo: setup
-	$(PY) -m litellm_fastpath.demo
+	$(PY) -m devtools.demo
 
 lint: $(PY)
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	PYO3_PYTHON=$(abspath $(PY)) cargo clippy --all-targets --features python -- -D warnings
-	$(VENV)/bin/ruff check python tests benches
-	$(VENV)/bin/ruff format --check python tests benches
+	$(VENV)/bin/ruff check python devtools tests benches
+	$(VENV)/bin/ruff format --check python devtools tests benches
 	$(PY) -m mypy.stubtest litellm_fastpath._native
-	$(PY) -m mypy python/litellm_fastpath
+	$(PY) -m mypy python/litellm_fastpath devtools
 
 rust-test:
 	cargo test
@@ -93,8 +93,8 @@ bench-lane: $(PY)
 
 bench-lane-messages: $(PY)
 	$(PY) -m pip install -q matplotlib
-	$(PY) -m benches.lane_messages
-	$(PY) -m benches.lane_messages --provider bedrock
+	$(PY) -m benches.lane --route messages
+	$(PY) -m benches.lane --route messages --provider bedrock
 
 # Not part of `bench`: 10 minutes per arm (~22 min in all).
 bench-soak: $(PY)

@@ -21,14 +21,12 @@ from typing import Any
 from benches._common import (
     ARMS,
     AUTH,
-    EMBEDDING_DIMS,
-    MIB,
     RESULTS,
     ROOT,
     WORKLOAD_NAMES,
     BenchProxy,
     arg_parser,
-    cpu_seconds,
+    bench_mock,
     fmt,
     lat_stats,
     loadavg,
@@ -37,19 +35,23 @@ from benches._common import (
     machine,
     machine_line,
     median,
-    proc_status,
     run_loadgen,
-    system_busy_seconds,
+    table,
     wait_quiet,
     workloads,
     write_results,
 )
-from litellm_fastpath.mock_provider import ServerProcess
+from devtools.procfs import MIB, cpu_seconds, proc_status, system_busy_seconds
 
 P99_LIMIT_MS = 50.0
 # Finer steps where a 1-worker proxy saturates (~80-120 req/s on these 2-core boxes).
 DEFAULT_RATES = (25, 50, 70, 85, 100, 115, 130, 150, 175, 200, 250, 300, 400, 500, 700, 1000)
 QS = ("p50", "p99", "p999")
+SUMMARY_HEAD = ["provider", "python max req/s", "rust max req/s", "rust/python", "half rate"]
+SUMMARY_HEAD += ["added p50 py ms", "added p50 rust ms", "rust/py p50", "added p99 py"]
+SUMMARY_HEAD += ["added p99 rust", "CPU s/1k py", "CPU s/1k rust"]
+STEPS_HEAD = ["rate", "rep", "arm", "achieved", "err", "p50", "p99", "p99.9", "added p50"]
+STEPS_HEAD += ["added p99", "added p99.9", "CPU s/1k", "proxy cores", "foreign cores"]
 
 
 def upstream_body(provider: str) -> str:
@@ -378,21 +380,16 @@ def render(data: dict[str, Any]) -> str:
             f"processes at the end: {run['proxy_vmhwm_sum_mib']:.0f} MiB; steps still "
             f"contended after reruns: {contended} of {len(all_steps)}.",
             "",
-            "| provider | python max req/s | rust max req/s | rust/python | "
-            "half rate | added p50 py ms | added p50 rust ms | rust/py p50 | "
-            "added p99 py | added p99 rust | CPU s/1k py | CPU s/1k rust |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
+        rows = []
         for p, s in run["summary"].items():
-            py, rs = s["half_added"]["python"], s["half_added"]["rust"]
-            lines.append(
-                f"| {p} | {s['python_max_rps']:.0f} | "
-                f"{'≥' if s['rust_capped_by_rate_list'] else ''}{s['rust_max_rps']:.0f} | "
-                f"**{fmt(s['max_rate_ratio'])}** | {s['half_rate']:.1f} | {fmt(py['p50'])} | "
-                f"{fmt(rs['p50'])} | **{fmt(s['half_added_p50_ratio'])}** | {fmt(py['p99'])} | "
-                f"{fmt(rs['p99'])} | {fmt(s['half_cpu_per_1k']['python'], 1)} | "
-                f"{fmt(s['half_cpu_per_1k']['rust'], 1)} |"
-            )
+            py, rs, cpu = s["half_added"]["python"], s["half_added"]["rust"], s["half_cpu_per_1k"]
+            capped = "≥" if s["rust_capped_by_rate_list"] else ""
+            cells = [p, f"{s['python_max_rps']:.0f}", f"{capped}{s['rust_max_rps']:.0f}"]
+            cells += [f"**{fmt(s['max_rate_ratio'])}**", f"{s['half_rate']:.1f}", fmt(py["p50"])]
+            cells += [fmt(rs["p50"]), f"**{fmt(s['half_added_p50_ratio'])}**", fmt(py["p99"])]
+            rows.append([*cells, fmt(rs["p99"]), fmt(cpu["python"], 1), fmt(cpu["rust"], 1)])
+        lines += table(SUMMARY_HEAD, rows)
         lines += [
             "",
             "Max req/s = highest offered rate held with p99 ≤ 50 ms and no errors (majority of "
@@ -402,20 +399,16 @@ def render(data: dict[str, Any]) -> str:
             "",
             "<details><summary>All steps</summary>",
             "",
-            "| rate | rep | arm | achieved | err | p50 | p99 | p99.9 | added p50 | added p99 | "
-            "added p99.9 | CPU s/1k | proxy cores | foreign cores | peak RSS MiB |",
-            "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
+        rows = []
         for s in all_steps:
             err = f"{s['errors']}" + (f" ({s['first_error']})" if s["errors"] else "")
-            lat = " | ".join(fmt(s["lat"][q]) for q in QS)
-            added = " | ".join(fmt(s["added"][q]) for q in QS)
-            lines.append(
-                f"| {s['rate']:g} | {s['rep']} | {s['provider']}-{s['arm']} | "
-                f"{s['achieved_rps']:.1f} | {err} | {lat} | {added} | "
-                f"{s['proxy_cpu_s_per_1k']:.1f} | {s['proxy_cores']:.2f} | "
-                f"{s['foreign_cores']:.2f} | {s['proxy_peak_rss_mib']:.0f} |"
-            )
+            cells = [f"{s['rate']:g}", s["rep"], f"{s['provider']}-{s['arm']}"]
+            cells += [f"{s['achieved_rps']:.1f}", err, *(fmt(s["lat"][q]) for q in QS)]
+            cells += [fmt(s["added"][q]) for q in QS]
+            cells += [f"{s['proxy_cpu_s_per_1k']:.1f}", f"{s['proxy_cores']:.2f}"]
+            rows.append([*cells, f"{s['foreign_cores']:.2f}", f"{s['proxy_peak_rss_mib']:.0f}"])
+        lines += table([*STEPS_HEAD, "peak RSS MiB"], rows, "rrl" + "r" * 12)
         lines += ["", "</details>", ""]
         if run.get("profile"):
             lines += ["### py-spy profile of the busiest proxy worker (1 worker)", ""]
@@ -437,21 +430,24 @@ def render(data: dict[str, Any]) -> str:
 def render_profile(arm: str, prof: dict[str, Any]) -> list[str]:
     if "error" in prof:
         return [f"- {arm}: failed ({prof['error']})", ""]
-    lines = [
+    incl = [(a, v) for a, v in prof["inclusive_by_area"] if v < 95]
+    areas = [
+        (a, f"{v:.1f}", b, f"{w:.1f}")
+        for (a, v), (b, w) in zip(prof["self_by_area"], incl, strict=False)
+    ]
+    frames = [(f"`{f}`", f"{v:.1f}") for f, v in prof["top_self"][:12]]
+    ours = [(f"`{f}`", f"{v:.1f}") for f, v in prof.get("top_inclusive_litellm", [])[:15]]
+    return [
         f"**{arm} arm** at {prof['rate']:.0f} req/s, {prof['samples']} GIL-holding samples "
         f"(`{prof['svg']}`, raw stacks `{prof['raw']}`).",
         "",
-        "| area (self time) | % | area (inclusive) | % |",
-        "|---|---:|---|---:|",
+        *table(["area (self time)", "%", "area (inclusive)", "%"], areas, "lrlr"),
+        "",
+        *table(["top self frames", "%"], frames),
+        "",
+        *table(["LiteLLM / fast-path frames, inclusive", "%"], ours),
+        "",
     ]
-    incl = [(a, v) for a, v in prof["inclusive_by_area"] if v < 95]
-    for (a, v), (b, w) in zip(prof["self_by_area"], incl, strict=False):
-        lines.append(f"| {a} | {v:.1f} | {b} | {w:.1f} |")
-    lines += ["", "| top self frames | % |", "|---|---:|"]
-    lines += [f"| `{f}` | {v:.1f} |" for f, v in prof["top_self"][:12]]
-    lines += ["", "| LiteLLM / fast-path frames, inclusive | % |", "|---|---:|"]
-    lines += [f"| `{f}` | {v:.1f} |" for f, v in prof.get("top_inclusive_litellm", [])[:15]]
-    return [*lines, ""]
 
 
 def plot(data: dict[str, Any], plt: Any) -> Any:
@@ -529,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(args.wait_quiet)
     started = time.monotonic()
     runs = []
-    with ServerProcess(args=("--embedding-dims", str(EMBEDDING_DIMS))) as mock:
+    with bench_mock() as mock:
         log(f"mock on {mock.url}; measuring generator/mock capacity")
         url, body, secs = mock.url + "/chat/completions", upstream_body("openai"), 1.5
         if not args.quick:

@@ -17,14 +17,14 @@ import gc
 import json
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from benches._common import (
-    ARMS,
     MESSAGES,
     arg_parser,
-    cpu_seconds,
+    bench_mock,
+    finish,
     fmt,
     loadavg,
     machine,
@@ -32,101 +32,100 @@ from benches._common import (
     median,
     percentile,
     run_loadgen,
-    system_busy_seconds,
-    write_results,
+    table,
 )
-from litellm_fastpath.mock_provider import (
+from devtools.deployments import (
     PROVIDERS,
-    ServerProcess,
     deployment_kwargs,
     embedding_deployment_kwargs,
+    served_by_rust,
 )
+from devtools.procfs import cpu_seconds, system_busy_seconds
 
 BAR = 0.15
-EMBEDDING_DIMS = 1536
 EMBEDDING_KINDS = ("openai", "cohere", "titan-v1")
 EMBEDDING_INPUTS = (1, 64)
 
 
-@dataclass(frozen=True)
-class Case:
-    """One benchmarked call: LiteLLM's entry point and its kwargs (minus `rust`)."""
-
-    name: str
-    entry: str
-    kwargs: dict[str, Any]
-
-
-def cases(url: str) -> dict[str, Case]:
+def cases(url: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each benchmarked call: LiteLLM's entry point and its kwargs (minus `rust`)."""
     out = {
-        provider: Case(
-            provider, "acompletion", {**deployment_kwargs(provider, url), "messages": MESSAGES}
-        )
-        for provider in PROVIDERS
+        p: ("acompletion", {**deployment_kwargs(p, url), "messages": MESSAGES}) for p in PROVIDERS
     }
     for kind in EMBEDDING_KINDS:
         for n in EMBEDDING_INPUTS:
             inputs = [f"benchmark input number {i}" for i in range(n)]
-            name = f"embed-{kind}-{n}"
-            kwargs = {**embedding_deployment_kwargs(kind, url), "input": inputs}
-            out[name] = Case(name, "aembedding", kwargs)
+            out[f"embed-{kind}-{n}"] = (
+                "aembedding",
+                {**embedding_deployment_kwargs(kind, url), "input": inputs},
+            )
     return out
 
 
 CASE_NAMES = tuple(cases("http://x"))
 
 
-def served_by_rust(response: Any) -> bool:
-    headers = (getattr(response, "_hidden_params", None) or {}).get("additional_headers") or {}
-    return headers.get("x-litellm-rust") == "true"
-
-
-async def bench_case(litellm: Any, case: Case, args: Any) -> dict[str, Any]:
-    call, kwargs = getattr(litellm, case.entry), case.kwargs
-    rust_kw: dict[str, dict[str, Any]] = {"python": {}, "rust": {"rust": True}}
-    for _ in range(args.warmup):
-        for arm in ARMS:
-            await call(**rust_kw[arm], **kwargs)
-    data = {
-        arm: {"lat": [], "cpu": [], "blocks": [], "not_rust": 0, "rust_on_py": 0} for arm in ARMS
-    }
+async def interleaved_calls(
+    calls: dict[str, Callable[[], Awaitable[bool]]], warmup: int, blocks: int, block_size: int
+) -> dict[str, dict[str, Any]]:
+    """Each arm's call (it says whether the arm it was meant for served it), `warmup` times each
+    first, then in blocks of `block_size` calls, arms interleaved block by block: latency and
+    CPU (`time.process_time()`, every thread) per call, block medians, and how many calls the
+    other path served (those are not credited to the arm)."""
+    for _ in range(warmup):
+        for call in calls.values():
+            await call()
+    out = {arm: {"lat": [], "cpu": [], "blocks": [], "misrouted": 0} for arm in calls}
     perf, cpu = time.perf_counter, time.process_time
-    for _block in range(args.blocks):
-        for arm in ARMS:
-            d, block = data[arm], []
-            for _ in range(args.block_size):
+    for _ in range(blocks):
+        for arm, call in calls.items():
+            d, block = out[arm], []
+            for _ in range(block_size):
                 c0, t0 = cpu(), perf()
-                response = await call(**rust_kw[arm], **kwargs)
+                served = await call()
                 t1, c1 = perf(), cpu()
-                if served_by_rust(response) != (arm == "rust"):
-                    d["not_rust" if arm == "rust" else "rust_on_py"] += 1
-                    if arm == "rust":
-                        continue  # the Python path answered: never credited to Rust
+                if not served:
+                    d["misrouted"] += 1
+                    continue
                 block.append((t1 - t0) * 1000)
                 d["cpu"].append((c1 - c0) * 1000)
             d["lat"] += block
             d["blocks"].append(round(median(block), 4))
-    result: dict[str, Any] = {"provider": case.name, "entry": case.entry, "arms": {}}
-    if case.entry == "acompletion":
+    return out
+
+
+def arm_stats(d: dict[str, Any]) -> dict[str, Any]:
+    lat = sorted(d["lat"])
+    return {
+        "calls": len(lat),
+        "median_ms": median(lat),
+        "p99_ms": percentile(lat, 99),
+        "mean_ms": sum(lat) / len(lat) if lat else float("nan"),
+        "cpu_ms_per_call": sum(d["cpu"]) / len(d["cpu"]) if d["cpu"] else float("nan"),
+        "block_medians_ms": d["blocks"],
+        "misrouted": d["misrouted"],
+    }
+
+
+async def bench_case(litellm: Any, name: str, entry: str, kwargs: dict, args: Any) -> dict:
+    call = getattr(litellm, entry)
+
+    def arm(rust: bool) -> Callable[[], Awaitable[bool]]:
+        async def one() -> bool:
+            return served_by_rust(await call(**kwargs, **({"rust": True} if rust else {}))) == rust
+
+        return one
+
+    calls = {"python": arm(False), "rust": arm(True)}
+    data = await interleaved_calls(calls, args.warmup, args.blocks, args.block_size)
+    result: dict[str, Any] = {"provider": name, "entry": entry}
+    result["arms"] = {a: arm_stats(d) for a, d in data.items()}
+    if entry == "acompletion":
         result["rust_call"] = await rust_call_share(kwargs, args.blocks * args.block_size)
-    for arm, d in data.items():
-        lat = sorted(d["lat"])
-        result["arms"][arm] = {
-            "calls": len(lat),
-            "median_ms": median(lat),
-            "p99_ms": percentile(lat, 99),
-            "mean_ms": sum(lat) / len(lat) if lat else float("nan"),
-            "cpu_ms_per_call": sum(d["cpu"]) / len(d["cpu"]) if d["cpu"] else float("nan"),
-            "block_medians_ms": d["blocks"],
-            "not_served_by_rust": d["not_rust"],
-            "python_arm_served_by_rust": d["rust_on_py"],
-        }
     py, rs = result["arms"]["python"], result["arms"]["rust"]
-    result["ratio_median"] = rs["median_ms"] / py["median_ms"]
-    result["ratio_p99"] = rs["p99_ms"] / py["p99_ms"]
-    result["ratio_cpu"] = rs["cpu_ms_per_call"] / py["cpu_ms_per_call"]
-    ok = rs["not_served_by_rust"] == 0 and rs["calls"] > 0
-    result["bar_met"] = result["ratio_median"] <= BAR and ok
+    for ratio, key in (("median", "median_ms"), ("p99", "p99_ms"), ("cpu", "cpu_ms_per_call")):
+        result[f"ratio_{ratio}"] = rs[key] / py[key]
+    result["bar_met"] = result["ratio_median"] <= BAR and rs["misrouted"] == 0 and rs["calls"] > 0
     return result
 
 
@@ -142,9 +141,8 @@ async def rust_call_share(kwargs: dict[str, Any], calls: int) -> dict[str, float
     for _ in range(calls):
         admitted = integration._admit_chat(dict(kwargs))
         assert admitted is not None, "declined: the bench's case must take the fast path"
-        _, prepared = admitted
         c0, t0 = process(), perf()
-        await await_call(prepared)
+        await await_call(admitted[1])
         t1, c1 = perf(), process()
         lat.append((t1 - t0) * 1000)
         cpu.append((c1 - c0) * 1000)
@@ -163,6 +161,16 @@ def mock_capacity(url: str, quick: bool) -> dict[str, Any]:
 
 
 def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    rows = []
+    for r in results:
+        for arm, a in r["arms"].items():
+            ratios = ["", "", "", ""]
+            if arm == "rust":
+                ratios = [f"**{fmt(r['ratio_median'], 3)}**", fmt(r["ratio_p99"], 3)]
+                ratios += [fmt(r["ratio_cpu"], 3), f"**{'met' if r['bar_met'] else 'NOT met'}**"]
+            cells = [fmt(a[k], 3) for k in ("median_ms", "p99_ms", "cpu_ms_per_call")]
+            rows.append([r["provider"], arm, a["calls"], *cells, *ratios])
+    head = ["case", "arm", "calls", "median ms", "p99 ms", "CPU ms/call", "median rust/py"]
     lines = [
         "# In-process: `litellm.acompletion` / `litellm.aembedding` with `rust=True` vs "
         "LiteLLM's Python path",
@@ -174,52 +182,34 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"{meta['warmup']} warm-up calls per arm first; event loop: {meta['loop']}. "
         "Mock provider in a separate process on loopback.",
         "",
-        "| case | arm | calls | median ms | p99 ms | CPU ms/call | "
-        "median rust/py | p99 rust/py | CPU rust/py | bar ≤ 0.15 |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|:---:|",
+        *table([*head, "p99 rust/py", "CPU rust/py", "bar ≤ 0.15"], rows, "llrrrrrrrc"),
     ]
-    for r in results:
-        for arm, a in r["arms"].items():
-            ratios = " | | |"
-            if arm == "rust":
-                ratios = f" **{fmt(r['ratio_median'], 3)}** | {fmt(r['ratio_p99'], 3)} | "
-                ratios += f"{fmt(r['ratio_cpu'], 3)} | **{'met' if r['bar_met'] else 'NOT met'}**"
-            lines.append(
-                f"| {r['provider']} | {arm} | {a['calls']} | {fmt(a['median_ms'], 3)} | "
-                f"{fmt(a['p99_ms'], 3)} | {fmt(a['cpu_ms_per_call'], 3)} |{ratios} |"
-            )
     shares = [r for r in results if "rust_call" in r]
     if shares:
+        head = ["case", "whole call ms", "Rust call ms", "Python glue ms", "whole CPU ms"]
+        rows = []
+        for r in shares:
+            whole, core = r["arms"]["rust"], r["rust_call"]
+            values = (whole["median_ms"], core["median_ms"], whole["median_ms"] - core["median_ms"])
+            values += (whole["cpu_ms_per_call"], core["cpu_ms_per_call"])
+            rows.append([r["provider"], *(fmt(v, 3) for v in values)])
         lines += [
             "",
             "The Rust call's own share of a `rust=True` call (tokio + reqwest + parse and the "
             "bridge to asyncio, timed around the awaited call alone) beside the whole call:",
             "",
-            "| case | whole call ms | Rust call ms | Python glue ms | whole CPU ms | "
-            "Rust call CPU ms |",
-            "|---|---:|---:|---:|---:|---:|",
+            *table([*head, "Rust call CPU ms"], rows),
         ]
-        for r in shares:
-            whole, core = r["arms"]["rust"], r["rust_call"]
-            lines.append(
-                f"| {r['provider']} | {fmt(whole['median_ms'], 3)} | "
-                f"{fmt(core['median_ms'], 3)} | "
-                f"{fmt(whole['median_ms'] - core['median_ms'], 3)} | "
-                f"{fmt(whole['cpu_ms_per_call'], 3)} | {fmt(core['cpu_ms_per_call'], 3)} |"
-            )
     lines += ["", "Per-block medians (ms), in run order — drift check:", ""]
     for r in results:
         for arm, a in r["arms"].items():
             blocks = ", ".join(fmt(v, 3) for v in a["block_medians_ms"])
             lines.append(f"- {r['provider']} {arm}: {blocks}")
     problems = [
-        f"{r['provider']}: {n} rust calls answered by Python"
+        f"{r['provider']}: {n} {arm} calls answered by {other}"
         for r in results
-        if (n := r["arms"]["rust"]["not_served_by_rust"])
-    ] + [
-        f"{r['provider']}: {n} python calls carried x-litellm-rust"
-        for r in results
-        if (n := r["arms"]["python"]["python_arm_served_by_rust"])
+        for arm, other in (("rust", "Python"), ("python", "Rust"))
+        if (n := r["arms"][arm]["misrouted"])
     ]
     foreign = ", ".join(
         f"{r['provider']} {r['foreign_cores']:.2f} (loadavg {r['loadavg_after']})" for r in results
@@ -242,18 +232,19 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"(p99 {fmt(c16['p99_ms'], 3)} ms) — far above anything measured here.",
             "",
         ]
+    logging = (
+        "one `CustomLogger` configured (LiteLLM's logging, cost and standard logging payload "
+        "run on both arms, as in a proxy)."
+        if meta["callbacks"]
+        else "no callbacks configured."
+    )
     lines += [
         "Notes: latency is wall time around each `await`; CPU is the `time.process_time()` delta "
         "around it, which counts all threads of this process (the Rust runtime's threads "
-        "included). A rust call is counted only if its response carries "
-        '`_hidden_params["additional_headers"]["x-litellm-rust"] == "true"`. '
-        "`LITELLM_LOCAL_MODEL_COST_MAP=True`; "
-        + (
-            "one `CustomLogger` configured (LiteLLM's logging, cost and standard logging "
-            "payload run on both arms, as in a proxy)."
-            if meta["callbacks"]
-            else "no callbacks configured."
-        ),
+        "included). A call is credited to the rust arm only if its response carries both "
+        "fast-path headers (`x-litellm-rust: true`, `x-litellm-fastpath`) in "
+        '`_hidden_params["additional_headers"]`, to the python arm only if it carries neither. '
+        f"`LITELLM_LOCAL_MODEL_COST_MAP=True`; {logging}",
         "",
     ]
     return "\n".join(lines)
@@ -272,19 +263,18 @@ async def run(args: Any) -> int:
         litellm.callbacks = [type("CountingLogger", (CustomLogger,), {})()]
     info = machine(args.wait_quiet)
     results: list[dict[str, Any]] = []
-    with ServerProcess(args=("--embedding-dims", str(EMBEDDING_DIMS))) as mock:
+    with bench_mock() as mock:
         cap = mock_capacity(mock.url, args.quick) if args.capacity else None
         all_cases = cases(mock.url)
         for name in args.cases:
             gc.collect()
             w0, b0, o0 = time.monotonic(), system_busy_seconds(), time.process_time()
             m0 = cpu_seconds([mock.pid])
-            r = await bench_case(litellm, all_cases[name], args)
+            r = await bench_case(litellm, name, *all_cases[name], args)
             ours = time.process_time() - o0 + cpu_seconds([mock.pid]) - m0
             # CPU the rest of the machine used meanwhile (other builds/tests skew results).
-            r["foreign_cores"] = max(
-                0.0, (system_busy_seconds() - b0 - ours) / (time.monotonic() - w0)
-            )
+            busy = system_busy_seconds() - b0 - ours
+            r["foreign_cores"] = max(0.0, busy / (time.monotonic() - w0))
             r["loadavg_after"] = loadavg()
             results.append(r)
             print(
@@ -302,11 +292,8 @@ async def run(args: Any) -> int:
         "bar": BAR,
         "callbacks": args.callbacks,
     }
-    markdown = render(results, meta)
-    print(markdown)
-    if not args.no_write:
-        write_results(args.out, markdown, {"meta": meta, "results": results})
-    ok = all(r["arms"]["rust"]["not_served_by_rust"] == 0 for r in results)
+    finish(args, args.out, render(results, meta), {"meta": meta, "results": results})
+    ok = all(r["arms"]["rust"]["misrouted"] == 0 for r in results)
     return 0 if ok and (not args.check_bar or all(r["bar_met"] for r in results)) else 1
 
 
@@ -319,9 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--uvloop", action="store_true", help="run on uvloop (the proxy's loop)")
     p.add_argument("--no-capacity", dest="capacity", action="store_false", help="skip the mock's")
     p.add_argument("--check-bar", action="store_true", help="exit 1 unless every bar is met")
-    p.add_argument(
-        "--callbacks", action="store_true", help="one CustomLogger configured, as in a proxy"
-    )
+    p.add_argument("--callbacks", action="store_true", help="one CustomLogger, as in a proxy")
     p.add_argument("--out", help="results name (default inprocess, inprocess-callbacks)")
     args = p.parse_args(argv)
     args.out = args.out or ("inprocess-callbacks" if args.callbacks else "inprocess")

@@ -1,104 +1,79 @@
 """The fast lane (`fastpath_lane: true`) through the proxy, against the plain model, in one run.
 
-Two proxies on one mock provider: the usual one (`openai-python`, `openai-rust`) and one with the
+Chat (`python -m benches.lane [--quick]`; results in `benches/results/lane.{md,json,png}`): two
+proxies on one mock provider, the usual one (`openai-python`, `openai-rust`) and one with the
 lane on (`openai-rust` served by the lane). Open-loop load from its own process, arms
 interleaved per step:
 - added latency over direct-to-mock at 45 req/s (p50, p99), one worker;
 - each arm's highest rate at p99 <= 50 ms and no errors, one worker, and the lane with two;
 - callback count = request count on the lane proxy (a counting callback, read after the run).
 
-`python -m benches.lane [--quick]`; results in `benches/results/lane.{md,json,png}`.
+`/v1/messages` (`python -m benches.lane --route messages [--quick] [--provider bedrock]`; results
+in `benches/results/lane-messages[-bedrock].{md,json}`): against the plain model (LiteLLM's
+Python path), `rust: true` without the lane, and LiteLLM's own native route (`LITELLM_RUST=1`),
+requests as the Anthropic SDK sends them (`x-api-key`, `anthropic-version`), to `anthropic/…` on
+the mock provider, non-streaming and streamed (64 text deltas); with `--provider bedrock`, to
+Bedrock Invoke (Claude) on the mock, where LiteLLM has no native route (three arms). Added
+latency over direct-to-mock at 45 req/s through one worker (p50, p99; to the last byte for
+streams) and the proxy's CPU per request, open loop, arms interleaved per repetition; callback
+count = request count on the lane proxy (read after its shutdown). Method: benches/README.md.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from benches._common import (
-    AUTH,
+    CHECKS,
     MESSAGES,
     RESULTS,
-    RUST_HEADER,
+    WARMUP,
+    added,
     arg_parser,
-    cpu_seconds,
-    lat_stats,
+    direct_step,
+    finish,
+    interleaved,
+    lane_callbacks,
+    load_step,
     log,
     machine,
     machine_line,
     median,
-    process_tree,
-    run_loadgen,
+    start_proxy,
+    table,
+    teach_lane,
     write_results,
 )
-from litellm_fastpath import mock_provider as mock_module
-from litellm_fastpath.mock_provider import ServerProcess
-from tests.harness import ProxyProcess
+from benches.messages import deployment
+from devtools.deployments import BEDROCK_MODEL_ID, deployment_kwargs
+from devtools.processes import MASTER_KEY, ServerProcess
 
 ROUTE = "/chat/completions"
-BODY = {"messages": MESSAGES}
 LATENCY_RATE = 45.0
 P99_BAR_MS = 50.0
 ARMS = ("python", "rust", "lane")
-WARMUP = 20  # unrecorded requests before each step (`_common.loadgen_cmd`)
+PYTHON_RATES = [40, 60, 80, 100, 120, 140, 160]
+LANE_RATES = [100, 150, 200, 250, 300, 350, 400, 500, 600, 800]
+MESSAGES_ROUTE = "/v1/messages"
+SDK_HEADERS = ("-H", f"x-api-key: {MASTER_KEY}", "-H", "anthropic-version: 2023-06-01")
+MESSAGE_ARMS = ("python", "native", "rust", "lane")
+KINDS = ("plain", "stream")
+NAMES = {
+    "python": "Python (plain model)",
+    "native": "LiteLLM native (`LITELLM_RUST=1`)",
+    "rust": "`rust: true`",
+    "lane": "lane",
+}
 
 
-def start_proxy(mock_url: str, lane: bool, workers: int, log_path: Path) -> ProxyProcess:
-    params = mock_module.deployment_kwargs("openai", mock_url)
-    models = [
-        {"model_name": "openai-python", "litellm_params": dict(params)},
-        {"model_name": "openai-rust", "litellm_params": {**params, "rust": True}},
-    ]
-    settings: dict[str, Any] = {
-        "callbacks": ["litellm_fastpath.proxy.accelerator", "tests.proxy_logger.recorder"]
-    }
-    if lane:
-        settings["fastpath_lane"] = True
-    root = str(Path(__file__).resolve().parents[1])
-    proxy = ProxyProcess(
-        models,
-        settings,
-        workers=workers,
-        startup_timeout=120,
-        extra_env={
-            "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
-            "FASTPATH_TEST_CALLBACK_LOG": str(log_path),
-        },
-    )
-    proxy.__enter__()
-    time.sleep(1.0 if workers == 1 else 3.0)
-    for _ in range(3 * workers):  # hand every worker's lane the master key's verdict
-        proxy.post(ROUTE, json={"model": "openai-python", **BODY})
-        proxy.post(ROUTE, json={"model": "openai-rust", **BODY})
-    time.sleep(0.5)
-    return proxy
-
-
-def step(url: str, model: str, rate: float, secs: float, rust: bool, pids: list[int]) -> dict:
-    body = json.dumps({"model": model, **BODY})
-    check = ("--expect-header", RUST_HEADER) if rust else ("--forbid-header", "x-litellm-rust")
-    c0 = cpu_seconds(pids)
-    res = run_loadgen(url + ROUTE, body, rate, secs, "-H", AUTH, *check, "--timeout", "5")
-    cpu = cpu_seconds(pids) - c0
-    return {
-        "rate": rate,
-        "ok": res["ok"],
-        "errors": res["errors"],
-        "achieved_rps": res["achieved_rps"],
-        "lat": lat_stats(res["latencies_ms"]),
-        "proxy_cpu_s_per_1k": cpu / max(1, res["ok"]) * 1000,
-    }
-
-
-def direct(mock_url: str, rate: float, secs: float) -> dict:
-    body = json.dumps({"model": "gpt-4o-mini", "messages": MESSAGES})
-    res = run_loadgen(mock_url + "/chat/completions", body, rate, secs)
-    return {"lat": lat_stats(res["latencies_ms"])}
+def step(proxy: Any, model: str, rate: float, secs: float, arm: str) -> dict[str, Any]:
+    s = load_step(proxy, ROUTE, {"model": model, "messages": MESSAGES}, CHECKS[arm], rate, secs)
+    del s["latencies_ms"]
+    return s
 
 
 def held(s: dict) -> bool:
@@ -119,96 +94,90 @@ def highest(run: Any, rates: list[float]) -> tuple[float, list[dict]]:
     return best, steps
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = arg_parser(__doc__ or "", "shorter steps")
-    parser.add_argument("--replot", action="store_true", help="redraw from results/lane.json")
-    args = parser.parse_args(argv)
-    if args.replot:
-        data = json.loads((RESULTS / "lane.json").read_text())
-        write_results("lane", render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
-        return 0
+def proxy(
+    models: list[dict[str, Any]],
+    workdir: Path,
+    *,
+    lane: bool = False,
+    workers: int = 1,
+    route: str = ROUTE,
+    body: Any = lambda model: {"model": model, "messages": MESSAGES},
+    env: dict[str, str] | None = None,
+) -> Any:
+    """A proxy with `models`, the event recorder (its log at `.log_file`) and, with `lane`, the
+    fast lane, whose every worker has learnt the master key (from requests the proxy served,
+    `body(model)` to `route`) when it returns."""
+    name = "lane" if lane else "native" if env else "plain"
+    log_path = workdir / f"{name}-{workers}.jsonl"
+    log_path.touch()
+    server = start_proxy(models, lane=lane, workers=workers, log_path=log_path, env=env)
+    server.log_file = log_path
+    teach_lane(server, route, [body(m["model_name"]) for m in models], workers)
+    return server
+
+
+def chat(args: Any) -> None:
+    """Chat: added latency, each arm's highest rate, the lane with two workers."""
     secs = 4.0 if args.quick else 8.0
     reps = 1 if args.quick else 3
-    data: dict[str, Any] = {"machine": machine()}
+    data: dict[str, Any] = {"machine": machine(args.wait_quiet)}
     workdir = Path(tempfile.mkdtemp(prefix="lane-bench-"))
     with ServerProcess() as mock:
-        plain_log, lane_log = workdir / "plain.jsonl", workdir / "lane.jsonl"
-        plain_log.touch()
-        lane_log.touch()
-        plain = start_proxy(mock.url, False, 1, plain_log)
-        lane = start_proxy(mock.url, True, 1, lane_log)
+        params = deployment_kwargs("openai", mock.url)
+        models = [
+            {"model_name": "openai-python", "litellm_params": dict(params)},
+            {"model_name": "openai-rust", "litellm_params": {**params, "rust": True}},
+        ]
+        plain, lane = proxy(models, workdir), proxy(models, workdir, lane=True)
+        targets = {
+            "python": (plain, "openai-python"),
+            "rust": (plain, "openai-rust"),
+            "lane": (lane, "openai-rust"),
+        }
+        lane_steps: list[dict] = []
+
+        def run(arm: str, rate: float, s: float = secs) -> dict:
+            server, model = targets[arm]
+            result = step(server, model, rate, s, "rust" if arm == "lane" else arm)
+            if arm == "lane":
+                lane_steps.append(result)
+            return result
+
         try:
-            targets = {
-                "python": (plain, "openai-python", False),
-                "rust": (plain, "openai-rust", True),
-                "lane": (lane, "openai-rust", True),
-            }
-
-            lane_steps: list[dict] = []
-
-            def run(arm: str, rate: float, s: float = secs) -> dict:
-                proxy, model, rust = targets[arm]
-                result = step(proxy.url, model, rate, s, rust, process_tree(proxy.pid))
-                if arm == "lane":
-                    lane_steps.append(result)
-                return result
-
             for arm in ARMS:  # warm every arm
                 run(arm, 50, 2.0)
             log(f"added latency at {LATENCY_RATE:g} req/s, {reps} interleaved repetitions")
-            latency: dict[str, list] = {arm: [] for arm in (*ARMS, "direct")}
-            for rep in range(reps):
-                latency["direct"].append(direct(mock.url, LATENCY_RATE, secs))
-                for arm in ARMS:
-                    latency[arm].append(run(arm, LATENCY_RATE))
-                    log(f"  rep {rep} {arm}: p50 {latency[arm][-1]['lat']['p50']:.2f} ms")
-            base = {q: median(d["lat"][q] for d in latency["direct"]) for q in ("p50", "p99")}
-            added = {
-                arm: {q: median(s["lat"][q] for s in latency[arm]) - base[q] for q in base}
-                for arm in ARMS
+            direct_body = {"model": "gpt-4o-mini", "messages": MESSAGES}
+            runs = {
+                "direct": lambda: direct_step(mock.url + ROUTE, direct_body, LATENCY_RATE, secs)
             }
-            data["latency"] = {"direct": base, "added": added, "steps": latency}
+            runs |= {arm: lambda a=arm: run(a, LATENCY_RATE) for arm in ARMS}
+            steps = interleaved(runs, reps)
+            data["latency"] = {**added(steps, "direct", ARMS), "steps": steps}
             log("highest rate at p99 <= 50 ms")
-            python_rates = [40, 60, 80, 100, 120, 140, 160]
-            lane_rates = [100, 150, 200, 250, 300, 350, 400, 500, 600, 800]
-            rates = {}
-            for arm, ladder in (
-                ("python", python_rates),
-                ("rust", python_rates),
-                ("lane", lane_rates),
-            ):
+            ladders = {"python": PYTHON_RATES, "rust": PYTHON_RATES, "lane": LANE_RATES}
+            data["rates"] = {}
+            for arm, ladder in ladders.items():
                 log(f" {arm}")
-                rates[arm] = highest(lambda r, a=arm: run(a, r), ladder)
-            data["rates"] = {arm: {"max": m, "steps": s} for arm, (m, s) in rates.items()}
+                best, ladder_steps = highest(lambda r, a=arm: run(a, r), ladder)
+                data["rates"][arm] = {"max": best, "steps": ladder_steps}
         finally:
             # SIGTERM with time to replay what was served (each worker drains, then exits).
             lane.stop(term_timeout=60)
             lane.__exit__(None, None, None)
             plain.__exit__(None, None, None)
-        # Every request the lane proxy answered was logged once (read after its shutdown):
-        # the measured ones, each step's 20 warm-up requests, and the 3 of the start.
-        lines = [json.loads(line) for line in lane_log.read_text().splitlines()]
-        answered = sum(s["ok"] + WARMUP for s in lane_steps) + 3
-        data["callbacks"] = {
-            "lane_events": sum(e.get("model_group") == "openai-rust" for e in lines),
-            "lane_requests": answered,
-            "lane_errors": sum(s["errors"] for s in lane_steps),
-        }
-        two = workdir / "two.jsonl"
-        two.touch()
-        lane2 = start_proxy(mock.url, True, 2, two)
+        data["callbacks"] = lane_callbacks(lane.log_file, "openai-rust", lane_steps)
+        lane2 = proxy(models, workdir, lane=True, workers=2)
         try:
             log(" lane, two workers")
             best2, steps2 = highest(
-                lambda r: step(lane2.url, "openai-rust", r, secs, True, process_tree(lane2.pid)),
-                lane_rates,
+                lambda r: step(lane2, "openai-rust", r, secs, "rust"), LANE_RATES
             )
         finally:
             lane2.stop(term_timeout=60)
             lane2.__exit__(None, None, None)
         data["rates"]["lane_2_workers"] = {"max": best2, "steps": steps2}
-    write_results("lane", render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
-    return 0
+    finish(args, "lane", render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
 
 
 PLOT_ALT = "p99 latency against offered rate, one worker: Python, rust: true, lane"
@@ -235,41 +204,182 @@ def plot(data: dict[str, Any], plt: Any) -> Any:
 
 
 def render(data: dict[str, Any]) -> str:
-    added = data["latency"]["added"]
-    rates = data["rates"]
-    py = added["python"]
-    lines = [
-        "# The fast lane through the proxy (`benches/lane.py`)",
-        "",
-        machine_line(data["machine"]),
-        "",
-        "| one worker, open loop | Python (plain model) | rust: true | lane | lane / Python |",
-        "|---|---:|---:|---:|---:|",
+    add, rates = data["latency"]["added"], data["rates"]
+    py = add["python"]
+    rows = [
+        [f"added {q} at {LATENCY_RATE:g} req/s"]
+        + [f"{add[arm][q]:.2f} ms" for arm in ARMS]
+        + [f"**{add['lane'][q] / py[q]:.3f}x**"]
+        for q in ("p50", "p99")
     ]
-    for q in ("p50", "p99"):
-        lines.append(
-            f"| added {q} at {LATENCY_RATE:g} req/s | {py[q]:.2f} ms | {added['rust'][q]:.2f} ms "
-            f"| {added['lane'][q]:.2f} ms | **{added['lane'][q] / py[q]:.3f}x** |"
-        )
     ratio = rates["lane"]["max"] / max(1.0, rates["python"]["max"])
-    lines.append(
-        f"| highest rate at p99 ≤ 50 ms | {rates['python']['max']:g} req/s | "
-        f"{rates['rust']['max']:g} req/s | {rates['lane']['max']:g} req/s | **{ratio:.1f}x** |"
+    rows.append(
+        ["highest rate at p99 ≤ 50 ms"]
+        + [f"{rates[arm]['max']:g} req/s" for arm in ARMS]
+        + [f"**{ratio:.1f}x**"]
     )
+    head = ["one worker, open loop", "Python (plain model)", "rust: true", "lane", "lane / Python"]
     two = rates["lane_2_workers"]["max"] / max(1.0, rates["lane"]["max"])
-    lines += [
-        "",
-        f"Lane with two workers: {rates['lane_2_workers']['max']:g} req/s "
-        f"({two:.2f}x one worker). Rates are the last step of the ladder that held (no errors, "
-        "p99 ≤ 50 ms, ≥ 95% achieved); ≥ when the ladder ran out.",
-        "",
-        f"Callbacks on the lane proxy: {data['callbacks']['lane_events']} events for "
-        f"{data['callbacks']['lane_requests']} requests answered (errors: "
-        f"{data['callbacks']['lane_errors']}; a request that timed out at the client may still "
-        "have been answered and logged).",
-        "",
-    ]
-    return "\n".join(lines)
+    calls = data["callbacks"]
+    return "\n".join(
+        [
+            "# The fast lane through the proxy (`benches/lane.py`)",
+            "",
+            machine_line(data["machine"]),
+            "",
+            *table(head, rows),
+            "",
+            f"Lane with two workers: {rates['lane_2_workers']['max']:g} req/s "
+            f"({two:.2f}x one worker). Rates are the last step of the ladder that held (no "
+            "errors, p99 ≤ 50 ms, ≥ 95% achieved); ≥ when the ladder ran out.",
+            "",
+            f"Callbacks on the lane proxy: {calls['lane_events']} events for "
+            f"{calls['lane_requests']} requests answered (errors: {calls['lane_errors']}; a "
+            "request that timed out at the client may still have been answered and logged).",
+            "",
+        ]
+    )
+
+
+# -- /v1/messages ---------------------------------------------------------------------------------
+
+
+def body(model: str, stream: bool = False) -> dict[str, Any]:
+    return {"model": model, "messages": MESSAGES, "max_tokens": 64} | (
+        {"stream": True} if stream else {}
+    )
+
+
+def direct_target(provider: str, mock_url: str, stream: bool) -> tuple[str, dict[str, Any]]:
+    """The same request sent straight to the mock: its URL and body."""
+    if provider == "bedrock":
+        path = "invoke-with-response-stream" if stream else "invoke"
+        invoke = {"anthropic_version": "bedrock-2023-05-31", "messages": MESSAGES}
+        return f"{mock_url}/model/{BEDROCK_MODEL_ID}/{path}", {**invoke, "max_tokens": 64}
+    return mock_url + MESSAGES_ROUTE, body("claude-sonnet-4-5", stream)
+
+
+def messages_step(server: Any, model: str, arm: str, secs: float, stream: bool) -> dict[str, Any]:
+    checks = CHECKS["rust" if arm == "lane" else arm]
+    s = load_step(
+        server, MESSAGES_ROUTE, body(model, stream), checks, LATENCY_RATE, secs, headers=SDK_HEADERS
+    )
+    cpu_ms = s["proxy_cpu_s"] / max(1, s["ok"] + WARMUP) * 1000
+    return {"ok": s["ok"], "errors": s["errors"], "lat": s["lat"], "cpu_ms_per_request": cpu_ms}
+
+
+def messages(args: Any) -> None:
+    """`/v1/messages`, non-streaming and streamed: added latency and CPU per request."""
+    provider = args.provider
+    # LiteLLM's native `/v1/messages` route serves `anthropic/…` only.
+    arms = MESSAGE_ARMS if provider == "anthropic" else MESSAGE_ARMS[:1] + MESSAGE_ARMS[2:]
+    secs = 4.0 if args.quick else 8.0
+    reps = 1 if args.quick else 3
+    data: dict[str, Any] = {"machine": machine(args.wait_quiet), "rate": LATENCY_RATE}
+    data |= {"provider": provider, "arms": list(arms)}
+    workdir = Path(tempfile.mkdtemp(prefix="lane-messages-bench-"))
+    with ServerProcess() as mock:
+        params = deployment(provider, mock.url)
+        models = [
+            {"model_name": "claude-python", "litellm_params": dict(params)},
+            {"model_name": "claude-rust", "litellm_params": {**params, "rust": True}},
+        ]
+        servers = {
+            name: proxy(models, workdir, route=MESSAGES_ROUTE, body=body, **kw)
+            for name, kw in (
+                ("plain", {}),
+                ("native", {"env": {"LITELLM_RUST": "1"}}),
+                ("lane", {"lane": True}),
+            )
+            if name != "native" or "native" in arms
+        }
+        targets = {
+            "python": (servers["plain"], "claude-python"),
+            "native": (servers.get("native"), "claude-python"),
+            "rust": (servers["plain"], "claude-rust"),
+            "lane": (servers["lane"], "claude-rust"),
+        }
+        runs: dict[tuple[str, str], Any] = {}
+        for kind in KINDS:
+            stream = kind == "stream"
+            url, sent = direct_target(provider, mock.url, stream)
+            runs[kind, "direct"] = lambda u=url, b=sent: direct_step(u, b, LATENCY_RATE, secs)
+            for arm in arms:
+                runs[kind, arm] = lambda a=arm, s=stream: messages_step(*targets[a], a, secs, s)
+        try:
+            warm = [messages_step(*targets[a], a, 2.0, k == "stream") for a in arms for k in KINDS]
+            steps = interleaved(runs, reps)
+        finally:
+            servers["lane"].stop(term_timeout=60)  # drains: every served request is replayed
+            for server in servers.values():
+                server.__exit__(None, None, None)
+    data["kinds"] = {}
+    for kind in KINDS:
+        data["kinds"][kind] = added({a: steps[kind, a] for a in ("direct", *arms)}, "direct", arms)
+        cpu = {a: median(s["cpu_ms_per_request"] for s in steps[kind, a]) for a in arms}
+        data["kinds"][kind]["cpu_ms_per_request"] = cpu
+    data["steps"] = {kind: {a: steps[kind, a] for a in ("direct", *arms)} for kind in KINDS}
+    lane_steps = [*warm[-len(KINDS) :], *(s for kind in KINDS for s in steps[kind, "lane"])]
+    data["callbacks"] = lane_callbacks(servers["lane"].log_file, "claude-rust", lane_steps)
+    name = "lane-messages" if provider == "anthropic" else f"lane-messages-{provider}"
+    finish(args, name, render_messages(data), data)
+
+
+def render_messages(data: dict[str, Any]) -> str:
+    arms = data.get("arms", list(MESSAGE_ARMS))
+    against = [a for a in ("python", "native") if a in arms]
+    target = "Bedrock Invoke (Claude)" if data.get("provider") == "bedrock" else "`anthropic/…`"
+    head = ["", *(NAMES[a] for a in arms)]
+    head += [f"lane / {'plain' if a == 'python' else a}" for a in against]
+
+    def row(label: str, values: dict[str, float]) -> list[str]:
+        ratios = [f"**{values['lane'] / values[a]:.3f}x**" for a in against]
+        return [label, *(f"{values[a]:.2f} ms" for a in arms), *ratios]
+
+    rows = []
+    for kind, label in (("plain", "non-streaming"), ("stream", "streamed, 64 deltas")):
+        add = data["kinds"][kind]["added"]
+        rows += [row(f"{label}: added {q}", {a: add[a][q] for a in arms}) for q in ("p50", "p99")]
+        rows.append(
+            row(f"{label}: proxy CPU per request", data["kinds"][kind]["cpu_ms_per_request"])
+        )
+    calls = data["callbacks"]
+    return "\n".join(
+        [
+            f"# `/v1/messages` to {target} on the fast lane (`benches/lane.py --route messages`)",
+            "",
+            machine_line(data["machine"]),
+            "",
+            f"One worker, open loop at {data['rate']:g} req/s, Anthropic SDK headers; added "
+            "latency over the same request sent to the mock directly (to the last byte of a "
+            "stream), and the proxy's CPU per request (its process tree).",
+            "",
+            *table(head, rows),
+            "",
+            f"Lane proxy: {calls['lane_served']} requests served by the lane; "
+            f"{calls['lane_events']} callback events for {calls['lane_requests']} requests "
+            f"answered (errors: {calls['lane_errors']}).",
+            "",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = arg_parser(__doc__ or "", "shorter steps")
+    parser.add_argument("--route", choices=("chat", "messages"), default="chat")
+    parser.add_argument(
+        "--provider", choices=("anthropic", "bedrock"), default="anthropic", help="messages only"
+    )
+    parser.add_argument("--replot", action="store_true", help="redraw from results/lane.json")
+    args = parser.parse_args(argv)
+    if args.replot:
+        data = json.loads((RESULTS / "lane.json").read_text())
+        write_results("lane", render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
+    elif args.route == "chat":
+        chat(args)
+    else:
+        messages(args)
+    return 0
 
 
 if __name__ == "__main__":

@@ -24,21 +24,16 @@ from collections.abc import Callable
 from typing import Any
 
 from benches._common import (
-    MIB,
     ROOT,
-    Sampler,
     arg_parser,
-    cpu_seconds,
     fetch_json,
     machine,
     machine_line,
     median,
-    proc_status,
-    reset_hwm,
-    system_busy_seconds,
     wait_quiet,
     write_results,
 )
+from devtools.procfs import MIB, Sampler, cpu_seconds, proc_status, reset_hwm, system_busy_seconds
 
 MODEL = "mistral.voxtral-mini-3b-2507"
 REGION = "us-east-1"
@@ -383,7 +378,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"One fresh worker process per measurement, {report['reps']} repetition(s) per cell "
         "(medians; the memory bar uses the worst repetition). Sink in its own process "
-        "(`benches/media_sink.py`), hashing each chunk. *RSS after setup* is measured after the "
+        "(`devtools/media_sink.py`), hashing each chunk. *RSS after setup* is measured after the "
         "inputs exist (kept alive to the end), a warm-up request, `gc.collect()` and "
         "`malloc_trim(0)`; the RSS high-water mark is then reset (`/proc/self/clear_refs`), so "
         "*peak RSS* (VmHWM) is the peak of the sending phase (`ru_maxrss`, in the JSON, also "
@@ -468,7 +463,7 @@ def plot(report: dict[str, Any], plt: Any) -> Any:
 
 
 def parent(args: Any) -> int:
-    from litellm_fastpath.mock_provider import ServerProcess
+    from devtools.processes import ServerProcess
 
     sizes = args.sizes or ((1, 16) if args.quick else (1, 16, 64))
     concurrency = args.concurrency or (1, 16)
@@ -482,7 +477,7 @@ def parent(args: Any) -> int:
     runs: list[dict[str, Any]] = []
     problems: list[str] = []
     matrix = itertools.product(range(reps), sizes, concurrency, args.kinds or KINDS)
-    with ServerProcess("benches.media_sink") as sink:
+    with ServerProcess("devtools.media_sink") as sink:
         for rep, size, conc, kind in matrix:
             shift = rep % len(approaches)  # rotate which approach goes first
             for approach in [*approaches[shift:], *approaches[:shift]]:

@@ -17,24 +17,18 @@ from typing import Any
 
 import httpx
 
-from benches._common import (
+from benches._common import arg_parser, fetch_json, machine, machine_line, wait_quiet, write_results
+from benches.media import body_reference
+from devtools.processes import MASTER_KEY, ProxyProcess, ServerProcess
+from devtools.procfs import (
     MIB,
     Sampler,
-    arg_parser,
     cpu_seconds,
-    fetch_json,
-    machine,
-    machine_line,
     proc_status,
     process_tree,
     reset_hwm,
     system_busy_seconds,
-    wait_quiet,
-    write_results,
 )
-from benches.media import body_reference
-from litellm_fastpath.mock_provider import ServerProcess
-from tests.harness import MASTER_KEY, ProxyProcess
 
 ARMS = {"plain": "plain-voxtral", "rust": "rust-voxtral"}
 BAR = 0.5
@@ -279,7 +273,7 @@ def main() -> int:
     files = [wav(args.size_mib * MIB, 7_000 + i) for i in range(args.concurrency)]
     expected = [body_reference(f) for f in files]
     runs: list[dict[str, Any]] = []
-    with ServerProcess("benches.media_sink") as sink:
+    with ServerProcess("devtools.media_sink") as sink:
         for rep in range(args.reps):
             for arm in args.arms if rep % 2 == 0 else reversed(args.arms):
                 if args.wait_quiet > 0:

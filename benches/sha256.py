@@ -9,7 +9,8 @@ import json
 import subprocess
 import time
 
-from benches._common import MIB, ROOT
+from benches._common import ROOT
+from devtools.procfs import MIB
 
 SIZE = 64 * MIB
 

@@ -19,12 +19,12 @@ from typing import Any
 
 from benches._common import (
     ARMS,
-    EMBEDDING_DIMS,
     RESULTS,
     WORKLOAD_NAMES,
     BenchProxy,
-    Sampler,
     arg_parser,
+    bench_mock,
+    finish,
     fmt,
     lat_stats,
     loadavg,
@@ -32,10 +32,8 @@ from benches._common import (
     machine,
     machine_line,
     median,
-    write_results,
 )
-from litellm_fastpath.mock_provider import ServerProcess
-from tests.harness import proc_state
+from devtools.procfs import Sampler, proc_state
 
 DEFAULT_RATE = 90.0  # req/s when benches/results/gateway.json has no 1-worker rust figure
 CAPACITY_SHARE = 0.8
@@ -409,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     arms: dict[str, Any] = {}
     failed: str | None = None
-    with ServerProcess(args=("--embedding-dims", str(EMBEDDING_DIMS))) as mock:
+    with bench_mock() as mock:
         log(f"mock on {mock.url}; provider {args.provider}; rates {rates}")
         gw = BenchProxy(args, mock)
         for arm in args.arms:
@@ -440,10 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     data = {"meta": meta, "arms": arms, "comparison": comparison}
     markdown = render(data) + (f"\n**Run failed:** {failed}\n" if failed else "")
-    print(markdown)
-    if not args.no_write:
-        draw = (lambda plt: plot(data, plt)) if arms else None
-        write_results(args.out, markdown, data, plot=draw, alt="proxy RSS over time, both arms")
+    draw = (lambda plt: plot(data, plt)) if arms else None
+    finish(args, args.out, markdown, data, plot=draw, alt="proxy RSS over time, both arms")
     log(f"done in {meta['elapsed_s']:.0f}s")
     return 1 if failed else 0
 

@@ -34,15 +34,15 @@ from typing import Any
 
 from benches._common import (
     arg_parser,
-    cpu_seconds,
+    finish,
     log,
     machine,
     machine_line,
     percentile,
-    proc_status,
-    process_tree,
-    write_results,
+    start_proxy,
+    table,
 )
+from devtools.procfs import cpu_seconds, proc_status, process_tree
 
 ARMS = ("plain", "rust", "lane")
 
@@ -109,17 +109,20 @@ def run_client(spec: dict[str, Any]) -> dict[str, Any]:
 # -- the driver --------------------------------------------------------------------------------
 
 
-def _proxy(mock_url: str, paced_url: str, provider: str, lane: bool = False) -> Any:
-    from litellm_fastpath.mock_provider import deployment_kwargs
-    from tests.conftest import twin_models
-    from tests.harness import ProxyProcess
+def twin_proxy(models: dict[str, dict[str, Any]], lane: bool = False, **env: str) -> Any:
+    """A started proxy with `plain-<name>` and `rust-<name>` models of each deployment (router
+    retries off), with the fast lane when `lane`."""
+    from devtools.deployments import twin_models
 
-    models = twin_models("fast", deployment_kwargs(provider, mock_url))
-    models += twin_models("paced", deployment_kwargs(provider, paced_url))
-    settings: dict[str, Any] = {"callbacks": ["litellm_fastpath.proxy.accelerator"]}
-    if lane:
-        settings["fastpath_lane"] = True
-    return ProxyProcess(models, litellm_settings=settings, router_settings={"num_retries": 0})
+    twins = [m for name, params in models.items() for m in twin_models(name, params)]
+    return start_proxy(twins, lane=lane, env=env, router_settings={"num_retries": 0})
+
+
+def spec(server: Any, model: str, route: str = "/chat/completions", **kw: Any) -> dict[str, Any]:
+    """What a client process streams: `model` through `server`, a proxy (with its master key)."""
+    from devtools.processes import MASTER_KEY
+
+    return {"url": f"{server.url}{route}", "model": model, "key": MASTER_KEY, **kw}
 
 
 def _model(arm: str, kind: str) -> str:
@@ -135,117 +138,92 @@ PACE_S = 0.020
 PACED_SPAN_S = {"openai": 51 * PACE_S, "anthropic": 54 * PACE_S, "bedrock": 52 * PACE_S}
 
 
-def _lag(stream: dict[str, Any], provider: str) -> float:
-    """How late the last chunk came against the mock's schedule (from the client's request)."""
-    return stream["last"] - PACED_SPAN_S[provider]
-
-
 def _added(arm: list[float], direct: list[float], q: float) -> float:
     return (percentile(sorted(arm), q) - percentile(sorted(direct), q)) * 1000
 
 
 def measure(quick: bool, provider: str) -> dict[str, Any]:
-    from litellm_fastpath.mock_provider import ServerProcess
-    from tests.harness.proxy import MASTER_KEY
+    from devtools.deployments import deployment_kwargs
+    from devtools.processes import ServerProcess
 
-    seconds = 4 if quick else 12
-    reps = 1 if quick else 3
+    seconds, reps, rounds = (4, 1, 20) if quick else (12, 3, 60)
     data: dict[str, Any] = {"provider": provider}
-    with (
-        ServerProcess() as mock,
-        ServerProcess(args=("--chunk-delay-ms", "20")) as paced,
-        _proxy(mock.url, paced.url, provider) as proxy,
-        _proxy(mock.url, paced.url, provider, lane=True) as lane_proxy,
-    ):
-        proxies = {"plain": proxy, "rust": proxy, "lane": lane_proxy}
-        pids = {arm: process_tree(server.pid) for arm, server in proxies.items()}
+    with ServerProcess() as mock, ServerProcess(args=("--chunk-delay-ms", "20")) as paced:
+        models = {
+            kind: deployment_kwargs(provider, url)
+            for kind, url in (("fast", mock.url), ("paced", paced.url))
+        }
+        with twin_proxy(models) as proxy, twin_proxy(models, lane=True) as lane_proxy:
+            proxies = {"plain": proxy, "rust": proxy, "lane": lane_proxy}
+            pids = {arm: process_tree(server.pid) for arm, server in proxies.items()}
 
-        def spec(arm: str, kind: str, **kw: Any) -> dict[str, Any]:
-            url = f"{proxies[arm].url}/chat/completions"
-            return {"url": url, "model": _model(arm, kind), "key": MASTER_KEY, **kw}
+            def streams(arm: str, kind: str, **kw: Any) -> list[dict[str, Any]]:
+                if arm == "direct":
+                    url = paced.url if kind == "paced" else mock.url
+                    target = {"url": f"{url}/v1/chat/completions", "model": "gpt-4o-mini"}
+                    return run_client({**target, **kw})["streams"]
+                return run_client(spec(proxies[arm], _model(arm, kind), **kw))["streams"]
 
-        def direct(url: str, **kw: Any) -> dict[str, Any]:
-            return {"url": f"{url}/v1/chat/completions", "model": "gpt-4o-mini", **kw}
-
-        for arm in ARMS:  # warm-up (the lane learns the key from the proxy's first request)
-            run_client(spec(arm, "fast", chunks=100, concurrency=4, rounds=5))
-        time.sleep(1)
-        throughput: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
-        ttft1: dict[str, list[float]] = {arm: [] for arm in (*ARMS, "direct")}
-        ttft20: dict[str, list[float]] = {arm: [] for arm in (*ARMS, "direct")}
-        lag: dict[str, list[float]] = {arm: [] for arm in (*ARMS, "direct")}
-        for rep in range(reps):
-            for arm in ARMS:
-                log(f"rep {rep} {arm}: throughput")
-                cpu0 = cpu_seconds(pids[arm])
-                result = run_client(
-                    spec(arm, "fast", chunks=1000, concurrency=8, rounds=10**6, seconds=seconds)
-                )
-                cpu = cpu_seconds(pids[arm]) - cpu0
-                chunks = sum(s["chunks"] for s in result["streams"])
-                throughput[arm].append(
-                    {
+            for arm in ARMS:  # warm-up (the lane learns the key from the proxy's first request)
+                streams(arm, "fast", chunks=100, concurrency=4, rounds=5)
+            time.sleep(1)
+            throughput: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
+            ttft1, ttft20, lag = ({arm: [] for arm in (*ARMS, "direct")} for _ in range(3))
+            for rep in range(reps):
+                for arm in ARMS:
+                    log(f"rep {rep} {arm}: throughput")
+                    cpu0 = cpu_seconds(pids[arm])
+                    kw = {"chunks": 1000, "concurrency": 8, "rounds": 10**6, "seconds": seconds}
+                    result = run_client(spec(proxies[arm], _model(arm, "fast"), **kw))
+                    chunks = sum(s["chunks"] for s in result["streams"])
+                    cpu_ms = (cpu_seconds(pids[arm]) - cpu0) * 1e3
+                    rate = {
                         "chunks_per_s": chunks / result["wall"],
-                        "cpu_ms_per_chunk": cpu * 1e3 / chunks,
+                        "cpu_ms_per_chunk": cpu_ms / chunks,
                     }
-                )
-            rounds = 20 if quick else 60
-            d1 = run_client(direct(mock.url, chunks=8, concurrency=1, rounds=rounds))
-            ttft1["direct"] += [s["ttft"] for s in d1["streams"]]
-            d20 = run_client(direct(mock.url, chunks=200, concurrency=20, rounds=2))
-            ttft20["direct"] += [s["ttft"] for s in d20["streams"]]
-            dp = run_client(direct(paced.url, chunks=50, concurrency=20, rounds=1))
-            lag["direct"] += [_lag(s, "openai") for s in dp["streams"]]
+                    throughput[arm].append(rate)
+                for arm in ("direct", *ARMS):
+                    log(f"rep {rep} {arm}: first chunk and pacing")
+                    few = streams(arm, "fast", chunks=8, concurrency=1, rounds=rounds)
+                    ttft1[arm] += [s["ttft"] for s in few]
+                    many = streams(arm, "fast", chunks=200, concurrency=20, rounds=2)
+                    ttft20[arm] += [s["ttft"] for s in many]
+                    span = PACED_SPAN_S["openai" if arm == "direct" else provider]
+                    lag[arm] += [
+                        s["last"] - span
+                        for s in streams(arm, "paced", chunks=50, concurrency=20, rounds=1)
+                    ]
             for arm in ARMS:
-                log(f"rep {rep} {arm}: first chunk and pacing")
-                r1 = run_client(spec(arm, "fast", chunks=8, concurrency=1, rounds=rounds))
-                ttft1[arm] += [s["ttft"] for s in r1["streams"]]
-                r20 = run_client(spec(arm, "fast", chunks=200, concurrency=20, rounds=2))
-                ttft20[arm] += [s["ttft"] for s in r20["streams"]]
-                rp = run_client(spec(arm, "paced", chunks=50, concurrency=20, rounds=1))
-                lag[arm] += [_lag(s, provider) for s in rp["streams"]]
-        for arm in ARMS:
-            best = max(throughput[arm], key=lambda s: s["chunks_per_s"])
-            data[arm] = {
-                "chunks_per_s": best["chunks_per_s"],
-                "cpu_ms_per_chunk": min(s["cpu_ms_per_chunk"] for s in throughput[arm]),
-                "ttft1_added_p50_ms": _added(ttft1[arm], ttft1["direct"], 50),
-                "ttft1_added_p99_ms": _added(ttft1[arm], ttft1["direct"], 99),
-                "ttft20_added_p99_ms": _added(ttft20[arm], ttft20["direct"], 99),
-                "paced20_last_chunk_added_p99_ms": _added(lag[arm], lag["direct"], 99),
-            }
-        data["raw"] = {"throughput": throughput}
-        # The lane arm's streams the proxy served itself (its first, which teaches the lane
-        # the key, and any the lane left to it): uvicorn's access log counts them.
-        data["lane"]["streams_via_proxy"] = lane_proxy.log_text().count('"POST /chat/completions')
+                data[arm] = {
+                    "chunks_per_s": max(s["chunks_per_s"] for s in throughput[arm]),
+                    "cpu_ms_per_chunk": min(s["cpu_ms_per_chunk"] for s in throughput[arm]),
+                    "ttft1_added_p50_ms": _added(ttft1[arm], ttft1["direct"], 50),
+                    "ttft1_added_p99_ms": _added(ttft1[arm], ttft1["direct"], 99),
+                    "ttft20_added_p99_ms": _added(ttft20[arm], ttft20["direct"], 99),
+                    "paced20_last_chunk_added_p99_ms": _added(lag[arm], lag["direct"], 99),
+                }
+            data["raw"] = {"throughput": throughput}
+            # The lane arm's streams the proxy served itself (its first, which teaches the lane
+            # the key, and any the lane left to it): uvicorn's access log counts them.
+            data["lane"]["streams_via_proxy"] = lane_proxy.log_text().count(
+                '"POST /chat/completions'
+            )
     for arm in ARMS:
         log(f"{arm}: RSS over a fresh proxy's first 10,000-chunk stream")
         with (
             ServerProcess() as mock,
-            _proxy(mock.url, mock.url, provider, lane=arm == "lane") as fresh,
+            twin_proxy(
+                {"fast": deployment_kwargs(provider, mock.url)}, lane=arm == "lane"
+            ) as fresh,
         ):
             fresh_pids = process_tree(fresh.pid)
-            run_client(spec_for(fresh, _model(arm, "fast"), 8))
+            run_client(spec(fresh, _model(arm, "fast"), chunks=8, concurrency=1, rounds=1))
             time.sleep(1)
             before = proc_status(fresh_pids)["VmRSS"]
-            run_client(spec_for(fresh, _model(arm, "fast"), 10_000))
+            run_client(spec(fresh, _model(arm, "fast"), chunks=10_000, concurrency=1, rounds=1))
             time.sleep(0.5)
-            after = proc_status(fresh_pids)["VmRSS"]
-            data[arm]["rss_growth_mib"] = (after - before) / 2**20
+            data[arm]["rss_growth_mib"] = (proc_status(fresh_pids)["VmRSS"] - before) / 2**20
     return data
-
-
-def spec_for(proxy: Any, model: str, chunks: int) -> dict[str, Any]:
-    from tests.harness.proxy import MASTER_KEY
-
-    return {
-        "url": f"{proxy.url}/chat/completions",
-        "model": model,
-        "key": MASTER_KEY,
-        "chunks": chunks,
-        "concurrency": 1,
-        "rounds": 1,
-    }
 
 
 ROWS = (
@@ -265,23 +243,27 @@ ROWS = (
 
 
 def render(data: dict[str, Any]) -> str:
-    lines = [
-        f"# Streaming through one proxy worker ({data['provider']}, mock provider)",
-        "",
-        machine_line(data["machine"]),
-        "",
-        "| metric | Python | Rust | Rust/Python | Rust, lane on | lane/Python | bar |",
-        "|---|---:|---:|---:|---:|---:|---|",
-    ]
+    rows = []
     for label, key, bar, digits in ROWS:
         py, rs, ln = data["plain"][key], data["rust"][key], data["lane"][key]
-        ratio = rs / py if py else float("nan")
-        lane_ratio = ln / py if py else float("nan")
-        lines.append(
-            f"| {label} | {py:.{digits}f} | {rs:.{digits}f} | {ratio:.2f} "
-            f"| {ln:.{digits}f} | {lane_ratio:.2f} | {bar} |"
+        ratios = [f"{x / py:.2f}" if py else "nan" for x in (rs, ln)]
+        rows.append(
+            [
+                label,
+                f"{py:.{digits}f}",
+                f"{rs:.{digits}f}",
+                ratios[0],
+                f"{ln:.{digits}f}",
+                ratios[1],
+                bar,
+            ]
         )
-    return "\n".join(lines) + "\n"
+    head = ["metric", "Python", "Rust", "Rust/Python", "Rust, lane on", "lane/Python", "bar"]
+    title = f"# Streaming through one proxy worker ({data['provider']}, mock provider)"
+    return (
+        "\n".join([title, "", machine_line(data["machine"]), "", *table(head, rows, "lrrrrrl")])
+        + "\n"
+    )
 
 
 def plot(data: dict[str, Any]) -> Any:
@@ -308,13 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--provider", choices=("openai", "anthropic", "bedrock"), default="openai")
     args = parser.parse_args(argv)
     info = machine(args.wait_quiet)
-    data = measure(args.quick, args.provider)
-    data["machine"] = info
-    markdown = render(data)
-    print(markdown)
-    if not args.no_write:
-        name = "streaming" if args.provider == "openai" else f"streaming-{args.provider}"
-        write_results(name, markdown, data, plot=plot(data), alt="streaming throughput")
+    data = {**measure(args.quick, args.provider), "machine": info}
+    name = "streaming" if args.provider == "openai" else f"streaming-{args.provider}"
+    finish(args, name, render(data), data, plot=plot(data), alt="streaming throughput")
     return 0
 
 

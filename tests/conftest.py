@@ -1,14 +1,18 @@
-"""Shared fixtures: a recording upstream on loopback and deployments of each provider pointing at
-it (`deployment_kwargs`, shared with the benches and the demo), so every test can send the same
-request through the Rust path and LiteLLM's Python path."""
+"""Shared fixtures: a recording upstream on loopback (`devtools.upstream`), which the deployments
+of `devtools.deployments` point at, so every test can send the same request through the Rust
+path and LiteLLM's Python path; the fast path installed; LiteLLM's logged events recorded."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
 import os
+import time
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,79 +21,57 @@ import pytest
 from litellm.integrations.custom_logger import CustomLogger
 
 import litellm_fastpath
-from litellm_fastpath.mock_provider import PROVIDERS as PROVIDERS
-from litellm_fastpath.mock_provider import deployment_kwargs as deployment_kwargs
-from tests.harness import ProxyProcess, RecordingUpstream
+from devtools.polling import PROMPTLY_S, wait_until_async
+from devtools.upstream import RecordingUpstream
+
+# The response headers the fast path adds.
+FASTPATH_HEADERS = frozenset({"x-litellm-rust", "x-litellm-fastpath"})
+# Response headers whose values differ on every request or by transport (each module adds those
+# that differ by what it compares).
+VOLATILE_HEADERS = frozenset(
+    {
+        "date",
+        "content-length",
+        "x-litellm-call-id",
+        "x-litellm-response-duration-ms",
+        "x-litellm-overhead-duration-ms",
+        "llm_provider-date",
+    }
+)
+
+
+# Fields of LiteLLM's standard logging payload that differ on every call (ids, clocks).
+VOLATILE_LOG_FIELDS = frozenset(
+    {
+        "id",
+        "litellm_call_id",
+        "trace_id",
+        "startTime",
+        "endTime",
+        "completionStartTime",
+        "response_time",
+    }
+)
 
 
 @pytest.fixture(scope="session")
 def upstream_server() -> Iterator[RecordingUpstream]:
+    """The recording upstream every deployment of the tests points at (module proxies too)."""
     with RecordingUpstream() as server:
         yield server
 
 
 @pytest.fixture
 def upstream(upstream_server: RecordingUpstream) -> Iterator[RecordingUpstream]:
+    """The recording upstream, with nothing recorded or scripted before or after the test."""
     upstream_server.reset()
     yield upstream_server
     upstream_server.reset()
 
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def twin_models(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """`plain-<name>` and `rust-<name>`: one deployment, without and with `rust: true`."""
-    return [
-        {"model_name": f"plain-{name}", "litellm_params": dict(params)},
-        {"model_name": f"rust-{name}", "litellm_params": {**params, "rust": True}},
-    ]
-
-
-def logged_proxy(
-    model_list: list[dict[str, Any]],
-    callback_log: Path,
-    *,
-    callbacks: tuple[str, ...] = (),
-    workers: int = 1,
-    env: dict[str, str] | None = None,
-    router_settings: dict[str, Any] | None = None,
-    **litellm_settings: Any,
-) -> ProxyProcess:
-    """The real proxy with the accelerator and `tests.proxy_logger` (events in `callback_log`),
-    plus `callbacks` and `litellm_settings`; router retries off unless `router_settings` say
-    otherwise, since the tests count upstream requests per call."""
-    pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
-    return ProxyProcess(
-        model_list,
-        litellm_settings={
-            "callbacks": [
-                "litellm_fastpath.proxy.accelerator",
-                "tests.proxy_logger.recorder",
-                *callbacks,
-            ],
-            **litellm_settings,
-        },
-        router_settings={"num_retries": 0} if router_settings is None else router_settings,
-        workers=workers,
-        extra_env={
-            "PYTHONPATH": pythonpath,
-            "FASTPATH_TEST_CALLBACK_LOG": str(callback_log),
-            **(env or {}),
-        },
-    )
-
-
 @pytest.fixture(scope="module")
-def e2e_upstream() -> Iterator[RecordingUpstream]:
-    """A recording upstream for one module's proxy (module-scoped, like the proxy)."""
-    with RecordingUpstream() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def callback_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The file `tests.proxy_logger` writes one JSON line per logged event to."""
+def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The file `devtools.proxy_logger` writes one JSON line per event a module's proxy logs."""
     path = tmp_path_factory.mktemp("callbacks") / "events.jsonl"
     path.touch()
     return path
@@ -107,9 +89,46 @@ def fresh_decline_counts() -> None:
     litellm_fastpath.reset_decline_counts()
 
 
-def served_by_rust(response: Any) -> bool:
-    headers = (getattr(response, "_hidden_params", {}) or {}).get("additional_headers") or {}
-    return headers.get("x-litellm-rust") == "true" and "x-litellm-fastpath" in headers
+async def cancel_and_release(task: asyncio.Future[Any], released: Callable[[], bool]) -> None:
+    """Cancels `task`, a call against a stalled upstream: it ends promptly, and then the call
+    lets go of what it held (`released()`, after a garbage collection) with no further call
+    into the extension."""
+    cancelled_at = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - cancelled_at < PROMPTLY_S  # the stall lasts longer
+
+    def collected_and_released() -> bool:
+        gc.collect()
+        return released()
+
+    await wait_until_async(collected_and_released, "still held", interval=0.02)
+
+
+def stable_headers(response: Any, volatile: frozenset[str]) -> dict[str, str]:
+    """A proxy response's headers but the fast path's own and the `volatile` ones."""
+    return {
+        k: v for k, v in response.headers.items() if k not in volatile and k not in FASTPATH_HEADERS
+    }
+
+
+def assert_rust_field_refused(proxy: Any, upstream: Any, path: str, body: dict[str, Any]) -> None:
+    """LiteLLM bans `rust` in request bodies (`proxy/auth/auth_utils.py`) before routing: the
+    request is refused (a 500 in this venv, where the proxy's error handler fails importing
+    prisma; a 4xx is the intended shape), never reaches the provider, never the fast path."""
+    rejection = "rust is not allowed in request body"
+    rejections_before = proxy.log_text().count(rejection)
+    resp = proxy.post(path, json=body)
+    assert resp.status_code >= 400, resp.text
+    assert "x-litellm-rust" not in resp.headers
+    assert upstream.requests == []
+    assert proxy.log_text().count(rejection) > rejections_before
+
+
+def turns(*messages: tuple[str, Any]) -> dict[str, Any]:
+    """Chat kwargs of these (role, content) messages."""
+    return {"messages": [{"role": role, "content": content} for role, content in messages]}
 
 
 def comparable(response: Any) -> dict[str, Any]:
@@ -141,24 +160,61 @@ class Recorder(CustomLogger):
     ) -> None:
         self.failures.append(kwargs)
 
+    async def logged(
+        self,
+        matches: Callable[[dict[str, Any], Any], bool] = lambda kwargs, response: True,
+        *,
+        failed: bool = False,
+        grace: float = 0.0,
+    ) -> list[dict[str, Any]]:
+        """The kwargs of the logged successes (or failures) that `matches` (kwargs, response),
+        once there is one; with `grace`, that much later (a second one would have landed)."""
+
+        def found() -> list[dict[str, Any]]:
+            events = [(kw, None) for kw in self.failures] if failed else self.successes
+            return [kwargs for kwargs, response in events if matches(kwargs, response)]
+
+        await wait_until_async(found, "nothing logged", timeout=3)
+        await asyncio.sleep(grace)
+        return found()
+
+
+def of_response(answer: Any) -> Callable[[dict[str, Any], Any], bool]:
+    """`Recorder.logged`'s match for the success event of one answer."""
+    return lambda kwargs, response: response is answer
+
+
+def of_call(call_id: str) -> Callable[[dict[str, Any], Any], bool]:
+    """`Recorder.logged`'s match for the events of one call."""
+    return lambda kwargs, response: kwargs.get("litellm_call_id") == call_id
+
+
+@contextlib.contextmanager
+def litellm_callback(callback: CustomLogger) -> Iterator[CustomLogger]:
+    """`callback` among LiteLLM's callbacks meanwhile; then removed from every list LiteLLM
+    copied it into (on first use)."""
+    litellm.callbacks = [*litellm.callbacks, callback]
+    try:
+        yield callback
+    finally:
+        for name in (
+            "callbacks",
+            "_async_success_callback",
+            "_async_failure_callback",
+            "success_callback",
+            "failure_callback",
+        ):
+            if callback in getattr(litellm, name):
+                getattr(litellm, name).remove(callback)
+
 
 @pytest.fixture(scope="module")
 def module_recorder() -> Iterator[Recorder]:
     # LiteLLM copies `litellm.callbacks` into its internal callback lists on first use, so one
     # recorder serves the module and is removed from every list afterwards.
     recorder = Recorder()
-    litellm.callbacks = [*litellm.callbacks, recorder]
-    yield recorder
-    for name in (
-        "callbacks",
-        "_async_success_callback",
-        "_async_failure_callback",
-        "success_callback",
-        "failure_callback",
-    ):
-        callbacks = getattr(litellm, name)
-        if recorder in callbacks:
-            callbacks.remove(recorder)
+    with litellm_callback(recorder):
+        yield recorder
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""`/v1/messages` requests and answers shared by the SDK and proxy tests (and the benchmark)."""
+"""`/v1/messages` requests and answers shared by the SDK, proxy and lane tests."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import base64
 import json
 from typing import Any
 
-from litellm_fastpath.mock_provider import anthropic_stream_events, aws_event_frame
+from devtools.answers import anthropic_stream_events, aws_event_frame
 
 ANTHROPIC_MODEL = "claude-sonnet-4-5"
 BEDROCK_MODEL = "anthropic.claude-3-5-sonnet-20240620-v1:0"
@@ -39,15 +39,14 @@ def tool_answer() -> dict[str, Any]:
         "content": [
             {"type": "thinking", "thinking": "Let me look.", "signature": "sig=="},
             {"type": "text", "text": "Reading the file."},
-            {
-                "type": "tool_use",
-                "id": "toolu_02",
-                "name": "read_file",
-                "input": {"path": "src/main.rs", "limit": 1e16},
-            },
+            tool_use("toolu_02", "read_file", {"path": "src/main.rs", "limit": 1e16}),
         ],
         "stop_reason": "tool_use",
     }
+
+
+def tool_use(id_: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_use", "id": id_, "name": name, "input": arguments}
 
 
 def tool(index: int) -> dict[str, Any]:
@@ -85,12 +84,7 @@ def coding_agent_request() -> dict[str, Any]:
             "content": [
                 {"type": "thinking", "thinking": "The bug is in main.", "signature": "c2ln"},
                 {"type": "text", "text": ""},
-                {
-                    "type": "tool_use",
-                    "id": "toolu_01",
-                    "name": "tool_0",
-                    "input": {"path": "src/main.rs"},
-                },
+                tool_use("toolu_01", "tool_0", {"path": "src/main.rs"}),
             ],
         },
         {

@@ -326,9 +326,10 @@ def _instrument() -> None:
 
 
 async def _after_startup() -> None:
-    while proxy_server.llm_router is None:
+    # The proxy's startup sets its database client (None here) before its shared HTTP session,
+    # and overwrites whatever stands in for it before then.
+    while proxy_server.shared_aiohttp_session is None:
         await asyncio.sleep(0.05)
-    await asyncio.sleep(0.5)
     _instrument()
     proxy_server.prisma_client = _database
     # What the proxy does at startup when it has a database: its cost callback settles each

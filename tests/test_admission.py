@@ -12,8 +12,9 @@ import openai
 import pytest
 
 import litellm_fastpath
-from tests.conftest import deployment_kwargs, served_by_rust
-from tests.harness import RecordingUpstream, Reply
+from devtools.deployments import deployment_kwargs, served_by_rust
+from devtools.upstream import RecordingUpstream, Reply
+from tests.test_tools import SCHEMA_WITH_DEFS
 
 HELLO = [{"role": "user", "content": "Hello"}]
 TOOLS = [
@@ -29,13 +30,7 @@ DECLINES: dict[str, tuple[str, dict[str, Any], str, int]] = {
         "anthropic",
         {
             "messages": HELLO,
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": "x",
-                    "schema": {"type": "object", "properties": {}, "$defs": {}},
-                },
-            },
+            "response_format": SCHEMA_WITH_DEFS,
         },
         "response_format",
         1,

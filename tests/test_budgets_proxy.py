@@ -25,7 +25,6 @@ import re
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,15 +33,14 @@ from typing import Any
 import httpx
 import pytest
 
-from litellm_fastpath.mock_provider import (
-    anthropic_stream_events,
-    embedding_deployment_kwargs,
-    openai_stream_events,
-    stream_pieces,
-)
-from tests.conftest import deployment_kwargs, logged_proxy
-from tests.harness import ProxyProcess, RecordingUpstream, Reply, free_port
-from tests.proxy_logger import lane_counts
+from devtools.answers import anthropic_stream_events, openai_stream_events, stream_pieces
+from devtools.deployments import deployment_kwargs, embedding_deployment_kwargs
+from devtools.polling import wait_until
+from devtools.processes import ProxyProcess, free_port
+from devtools.proxy_logger import lane_counts, logged_proxy
+from devtools.upstream import RecordingUpstream, Reply
+from tests.conftest import VOLATILE_HEADERS as BASE_VOLATILE
+from tests.conftest import stable_headers
 from tests.test_transcription import AUDIO, bedrock_kwargs
 
 pytestmark = [pytest.mark.proxy, pytest.mark.slow]
@@ -66,21 +64,12 @@ REDIS_ROUTES = frozenset({"chat", "messages-stream"})
 # Routes the fast lane serves itself (for keys without budgets or limits).
 LANE_ROUTES = frozenset({"chat", "chat-stream", "messages", "messages-stream"})
 # Headers that differ on every request, or by arm.
-VOLATILE_HEADERS = frozenset(
-    {
-        "date",
-        "content-length",
-        "x-litellm-call-id",
-        "x-litellm-response-duration-ms",
-        "x-litellm-overhead-duration-ms",
-        "x-litellm-callback-duration-ms",
-        "llm_provider-date",
-        "x-ratelimit-reset-requests",
-        "x-ratelimit-reset-tokens",
-        "reset_at",  # a rate limit's window end, a clock
-    }
-)
-FASTPATH_HEADERS = frozenset({"x-litellm-rust", "x-litellm-fastpath"})
+VOLATILE_HEADERS = BASE_VOLATILE | {
+    "x-litellm-callback-duration-ms",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-reset-tokens",
+    "reset_at",  # a rate limit's window end, a clock
+}
 _IDS = re.compile(rb'"id": ?"[^"]*"')
 _CREATED = re.compile(rb'"created": ?\d+')
 _RESETS_AT = re.compile(rb"Limit resets at: [0-9: -]+ UTC")
@@ -181,10 +170,10 @@ def running_arms(
 
 @pytest.fixture(scope="module")
 def memory_arms(
-    e2e_upstream: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
+    upstream_server: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Arm]]:
     """The arms as a single proxy runs: LiteLLM's counters in the worker's memory."""
-    with running_arms(e2e_upstream, tmp_path_factory, lambda name: {}) as arms:
+    with running_arms(upstream_server, tmp_path_factory, lambda name: {}) as arms:
         yield arms
 
 
@@ -201,11 +190,8 @@ class RedisServer:
         )
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + 10
-        while not self._answers_ping():
-            assert self._proc.poll() is None, "redis-server exited"
-            assert time.monotonic() < deadline, "redis-server did not answer"
-            time.sleep(0.05)
+        wait_until(lambda: self._answers_ping() or self._proc.poll() is not None, "no PONG")
+        assert self._proc.poll() is None, "redis-server exited"
 
     def _answers_ping(self) -> bool:
         try:
@@ -222,7 +208,7 @@ class RedisServer:
 
 @pytest.fixture(scope="module")
 def redis_arms(
-    e2e_upstream: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
+    upstream_server: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Arm]]:
     """The arms with Redis, as proxies behind one load balancer run: LiteLLM keeps its budget
     counters and rate limiter windows there (each arm its own server, so that they compare)."""
@@ -237,7 +223,7 @@ def redis_arms(
         def env(name: str) -> dict[str, str]:
             return {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(servers[name].port)}
 
-        with running_arms(e2e_upstream, tmp_path_factory, env) as arms:
+        with running_arms(upstream_server, tmp_path_factory, env) as arms:
             for arm in arms.values():
                 assert snapshot(arm, frozenset())["redis_counters"] is not None, arm.name
             yield arms
@@ -270,10 +256,11 @@ def on_each(arms: dict[str, Arm], work: Callable[[Arm], Any]) -> dict[str, Any]:
 
 def wait_for_probe(arm: Arm) -> None:
     """The probe adds its routes just after startup."""
-    deadline = time.monotonic() + 30
-    while arm.proxy.get(SNAPSHOT_PATH).status_code != 200:
-        assert time.monotonic() < deadline, arm.proxy.log_text()[-3000:]
-        time.sleep(0.05)
+    wait_until(
+        lambda: arm.proxy.get(SNAPSHOT_PATH).status_code == 200,
+        lambda: arm.proxy.log_text()[-3000:],
+        timeout=30,
+    )
 
 
 def snapshot(arm: Arm, names: frozenset[str]) -> dict[str, Any]:
@@ -298,18 +285,19 @@ def hold_settlement(arm: Arm, hold: bool) -> None:
 def settled(arm: Arm, names: frozenset[str]) -> dict[str, Any]:
     """The arm's spend state about `names` once every answer's post-call work ran: no
     reservation left open, a cost callback per answer, nothing still running."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    while True:
-        state = snapshot(arm, names)
+    last: list[dict[str, Any]] = []
+
+    def done() -> dict[str, Any] | None:
+        last[:] = [state := snapshot(arm, names)]
         work = state["post_call_work"]
-        if (
+        finished = (
             not state["all_open_reservations"]
             and work["cost_callback"]["finished"] >= arm.successes
             and all(w["started"] == w["finished"] for w in work.values())
-        ):
-            return about(state)
-        assert time.monotonic() < deadline, (arm.name, arm.successes, state)
-        time.sleep(0.05)
+        )
+        return about(state) if finished else None
+
+    return wait_until(done, lambda: (arm.name, arm.successes, last), timeout=SETTLE_TIMEOUT_S)
 
 
 def seed(arms: dict[str, Arm], **objects: dict[str, dict[str, Any]]) -> None:
@@ -348,11 +336,7 @@ def answer(response: httpx.Response) -> Answer:
         body: Any = json.loads(content)
     except ValueError:
         body = content.decode()
-    headers = {
-        k: v
-        for k, v in response.headers.items()
-        if k not in VOLATILE_HEADERS and k not in FASTPATH_HEADERS
-    }
+    headers = stable_headers(response, VOLATILE_HEADERS)
     return Answer(response.status_code, body, headers, "x-litellm-fastpath" in response.headers)
 
 
@@ -592,7 +576,7 @@ def upstream_error(route: str) -> Reply:
 @pytest.mark.parametrize(("arms", "route"), cases(ROUTES), indirect=["arms"])
 def test_a_failed_request_gives_its_reservation_back(
     arms: dict[str, Arm],
-    e2e_upstream: RecordingUpstream,
+    upstream_server: RecordingUpstream,
     per_request: dict[str, dict[str, float]],
     route: str,
 ) -> None:
@@ -606,12 +590,12 @@ def test_a_failed_request_gives_its_reservation_back(
     # One arm at a time, the error the upstream's answer for as long as it is asked (LiteLLM's
     # OpenAI embeddings ask again, through the SDK's retries; the fast path never does).
     for name, arm in arms.items():
-        e2e_upstream.set_default(UPSTREAM_PATHS[route], upstream_error(route))
+        upstream_server.set_default(UPSTREAM_PATHS[route], upstream_error(route))
         try:
             sequence.answers[name] = [send(arm, route, key)]
         finally:
-            e2e_upstream.set_default(UPSTREAM_PATHS[route], None)
-            stream_replies(e2e_upstream)
+            upstream_server.set_default(UPSTREAM_PATHS[route], None)
+            stream_replies(upstream_server)
         sequence.in_flight[name] = [settled(arm, names)]
         sequence.answers[name].append(send(arm, route, key))
         sequence.final[name] = settled(arm, names)

@@ -11,40 +11,25 @@ import litellm
 import pytest
 
 import litellm_fastpath
-from tests.conftest import PROVIDERS, comparable, deployment_kwargs, served_by_rust
-from tests.harness import RecordingUpstream, Reply
+from devtools.deployments import PROVIDERS, deployment_kwargs, served_by_rust
+from devtools.upstream import RecordingUpstream, Reply
+from tests.conftest import comparable, turns
 
 PNG_B64 = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 3).decode()
 JPEG_B64 = base64.b64encode(b"\xff\xd8\xff\xe0" + bytes(range(200))).decode()
 
 SHAPES: dict[str, dict[str, Any]] = {
     "user_text": {"messages": [{"role": "user", "content": "Hello"}]},
-    "system_and_user": {
-        "messages": [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": "Hello"},
-        ]
-    },
-    "two_system_messages": {
-        "messages": [
-            {"role": "system", "content": "s1"},
-            {"role": "system", "content": [{"type": "text", "text": "s2"}]},
-            {"role": "user", "content": "Hello"},
-        ]
-    },
-    "multi_turn": {
-        "messages": [
-            {"role": "user", "content": "Hi"},
-            {"role": "assistant", "content": "Hello! How can I help?"},
-            {"role": "user", "content": "Tell me a joke."},
-        ]
-    },
-    "consecutive_user_turns": {
-        "messages": [
-            {"role": "user", "content": "first"},
-            {"role": "user", "content": [{"type": "text", "text": "second"}]},
-        ]
-    },
+    "system_and_user": turns(("system", "Be brief."), ("user", "Hello")),
+    "two_system_messages": turns(
+        ("system", "s1"), ("system", [{"type": "text", "text": "s2"}]), ("user", "Hello")
+    ),
+    "multi_turn": turns(
+        ("user", "Hi"), ("assistant", "Hello! How can I help?"), ("user", "Tell me a joke.")
+    ),
+    "consecutive_user_turns": turns(
+        ("user", "first"), ("user", [{"type": "text", "text": "second"}])
+    ),
     "text_parts": {
         "messages": [
             {
@@ -53,11 +38,9 @@ SHAPES: dict[str, dict[str, Any]] = {
             }
         ]
     },
-    "escapes_and_unicode": {
-        "messages": [
-            {"role": "user", "content": 'quote " backslash \\ newline \n tab \t nul \x00 é 漢字 🎉'}
-        ]
-    },
+    "escapes_and_unicode": turns(
+        ("user", 'quote " backslash \\ newline \n tab \t nul \x00 é 漢字 🎉')
+    ),
     "long_text": {"messages": [{"role": "user", "content": "lorem ipsum " * 20_000}]},
     "image_png_data_url": {
         "messages": [
@@ -124,12 +107,7 @@ OPENAI_ONLY_SHAPES: dict[str, dict[str, Any]] = {
             }
         ]
     },
-    "openai_developer_role": {
-        "messages": [
-            {"role": "developer", "content": "Be brief."},
-            {"role": "user", "content": "Hello"},
-        ]
-    },
+    "openai_developer_role": turns(("developer", "Be brief."), ("user", "Hello")),
 }
 
 CASES = [(p, name) for p in PROVIDERS for name in SHAPES] + [
@@ -306,7 +284,7 @@ async def test_response_shapes_agree(
     upstream: RecordingUpstream, provider: str, reply: str
 ) -> None:
     """Usage with cache tokens, finish reasons and multi-block answers parse like LiteLLM."""
-    from tests.harness.upstream import default_body
+    from devtools.answers import canned_response
 
     suffix = {"openai": "/chat/completions", "anthropic": "/v1/messages", "bedrock": "/converse"}
     path = {
@@ -314,7 +292,7 @@ async def test_response_shapes_agree(
         "anthropic": "/v1/messages",
         "bedrock": "/model/x/converse",
     }[provider]
-    _status, body = default_body("POST", path, b'{"model": "m"}')
+    _status, body = canned_response("POST", path, b'{"model": "m"}')
     body.update(UPSTREAM_REPLIES[provider][reply])
     body.pop("model", None) if provider == "bedrock" else None
     upstream.set_default(suffix[provider], Reply(json=body))

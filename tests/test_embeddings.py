@@ -19,9 +19,9 @@ import litellm
 import pytest
 
 import litellm_fastpath
-from litellm_fastpath.mock_provider import EMBEDDING_MODELS, embedding_deployment_kwargs
-from tests.conftest import served_by_rust
-from tests.harness import RecordingUpstream, Reply
+from devtools.deployments import EMBEDDING_MODELS, embedding_deployment_kwargs, served_by_rust
+from devtools.polling import wait_until_async
+from devtools.upstream import RecordingUpstream, Reply
 
 KINDS = tuple(EMBEDDING_MODELS)
 
@@ -352,10 +352,7 @@ async def test_cancelled_call_closes_the_upstream_request(upstream: RecordingUps
     upstream.set_default("/embeddings", Reply(action="stall", delay_s=5))
     kwargs = {**embedding_deployment_kwargs("openai", upstream.url), "input": ["a"]}
     task = asyncio.ensure_future(litellm.aembedding(**kwargs, rust=True))
-    for _ in range(200):
-        await asyncio.sleep(0.01)
-        if upstream.requests:
-            break
+    await wait_until_async(lambda: upstream.requests, "the call never reached the upstream")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -15,46 +15,33 @@ import httpx
 import openai
 import pytest
 
-from litellm_fastpath.mock_provider import embedding_deployment_kwargs
-from tests.conftest import logged_proxy, twin_models
-from tests.harness import ProxyProcess, RecordingUpstream, Reply
-from tests.harness.proxy import MASTER_KEY
-from tests.proxy_logger import events_for
+from devtools.deployments import embedding_deployment_kwargs, twin_models
+from devtools.processes import MASTER_KEY, ProxyProcess
+from devtools.proxy_logger import events_for, logged_proxy
+from devtools.upstream import RecordingUpstream, Reply
+from tests.conftest import VOLATILE_HEADERS as BASE_VOLATILE
+from tests.conftest import stable_headers
 
-pytestmark = pytest.mark.proxy
+pytestmark = [pytest.mark.proxy, pytest.mark.usefixtures("upstream")]
 
 PATHS = ("/embeddings", "/v1/embeddings")
 KINDS = ("openai", "titan-v1", "titan-v2", "cohere")
-FASTPATH_HEADERS = {"x-litellm-rust", "x-litellm-fastpath"}
 # Headers whose values differ on every call or name the model group.
-VOLATILE_HEADERS = {
-    "x-litellm-call-id",
+VOLATILE_HEADERS = BASE_VOLATILE | {
     "x-litellm-model-id",
     "x-litellm-model-group",
-    "x-litellm-response-duration-ms",
-    "x-litellm-overhead-duration-ms",
     "x-litellm-callback-duration-ms",
-    "llm_provider-date",
-    "date",
-    "content-length",
 }
 
 
 @pytest.fixture(scope="module")
-def proxy(e2e_upstream: RecordingUpstream, callback_log: Path) -> Iterator[ProxyProcess]:
+def proxy(upstream_server: RecordingUpstream, log: Path) -> Iterator[ProxyProcess]:
     model_list = []
     for kind in KINDS:
-        model_list += twin_models(kind, embedding_deployment_kwargs(kind, e2e_upstream.url))
-    server = logged_proxy(model_list, callback_log)
+        model_list += twin_models(kind, embedding_deployment_kwargs(kind, upstream_server.url))
+    server = logged_proxy(model_list, log)
     with server:
         yield server
-
-
-@pytest.fixture(autouse=True)
-def fresh_upstream(e2e_upstream: RecordingUpstream) -> Iterator[RecordingUpstream]:
-    e2e_upstream.reset()
-    yield e2e_upstream
-    e2e_upstream.reset()
 
 
 def embed(proxy: ProxyProcess, model: str, path: str = "/embeddings", **body: Any) -> Any:
@@ -79,21 +66,13 @@ def client_body(resp: httpx.Response) -> Any:
     return body
 
 
-def header_view(resp: httpx.Response) -> dict[str, str]:
-    return {
-        name: value
-        for name, value in resp.headers.items()
-        if name not in VOLATILE_HEADERS and name not in FASTPATH_HEADERS
-    }
-
-
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_rust_and_plain_answer_alike(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream, kind: str, path: str
+    proxy: ProxyProcess, upstream: RecordingUpstream, kind: str, path: str
 ) -> None:
     (rust, rust_sent), (plain, plain_sent) = both(
-        proxy, fresh_upstream, kind, path, input=["hello", "wörld", ""]
+        proxy, upstream, kind, path, input=["hello", "wörld", ""]
     )
     assert rust.status_code == 200, rust.text
     assert rust.headers.get("x-litellm-rust") == "true"
@@ -102,19 +81,17 @@ def test_rust_and_plain_answer_alike(
     assert rust_sent == plain_sent
     # The proxy writes the same floats: equal JSON text means equal bits.
     assert client_body(rust) == client_body(plain)
-    assert header_view(rust) == header_view(plain)
+    assert stable_headers(rust, VOLATILE_HEADERS) == stable_headers(plain, VOLATILE_HEADERS)
     assert float(rust.headers["x-litellm-response-cost"]) > 0
 
 
 @pytest.mark.parametrize("kind", ["openai", "titan-v2", "cohere"])
-def test_one_success_event_with_the_same_cost(
-    proxy: ProxyProcess, callback_log: Path, kind: str
-) -> None:
-    callback_log.write_text("")
+def test_one_success_event_with_the_same_cost(proxy: ProxyProcess, log: Path, kind: str) -> None:
+    log.write_text("")
     assert embed(proxy, f"rust-{kind}", input=["a", "b"]).status_code == 200
     assert embed(proxy, f"plain-{kind}", input=["a", "b"]).status_code == 200
-    (rust_event,) = events_for(callback_log, f"rust-{kind}", 1)
-    (plain_event,) = events_for(callback_log, f"plain-{kind}", 1)
+    (rust_event,) = events_for(log, f"rust-{kind}", 1)
+    (plain_event,) = events_for(log, f"plain-{kind}", 1)
     assert rust_event["rust"] is True and plain_event["rust"] is False
     assert rust_event["event"] == plain_event["event"] == "success"
     assert rust_event["response_cost"] > 0
@@ -143,11 +120,9 @@ def test_openai_sdk_embeddings_create(proxy: ProxyProcess) -> None:
     assert floats.data[0].embedding == plain_floats.data[0].embedding
 
 
-def test_base64_passes_through_undecoded(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream
-) -> None:
+def test_base64_passes_through_undecoded(proxy: ProxyProcess, upstream: RecordingUpstream) -> None:
     (rust, rust_sent), (plain, plain_sent) = both(
-        proxy, fresh_upstream, "openai", "/embeddings", input="x", encoding_format="base64"
+        proxy, upstream, "openai", "/embeddings", input="x", encoding_format="base64"
     )
     assert rust_sent == plain_sent
     assert rust_sent[0][1]["encoding_format"] == "base64"
@@ -172,11 +147,9 @@ ODD_BODIES: list[dict[str, Any]] = [
 
 @pytest.mark.parametrize("body", ODD_BODIES, ids=lambda body: json.dumps(body))
 def test_odd_bodies_answer_like_the_plain_model(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream, body: dict[str, Any]
+    proxy: ProxyProcess, upstream: RecordingUpstream, body: dict[str, Any]
 ) -> None:
-    (rust, rust_sent), (plain, plain_sent) = both(
-        proxy, fresh_upstream, "openai", "/embeddings", **body
-    )
+    (rust, rust_sent), (plain, plain_sent) = both(proxy, upstream, "openai", "/embeddings", **body)
     assert "x-litellm-rust" not in rust.headers
     assert rust.status_code == plain.status_code
     assert rust_sent == plain_sent
@@ -190,12 +163,12 @@ def test_odd_bodies_answer_like_the_plain_model(
 
 @pytest.mark.parametrize("kind", ["openai", "titan-v2", "cohere"])
 def test_upstream_error_is_one_request_and_the_same_answer(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream, kind: str
+    proxy: ProxyProcess, upstream: RecordingUpstream, kind: str
 ) -> None:
     suffix = "/embeddings" if kind == "openai" else "/invoke"
     body = {"error": {"message": "bad", "type": "invalid_request_error"}}
-    fresh_upstream.set_default(suffix, Reply(status=400, json=body))
-    (rust, rust_sent), (plain, _) = both(proxy, fresh_upstream, kind, "/embeddings", input="a")
+    upstream.set_default(suffix, Reply(status=400, json=body))
+    (rust, rust_sent), (plain, _) = both(proxy, upstream, kind, "/embeddings", input="a")
     assert rust.status_code == plain.status_code == 400
     assert len(rust_sent) == 1
     assert (
@@ -206,7 +179,7 @@ def test_upstream_error_is_one_request_and_the_same_answer(
 
 @pytest.mark.parametrize("model", ["plain-openai", "rust-openai"])
 def test_caller_cannot_send_rust_in_the_body(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream, model: str
+    proxy: ProxyProcess, upstream: RecordingUpstream, model: str
 ) -> None:
     # LiteLLM 1.106.12 bans `rust` in request bodies before routing (a 500 in this venv, where
     # the proxy's error handler fails importing prisma; see test_proxy.py).
@@ -215,5 +188,5 @@ def test_caller_cannot_send_rust_in_the_body(
     resp = embed(proxy, model, input="a", rust=model.startswith("plain"))
     assert resp.status_code >= 400, resp.text
     assert "x-litellm-rust" not in resp.headers
-    assert fresh_upstream.requests == []
+    assert upstream.requests == []
     assert proxy.log_text().count(rejection) > rejections_before

@@ -16,8 +16,8 @@ import litellm
 import pytest
 
 import litellm_fastpath
-from tests.conftest import PROVIDERS, deployment_kwargs
-from tests.harness import RecordingUpstream, Reply
+from devtools.deployments import PROVIDERS, deployment_kwargs
+from devtools.upstream import RecordingUpstream, Reply
 
 STATUSES = (400, 401, 403, 404, 408, 422, 429, 500, 503)
 

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from tests.harness import RecordingUpstream
+from devtools.upstream import RecordingUpstream
 
 SCRIPT = textwrap.dedent(
     """

@@ -17,6 +17,7 @@ import httpx
 import pytest
 import uvicorn
 
+from devtools.polling import wait_until
 from litellm_fastpath import _native
 
 
@@ -57,9 +58,7 @@ def lane_url() -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: os.path.exists(path), "uvicorn never listened", interval=0.01)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(128)

@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PROVIDERS, deployment_kwargs, logged_proxy, twin_models
-from tests.harness import MASTER_KEY, ProxyProcess, RecordingUpstream
-from tests.proxy_logger import events_for, lane_counts
+from devtools.deployments import PROVIDERS, deployment_kwargs, twin_models
+from devtools.processes import MASTER_KEY, ProxyProcess
+from devtools.proxy_logger import events_for, lane_counts, logged_proxy
+from devtools.upstream import RecordingUpstream
 from tests.test_lane_proxy import REPLAY_DECLINED
 
 pytestmark = pytest.mark.proxy
@@ -293,16 +294,12 @@ class Proxies:
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[RecordingUpstream]:
-    with RecordingUpstream() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def proxies(
-    upstream: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
+    upstream_server: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Proxies]:
-    models = [m for p in PROVIDERS for m in twin_models(p, deployment_kwargs(p, upstream.url))]
+    models = [
+        m for p in PROVIDERS for m in twin_models(p, deployment_kwargs(p, upstream_server.url))
+    ]
     logs = []
     servers = []
     for lane in (True, False):
@@ -587,4 +584,5 @@ def test_idle_connections_close_alike(
     if normal is None or lane is None:
         assert normal == lane, detail
     else:
-        assert abs(normal - lane) < 1.0, detail
+        # Both against uvicorn's 5 s keep-alive timeout, measured at once on a shared machine.
+        assert abs(normal - lane) < 2.0, detail

@@ -13,13 +13,15 @@ from typing import Any
 import httpx
 import pytest
 
-from litellm_fastpath.mock_provider import anthropic_stream_events
+from devtools.answers import anthropic_stream_events
+from devtools.deployments import bedrock_invoke_kwargs, deployment_kwargs, twin_models
+from devtools.polling import ABSENCE_S, wait_until
+from devtools.processes import MASTER_KEY, ProxyProcess
+from devtools.proxy_logger import logged_proxy, wait_for_events
+from devtools.upstream import RecordingUpstream, Reply
 from tests import messages_cases as cases
-from tests.conftest import deployment_kwargs, logged_proxy, twin_models
-from tests.harness import MASTER_KEY, ProxyProcess, RecordingUpstream, Reply
-from tests.proxy_logger import read_events
+from tests.conftest import stable_headers
 from tests.test_lane_proxy import REPLAY_DECLINED, VOLATILE_HEADERS
-from tests.test_messages import bedrock_deployment
 
 pytestmark = pytest.mark.proxy
 
@@ -54,34 +56,17 @@ def anthropic_answer(**usage: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[RecordingUpstream]:
-    with RecordingUpstream() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("lane-messages") / "events.jsonl"
-    path.touch()
-    return path
-
-
-@pytest.fixture(scope="module")
-def proxy(upstream: RecordingUpstream, log: Path) -> Iterator[ProxyProcess]:
-    params = {
-        "model": f"anthropic/{cases.ANTHROPIC_MODEL}",
-        "api_base": upstream.url,
-        "api_key": "sk-ant-test",
-    }
+def proxy(upstream_server: RecordingUpstream, log: Path) -> Iterator[ProxyProcess]:
+    params = deployment_kwargs("anthropic", upstream_server.url)
     # An OpenAI group too: the lane calls it for chat, never for `/v1/messages`.
     models = [
         *twin_models("claude", params),
-        *twin_models("gpt", deployment_kwargs("openai", upstream.url)),
-        *twin_models("bedrock", bedrock_deployment(upstream.url)),
+        *twin_models("gpt", deployment_kwargs("openai", upstream_server.url)),
+        *twin_models("bedrock", bedrock_invoke_kwargs(upstream_server.url)),
     ]
     with logged_proxy(models, log, fastpath_lane=True) as server:
         # The first request of a key goes through the proxy, which hands the lane its verdict.
-        upstream.enqueue(Reply(json=anthropic_answer()))
+        upstream_server.enqueue(Reply(json=anthropic_answer()))
         assert post(server, "plain-claude", {"messages": HI, "max_tokens": 8}, BEARER)
         yield server
         assert REPLAY_DECLINED not in server.log_text()
@@ -118,11 +103,6 @@ def twins(
 def provider_request(sent: Any) -> tuple[Any, dict[str, str]]:
     headers = {k.lower(): v for k, v in sent.headers.items() if k.lower() not in TRANSPORT_HEADERS}
     return json.loads(sent.body), headers
-
-
-def stable_headers(response: httpx.Response) -> dict[str, str]:
-    fastpath = {"x-litellm-rust", "x-litellm-fastpath"}
-    return {k: v for k, v in response.headers.items() if k not in VOLATILE_HEADERS | fastpath}
 
 
 def as_group(response: httpx.Response, group: str) -> bytes:
@@ -168,7 +148,7 @@ def test_the_lane_answers_messages_as_the_proxy_does(
     assert provider_request(plain_sent[0]) == provider_request(rust_sent[0])
     assert rust.headers["x-litellm-rust"] == "true"
     assert as_group(plain, "rust-claude") == rust.content
-    assert stable_headers(plain) == stable_headers(rust)
+    assert stable_headers(plain, VOLATILE_HEADERS) == stable_headers(rust, VOLATILE_HEADERS)
     assert rust.headers["x-litellm-model-group"] == "rust-claude"
     # The lane served it, and the replay logged it once, at the proxy's cost and usage.
     rust_events, plain_events = events_of(log, rust), events_of(log, plain)
@@ -177,6 +157,15 @@ def test_the_lane_answers_messages_as_the_proxy_does(
     assert rust_events[0]["response_cost"] == float(rust.headers["x-litellm-response-cost"])
     assert rust_events[0]["response_cost"] == plain_events[0]["response_cost"]
     assert rust_events[0]["usage"] == plain_events[0]["usage"]
+
+
+def answered_text(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, headers: dict, answer: dict
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """The lane's counts before, and the twins' answers to the text request with `headers`
+    when the provider answers `answer`."""
+    before = counts_now(proxy, upstream, log)
+    return before, twins(proxy, upstream, REQUESTS["text"], headers, Reply(json=answer))
 
 
 def cache_use(read: int, write_5m: int, write_1h: int) -> dict[str, Any]:
@@ -196,8 +185,7 @@ def cache_use(read: int, write_5m: int, write_1h: int) -> dict[str, Any]:
 def test_answers_that_use_the_prompt_cache_are_the_lanes(
     proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, answer: dict
 ) -> None:
-    before = counts_now(proxy, upstream, log)
-    answers = twins(proxy, upstream, REQUESTS["text"], SDK, Reply(json=answer))
+    before, answers = answered_text(proxy, upstream, log, SDK, answer)
     rust = same_answers(answers)
     assert rust.status_code == 200
     # The cache's shares of the cost, as the proxy writes them (equal headers: `same_answers`).
@@ -226,13 +214,12 @@ def test_answers_that_use_the_prompt_cache_are_the_lanes(
 def test_answers_the_lane_does_not_write_are_the_proxys(
     proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, answer: dict
 ) -> None:
-    before = counts_now(proxy, upstream, log)
-    answers = twins(proxy, upstream, REQUESTS["text"], BEARER, Reply(json=answer))
+    before, answers = answered_text(proxy, upstream, log, BEARER, answer)
     (plain, plain_sent), (rust, rust_sent) = answers["plain-claude"], answers["rust-claude"]
     assert plain.status_code == rust.status_code == 200
     assert len(plain_sent) == len(rust_sent) == 1
     assert as_group(plain, "rust-claude") == rust.content
-    assert stable_headers(plain) == stable_headers(rust)
+    assert stable_headers(plain, VOLATILE_HEADERS) == stable_headers(rust, VOLATILE_HEADERS)
     assert len(events_of(log, rust)) == 1
     after = counts_now(proxy, upstream, log)
     assert after.get("replayed", 0) == before.get("replayed", 0) + 1
@@ -251,17 +238,16 @@ def test_upstream_errors_are_the_proxys(
     assert plain.status_code == rust.status_code
     assert plain.text.replace("plain-claude", "rust-claude") == rust.text
     # One failure logged, by the proxy, from the lane's one call.
-    deadline = time.monotonic() + 10
-    while len(failures(log)) == failures_before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.2)
-    assert len(failures(log)) == failures_before + 1
+    assert len(failures(log, failures_before + 1)) == failures_before + 1
 
 
-def failures(log: Path) -> list[dict[str, Any]]:
-    return [
-        e for e in read_events(log) if e["event"] == "failure" and e["model_group"] == "rust-claude"
-    ]
+def failures(log: Path, count: int = 0) -> list[dict[str, Any]]:
+    """The failures logged for `rust-claude`, once there are `count`."""
+
+    def failed(event: dict[str, Any]) -> bool:
+        return event["event"] == "failure" and event["model_group"] == "rust-claude"
+
+    return wait_for_events(log, failed, count, grace=ABSENCE_S if count else 0)
 
 
 def same_answers(
@@ -275,7 +261,7 @@ def same_answers(
         assert provider_request(plain_sent[0]) == provider_request(rust_sent[0])
     if plain.status_code == 200 and not stream:
         assert as_group(plain, "rust-claude") == rust.content
-        assert stable_headers(plain) == stable_headers(rust)
+        assert stable_headers(plain, VOLATILE_HEADERS) == stable_headers(rust, VOLATILE_HEADERS)
     elif plain.status_code != 200:
         assert plain.text.replace("plain-claude", "rust-claude") == rust.text
     return rust
@@ -285,19 +271,23 @@ def events_of(log: Path, response: httpx.Response) -> list[dict[str, Any]]:
     """The logged events of the request `response` answers (by its call id), once there is one
     (and a moment more, to catch a second)."""
     call_id = response.headers["x-litellm-call-id"]
-    deadline = time.monotonic() + 10
-    found: list[dict[str, Any]] = []
-    while not found and time.monotonic() < deadline:
-        time.sleep(0.05)
-        found = [
-            event
-            for event in read_events(log)
-            if (event.get("payload") or {}).get("litellm_call_id") == call_id
-        ]
-    time.sleep(0.2)
-    return [
-        e for e in read_events(log) if (e.get("payload") or {}).get("litellm_call_id") == call_id
-    ]
+
+    def answered(event: dict[str, Any]) -> bool:
+        return (event.get("payload") or {}).get("litellm_call_id") == call_id
+
+    return wait_for_events(log, answered, 1)
+
+
+def counted_stream_twins(
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, request: str, reply: Any
+) -> tuple[httpx.Response, httpx.Response, dict[str, int]]:
+    """`stream_twins` of `REQUESTS[request]` answered by `reply()`, and how the lane's counts
+    (`counts_now`) changed meanwhile, by name (0: unchanged); the probe that reads them
+    afterwards counts in `served`."""
+    before = counts_now(proxy, upstream, log)
+    plain, rust = stream_twins(proxy, upstream, REQUESTS[request], reply())
+    after = counts_now(proxy, upstream, log)
+    return plain, rust, {name: after.get(name, 0) - before.get(name, 0) for name in before | after}
 
 
 def counts_now(proxy: ProxyProcess, upstream: RecordingUpstream, log: Path) -> dict[str, int]:
@@ -466,7 +456,7 @@ def stream_twins(
     rust = same_answers(answers, stream=True)
     plain = answers["plain-claude"][0]
     assert as_group(plain, "rust-claude") == rust.content
-    assert stable_headers(plain) == stable_headers(rust)
+    assert stable_headers(plain, VOLATILE_HEADERS) == stable_headers(rust, VOLATILE_HEADERS)
     return plain, rust
 
 
@@ -474,14 +464,12 @@ def stream_twins(
 def test_streams_take_the_lane_as_the_proxy_sends_them(
     proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, case: str
 ) -> None:
-    before = counts_now(proxy, upstream, log)
     # The proxy's bytes (its `message_start` names the group), and its headers.
-    plain, rust = stream_twins(proxy, upstream, REQUESTS["tools"], STREAMS[case]())
+    plain, rust, counted = counted_stream_twins(proxy, upstream, log, "tools", STREAMS[case])
     assert rust.status_code == 200
     assert rust.headers["x-litellm-rust"] == "true"
     assert rust.headers["request-id"] == "req_1"
-    after = counts_now(proxy, upstream, log)
-    assert after["served"] == before["served"] + 2  # and the probe
+    assert counted["served"] == 2  # and the probe
     assert_logged_alike(log, rust, plain, "error-event-first" not in case)
 
 
@@ -509,11 +497,10 @@ STREAMS_TO_THE_PROXY = {
 def test_streams_the_lane_leaves_to_the_proxy_get_its_answer(
     proxy: ProxyProcess, upstream: RecordingUpstream, log: Path, case: str
 ) -> None:
-    before = counts_now(proxy, upstream, log)
-    plain, rust = stream_twins(proxy, upstream, REQUESTS["text"], STREAMS_TO_THE_PROXY[case]())
-    after = counts_now(proxy, upstream, log)
-    assert after.get("replayed", 0) == before.get("replayed", 0) + 1
-    assert after["served"] == before["served"] + 1  # the probe
+    to_the_proxy = STREAMS_TO_THE_PROXY[case]
+    plain, rust, counted = counted_stream_twins(proxy, upstream, log, "text", to_the_proxy)
+    assert counted["replayed"] == 1
+    assert counted["served"] == 1  # the probe
     assert_logged_alike(log, rust, plain, case != "empty")
 
 
@@ -550,17 +537,14 @@ def test_a_stream_cut_short_ends_as_the_fast_path_ends_it(
     taken = {"before-the-first-event": ("replayed", 0), "mid-way": ("served", 1)}[cut]
     assert after.get(taken[0], 0) == before.get(taken[0], 0) + 1 + taken[1]
     assert after["lane_header"] == before.get("lane_header", 0) + 1
-    deadline = time.monotonic() + 10
-    while len(failures(log)) < failures_before + 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(failures(log)) == failures_before + 2
+    assert len(failures(log, failures_before + 2)) == failures_before + 2
 
 
 def test_a_client_leaving_mid_stream_closes_the_provider_stream(
     proxy: ProxyProcess, upstream: RecordingUpstream, log: Path
 ) -> None:
     before = counts_now(proxy, upstream, log)
-    upstream.enqueue(stream_reply(cases.text_stream(30), action="trickle", pieces=30, delay_s=0.1))
+    upstream.enqueue(stream_reply(cases.text_stream(30), action="trickle", pieces=100, delay_s=0.1))
     request = {"model": "rust-claude", **REQUESTS["text"], "stream": True}
     with httpx.Client(timeout=5) as client:
         url = f"{proxy.url}/v1/messages"
@@ -569,11 +553,10 @@ def test_a_client_leaving_mid_stream_closes_the_provider_stream(
             assert b"message_start" in next(response.iter_raw())
             streaming = upstream.open_connections
     left_at = time.monotonic()
-    # The provider's connection closes at once (its handler's next write fails, 0.1 s on), not
-    # when its 3 s body would have ended.
-    while upstream.open_connections >= streaming and time.monotonic() - left_at < 5:
-        time.sleep(0.02)
-    assert time.monotonic() - left_at < 0.5
+    # The provider's connection closes at once (its handler's next write fails, 0.1 s on), long
+    # before its 10 s body would have ended.
+    wait_until(lambda: upstream.open_connections < streaming, "the provider stream stays open")
+    assert time.monotonic() - left_at < 5
     # Its replay logs what was streamed until the client left, once.
     assert [e["event"] for e in events_of(log, response)] == ["success"]
     assert counts_now(proxy, upstream, log)["client_gone"] == before.get("client_gone", 0) + 1
@@ -584,22 +567,18 @@ def test_a_client_leaving_mid_stream_closes_the_provider_stream(
 
 @pytest.fixture(scope="module")
 def retrying(
-    upstream: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
+    upstream_server: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[ProxyProcess, Path]]:
     """A proxy whose router retries (`num_retries: 1`): it holds a `/v1/messages` stream's
     frames until its first content, so that an error event before it can be retried."""
     log = tmp_path_factory.mktemp("lane-messages-retrying") / "events.jsonl"
     log.touch()
-    params = {
-        "model": f"anthropic/{cases.ANTHROPIC_MODEL}",
-        "api_base": upstream.url,
-        "api_key": "sk-ant-test",
-    }
+    params = deployment_kwargs("anthropic", upstream_server.url)
     models = twin_models("claude", params)
     with logged_proxy(
         models, log, router_settings={"num_retries": 1}, fastpath_lane=True
     ) as server:
-        upstream.enqueue(Reply(json=anthropic_answer()))
+        upstream_server.enqueue(Reply(json=anthropic_answer()))
         assert post(server, "plain-claude", {"messages": HI, "max_tokens": 8}, BEARER)
         yield server, log
         assert REPLAY_DECLINED not in server.log_text()
@@ -690,7 +669,7 @@ def test_bedrock_invoke_takes_the_lane_as_the_proxy_answers(
     group = b'"model":"rust-bedrock"'
     assert plain.content.replace(b'"model":"plain-bedrock"', group) == rust.content
     if not stream:
-        assert stable_headers(plain) == stable_headers(rust)
+        assert stable_headers(plain, VOLATILE_HEADERS) == stable_headers(rust, VOLATILE_HEADERS)
     else:
         # The proxy writes a stream's cost headers from its logging object when it starts the
         # answer: 0.0 as a rule, but the stream's cost when LiteLLM's own logging of a stream the
@@ -698,7 +677,7 @@ def test_bedrock_invoke_takes_the_lane_as_the_proxy_answers(
         def uncosted(response: httpx.Response) -> dict[str, str]:
             return {
                 k: v
-                for k, v in stable_headers(response).items()
+                for k, v in stable_headers(response, VOLATILE_HEADERS).items()
                 if not k.startswith("x-litellm-response-cost")
             }
 

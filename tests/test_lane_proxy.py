@@ -16,10 +16,20 @@ from typing import Any
 import httpx
 import pytest
 
-from litellm_fastpath.mock_provider import openai_stream_events, stream_pieces
-from tests.conftest import PROVIDERS, deployment_kwargs, logged_proxy, twin_models
-from tests.harness import MASTER_KEY, ProxyProcess, RecordingUpstream, Reply
-from tests.proxy_logger import events_for, lane_counts, read_events
+from devtools.answers import openai_stream_events, stream_pieces
+from devtools.deployments import PROVIDERS, deployment_kwargs, twin_models
+from devtools.polling import PROMPTLY_S, wait_until
+from devtools.processes import MASTER_KEY, ProxyProcess
+from devtools.proxy_logger import (
+    events_for,
+    lane_counts,
+    logged_proxy,
+    read_events,
+    wait_for_count,
+)
+from devtools.upstream import RecordingUpstream, Reply
+from tests.conftest import VOLATILE_HEADERS as BASE_VOLATILE
+from tests.conftest import stable_headers
 from tests.test_tools import (
     ANTHROPIC_TOOL_USE,
     CALLS_TWO,
@@ -35,18 +45,11 @@ pytestmark = pytest.mark.proxy
 HI = [{"role": "user", "content": "hi"}]
 CHAT_PATHS = ("/chat/completions", "/v1/chat/completions")
 # Headers that differ on every call, or by transport.
-VOLATILE_HEADERS = {
-    "date",
-    "content-length",
-    "x-litellm-call-id",
+VOLATILE_HEADERS = BASE_VOLATILE | {
     "x-litellm-model-id",
     "x-litellm-model-group",
-    "x-litellm-response-duration-ms",
-    "x-litellm-overhead-duration-ms",
     "x-litellm-key-spend",
-    "llm_provider-date",
 }
-FASTPATH_HEADERS = {"x-litellm-rust", "x-litellm-fastpath"}
 # What the proxy logs when the lane and the fast path disagree on a request (`lane.py`).
 REPLAY_DECLINED = "replay was declined by the fast path"
 
@@ -63,21 +66,8 @@ def lane_proxy(
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[RecordingUpstream]:
-    with RecordingUpstream() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("lane") / "events.jsonl"
-    path.touch()
-    return path
-
-
-@pytest.fixture(scope="module")
-def proxy(upstream: RecordingUpstream, log: Path) -> Iterator[ProxyProcess]:
-    with lane_proxy(upstream, log) as server:
+def proxy(upstream_server: RecordingUpstream, log: Path) -> Iterator[ProxyProcess]:
+    with lane_proxy(upstream_server, log) as server:
         # The first request of a key goes through the proxy, which hands the lane its verdict.
         assert server.post("/chat/completions", json={"model": "plain-openai", "messages": HI})
         yield server
@@ -89,14 +79,6 @@ def call(proxy: ProxyProcess, upstream: RecordingUpstream, model: str, **body: A
     before = len(upstream.requests)
     response = proxy.post(body.pop("path", "/chat/completions"), json={"model": model, **body})
     return response, upstream.requests[before:]
-
-
-def stable_headers(response: httpx.Response) -> dict[str, str]:
-    return {
-        k: v
-        for k, v in response.headers.items()
-        if k not in VOLATILE_HEADERS and k not in FASTPATH_HEADERS
-    }
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -126,7 +108,7 @@ def test_the_lane_answers_as_the_proxy_does(
     assert {**plain.json(), **volatile} == {**rust.json(), **volatile}
     assert rust.json()["model"] == rust_model
     assert rust.json()["id"][:9] == plain.json()["id"][:9]
-    assert stable_headers(plain) == stable_headers(rust)
+    assert stable_headers(plain, VOLATILE_HEADERS) == stable_headers(rust, VOLATILE_HEADERS)
     assert rust.headers["x-litellm-rust"] == "true"
     assert rust.headers["x-litellm-model-group"] == rust_model
     assert float(rust.headers["x-litellm-response-cost"]) > 0
@@ -220,16 +202,13 @@ def test_tool_calling_takes_the_lane(
     volatile = {"model": None, "id": None, "created": None}
     assert {**plain.json(), **volatile} == {**rust.json(), **volatile}
     assert same_bytes(plain, rust), (plain.content, rust.content)
-    assert stable_headers(plain) == stable_headers(rust)
+    assert stable_headers(plain, VOLATILE_HEADERS) == stable_headers(rust, VOLATILE_HEADERS)
     assert rust.headers["x-litellm-rust"] == "true"
     if answer != "text":
         assert rust.json()["choices"][0]["message"]["tool_calls"]
     if answer.endswith("text-and-call"):
         assert rust.json()["choices"][0]["message"]["content"] == "Let me check."
-    deadline = time.monotonic() + 10
-    while lane_counts(log).get("served", 0) <= counts_before.get("served", 0):
-        assert time.monotonic() < deadline, lane_counts(log)
-        time.sleep(0.05)
+    wait_for_count(log, "served", counts_before.get("served", 0) + 1)
 
 
 def test_a_callers_call_id_is_kept(proxy: ProxyProcess, upstream: RecordingUpstream) -> None:
@@ -377,7 +356,7 @@ def test_served_requests_are_logged_before_the_worker_exits(
 
 
 def test_streams_in_flight_at_shutdown_finish_and_are_logged(tmp_path: Path) -> None:
-    from litellm_fastpath.mock_provider import ServerProcess
+    from devtools.processes import ServerProcess
 
     log = tmp_path / "events.jsonl"
     log.touch()
@@ -465,9 +444,11 @@ def test_a_busy_worker_leaves_its_clients_next_connection_to_the_others(
 
 
 @pytest.fixture(scope="module")
-def key_proxies(upstream: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+def key_proxies(
+    upstream_server: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator:
     """Two proxies with the same seeded keys (`tests.lane_keys`): lane on, and lane off."""
-    models = twin_models("openai", deployment_kwargs("openai", upstream.url))
+    models = twin_models("openai", deployment_kwargs("openai", upstream_server.url))
     proxies = []
     for lane in (True, False):
         log = tmp_path_factory.mktemp("keys") / "events.jsonl"
@@ -480,15 +461,18 @@ def key_proxies(upstream: RecordingUpstream, tmp_path_factory: pytest.TempPathFa
         for proxy in proxies:
             proxy.start()
         for proxy in proxies:  # until the keys are seeded (just after startup)
-            for _ in range(100):
-                seeded = proxy.post(
-                    "/chat/completions",
-                    json={"model": "plain-openai", "messages": HI},
-                    headers={"Authorization": "Bearer sk-lane-plain-only"},
-                )
-                if seeded.status_code == 200:
-                    break
-                time.sleep(0.1)
+            wait_until(
+                lambda p=proxy: (
+                    p.post(
+                        "/chat/completions",
+                        json={"model": "plain-openai", "messages": HI},
+                        headers={"Authorization": "Bearer sk-lane-plain-only"},
+                    ).status_code
+                    == 200
+                ),
+                "the keys were never seeded",
+                interval=0.1,
+            )
         yield proxies
     finally:
         for proxy in proxies:
@@ -523,8 +507,8 @@ def test_virtual_keys_get_the_normal_paths_answer(key_proxies: list, key: str) -
             assert answers[0].status_code == answers[1].status_code, (model, attempt)
             if answers[0].status_code == 200:
                 assert {**answers[0].json(), "id": None} == {**answers[1].json(), "id": None}
-                assert stable_headers(answers[0]) == {
-                    k: v for k, v in stable_headers(answers[1]).items()
+                assert stable_headers(answers[0], VOLATILE_HEADERS) == {
+                    k: v for k, v in stable_headers(answers[1], VOLATILE_HEADERS).items()
                 }
             else:
                 # An expired key's message carries the time of the check.
@@ -688,9 +672,20 @@ def stalled_lane_proxy(
         body = {"model": "rust-openai", "messages": HI}
         with pytest.raises(httpx.TimeoutException):
             proxy.post("/chat/completions", json=body, timeout=1.0)
-        time.sleep(0.5)
+        # The proxy hands the lane the key's verdict before it calls the provider.
+        wait_until(lambda: any("request" in c for c in upstream.connections), "no provider call")
         yield upstream, proxy, log
     upstream.server.close()
+
+
+def provider_calls_closed(upstream: _StallingUpstream, already: int) -> list[dict[str, float]]:
+    """The provider calls made after the first `already` connections, once each has closed."""
+
+    def closed() -> list[dict[str, float]] | None:
+        calls = [c for c in upstream.connections[already:] if "request" in c]
+        return calls if calls and all("closed" in c for c in calls) else None
+
+    return wait_until(closed, lambda: upstream.connections[already:], timeout=30)
 
 
 def test_a_client_that_leaves_cancels_the_provider_call(tmp_path: Path) -> None:
@@ -701,10 +696,10 @@ def test_a_client_that_leaves_cancels_the_provider_call(tmp_path: Path) -> None:
         with pytest.raises(httpx.TimeoutException):  # the lane's path
             proxy.post("/chat/completions", json=body, timeout=1.0)
         left_at += 1.0
-        time.sleep(1.0)
-        served = [c for c in upstream.connections[already:] if "request" in c]
+        served = provider_calls_closed(upstream, already)
         assert served, "the lane never called the provider"
-        assert all(c.get("closed", float("inf")) - left_at < 0.5 for c in served)
+        # Promptly: left alone, the call would wait out the deployment's timeout (600 s).
+        assert all(c["closed"] - left_at < PROMPTLY_S for c in served)
 
 
 FIRST_EVENT = (
@@ -728,10 +723,9 @@ def test_a_client_that_leaves_mid_stream_closes_the_provider_stream(tmp_path: Pa
                 first = next(response.iter_lines())
                 assert '"content":"Hel"' in first
         left_at = time.monotonic()
-        time.sleep(1.0)
-        served = [c for c in upstream.connections[already:] if "request" in c]
+        served = provider_calls_closed(upstream, already)
         assert len(served) == 1
-        assert served[0].get("closed", float("inf")) - left_at < 0.5
+        assert served[0]["closed"] - left_at < PROMPTLY_S
         # The lane served it: the proxy's access log never saw it.
         assert proxy.log_text().count('"POST /chat/completions') == proxied
         # Its replay logs what was streamed until the client left.
@@ -840,10 +834,7 @@ def test_each_reason_to_leave_a_request_to_the_proxy_is_counted(
     assert response.status_code == plain.status_code
     # Both requests count: these reasons are found before the model is looked at. Counts ride
     # on logged events: wait for one logged after both requests.
-    deadline = time.monotonic() + 10
-    while lane_counts(log).get(reason, 0) < before + 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert lane_counts(log).get(reason, 0) == before + 2
+    assert wait_for_count(log, reason, before + 2)[reason] == before + 2
 
 
 @pytest.mark.parametrize("provider", ["anthropic", "bedrock"])
@@ -865,21 +856,21 @@ def test_headers_the_proxy_passes_to_the_provider_go_to_the_proxy(
     sent = {}
     for model in (f"plain-{provider}", f"rust-{provider}"):
         upstream.clear()
+        logged = len(events_for(log, model, 0))
         response = proxy.post(
             "/chat/completions", json={"model": model, "messages": HI}, headers=header
         )
         assert response.status_code == 200, response.text
-        time.sleep(0.3)  # a second provider call (a replay calling again) would land meanwhile
+        # The call's event is logged after any replay of it: a second provider call (a replay
+        # calling again) would have landed by then.
+        events_for(log, model, logged + 1)
         assert len(upstream.requests) == 1
         sent[model] = (
             upstream.requests[0].json(),
             {k: v for k, v in upstream.requests[0].headers.items() if k.startswith("anthropic")},
         )
     assert sent[f"plain-{provider}"] == sent[f"rust-{provider}"]
-    deadline = time.monotonic() + 10
-    while lane_counts(log).get("lane_header", 0) < before + 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert lane_counts(log).get("lane_header", 0) == before + 2
+    assert wait_for_count(log, "lane_header", before + 2)["lane_header"] == before + 2
 
 
 def test_a_request_the_fast_path_would_not_send_as_is_goes_to_the_proxy(
@@ -894,10 +885,7 @@ def test_a_request_the_fast_path_would_not_send_as_is_goes_to_the_proxy(
     plain, plain_sent = call(proxy, upstream, "plain-anthropic", **body)
     assert rust.status_code == plain.status_code
     assert [r.json() for r in rust_sent] == [r.json() for r in plain_sent]
-    deadline = time.monotonic() + 10
-    while lane_counts(log).get("lane_param", 0) < before + 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert lane_counts(log).get("lane_param", 0) == before + 1
+    assert wait_for_count(log, "lane_param", before + 1)["lane_param"] == before + 1
 
 
 @contextlib.contextmanager
@@ -909,9 +897,20 @@ def openai_lane_proxy(
     log.touch()
     models = twin_models("openai", deployment_kwargs("openai", upstream.url))
     with logged_proxy(models, log, env=env, fastpath_lane=True) as proxy:
-        assert proxy.post("/chat/completions", json={"model": "plain-openai", "messages": HI})
-        time.sleep(0.5)
+        lane_judges(proxy, log, "plain-openai")
         yield proxy
+
+
+def lane_judges(proxy: ProxyProcess, log: Path, plain_model: str) -> None:
+    """Requests to `plain_model` (no lane group) through the proxy until the lane has judged one
+    by its model (`lane_model`): its table is in place, and the first request handed it the
+    master key's verdict."""
+
+    def judged() -> bool:
+        assert proxy.post("/chat/completions", json={"model": plain_model, "messages": HI})
+        return bool(lane_counts(log).get("lane_model"))
+
+    wait_until(judged, lambda: lane_counts(log))
 
 
 def test_streams_under_another_repetition_guard_go_to_the_proxy(
@@ -939,10 +938,7 @@ def test_streams_under_another_repetition_guard_go_to_the_proxy(
 
         assert frames(rust, b"rust-openai") == frames(plain, b"plain-openai")
         assert proxy.post("/chat/completions", json={"model": "rust-openai", "messages": HI})
-        deadline = time.monotonic() + 10
-        while not lane_counts(log).get("served") and time.monotonic() < deadline:
-            time.sleep(0.05)
-        counts = lane_counts(log)
+        counts = wait_for_count(log, "served", 1)
         assert counts.get("lane_stream") == 1 and counts.get("served") == 1, counts
 
 
@@ -962,11 +958,11 @@ def test_the_providers_request_id_is_passed_on_as_the_proxy_does(
         answers.append(call(proxy, upstream, model, messages=HI)[0])
     plain, rust = answers
     assert rust.headers["x-litellm-rust"] == "true"
-    assert stable_headers(plain) == stable_headers(rust)
+    assert stable_headers(plain, VOLATILE_HEADERS) == stable_headers(rust, VOLATILE_HEADERS)
     named = {k: v for k, v in rust.headers.items() if k.endswith("request-id")}
     expected = provider_headers.get("request-id") or provider_headers.get("x-request-id")
     assert (named.get("request-id"), named.get("llm_provider-request-id")) == (expected, expected)
-    await_count(log, "served", served_before)
+    wait_for_count(log, "served", served_before + 1)
 
 
 def twin_answers(
@@ -981,14 +977,6 @@ def twin_answers(
     finally:
         upstream.set_default(path, None)
     return plain, rust
-
-
-def await_count(log: Path, outcome: str, above: int) -> None:
-    """Waits until the lane's count of `outcome` passes `above` (counts ride on logged events)."""
-    deadline = time.monotonic() + 10
-    while lane_counts(log).get(outcome, 0) <= above:
-        assert time.monotonic() < deadline, lane_counts(log)
-        time.sleep(0.05)
 
 
 CITATION = {
@@ -1016,7 +1004,7 @@ def test_openai_answers_with_annotations_match_the_proxy(
     assert plain.status_code == rust.status_code == 200
     assert {**plain.json(), "model": None} == {**rust.json(), "model": None}
     assert rust.json()["choices"][0]["message"]["annotations"] == annotations
-    await_count(log, outcome, before)
+    wait_for_count(log, outcome, before + 1)
 
 
 def _openai_as_sent_now(
@@ -1062,7 +1050,7 @@ def test_openai_answers_as_sent_today_match_the_proxy(
     plain, rust = twin_answers(proxy, upstream, "openai", "/chat/completions", answer)
     assert plain.status_code == rust.status_code == 200
     assert same_bytes(plain, rust), (plain.content, rust.content)
-    assert stable_headers(plain) == stable_headers(rust)
+    assert stable_headers(plain, VOLATILE_HEADERS) == stable_headers(rust, VOLATILE_HEADERS)
     assert float(rust.headers["x-litellm-response-cost"]) > 0
     assert ("x-litellm-response-cost-reasoning" in rust.headers) == (
         answer["usage"]["completion_tokens_details"]["reasoning_tokens"] > 0
@@ -1070,7 +1058,7 @@ def test_openai_answers_as_sent_today_match_the_proxy(
     assert ("x-litellm-response-cost-cache-read" in rust.headers) == (
         answer["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
     )
-    await_count(log, outcome, before)
+    wait_for_count(log, outcome, before + 1)
 
 
 def _anthropic_as_sent_now(cache_read: int = 0, write_5m: int = 0, write_1h: int = 0) -> dict:
@@ -1129,8 +1117,8 @@ def test_converted_answers_as_sent_today_match_the_proxy(
     plain, rust = twin_answers(proxy, upstream, provider, path, answer)
     assert plain.status_code == rust.status_code == 200
     assert same_bytes(plain, rust), (plain.content, rust.content)
-    assert stable_headers(plain) == stable_headers(rust)
-    await_count(log, outcome, before)
+    assert stable_headers(plain, VOLATILE_HEADERS) == stable_headers(rust, VOLATILE_HEADERS)
+    wait_for_count(log, outcome, before + 1)
 
 
 def test_a_group_in_cooldown_goes_to_the_proxy(tmp_path: Path) -> None:
@@ -1156,15 +1144,30 @@ def test_a_group_in_cooldown_goes_to_the_proxy(tmp_path: Path) -> None:
             while len(failing.requests) == startup and len(statuses) < 40:
                 statuses.append(proxy.post("/chat/completions", json=body).status_code)
             assert statuses[-1] == 429, "no request reached the failing deployment"
-            time.sleep(1.0)  # the lane's view of the router refreshes every 0.25 s
-            before = len(failing.requests)
+            # The lane learns of cooldowns from the router every 0.25 s. Until it does, a
+            # request it leaves to the proxy anyway (`tool_choice` without tools, which the fast
+            # path declines: `lane_param`) is judged first: once cooling, it is `lane_cooldown`.
+            probe = {**body, "tool_choice": "auto"}
+
+            def refused_for_cooldown() -> bool:
+                judged = lane_counts(log).get("lane_param", 0) + cooled(lane_counts(log))
+                proxy.post("/chat/completions", json=probe)
+                counts = wait_until(
+                    lambda: (c := lane_counts(log)).get("lane_param", 0) + cooled(c) > judged and c
+                )
+                return cooled(counts) > 0
+
+            wait_until(refused_for_cooldown, lambda: lane_counts(log))
+            before, cooled_before = len(failing.requests), cooled(lane_counts(log))
             answers = [proxy.post("/chat/completions", json=body) for _ in range(5)]
             assert all(a.status_code == 200 for a in answers)
             assert len(failing.requests) == before  # cooling: the router sends none there
-            deadline = time.monotonic() + 10
-            while lane_counts(log).get("lane_cooldown", 0) < 4 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert lane_counts(log).get("lane_cooldown", 0) >= 4, lane_counts(log)
+            counts = wait_for_count(log, "lane_cooldown", cooled_before + 4)
+            assert cooled(counts) >= cooled_before + 4, counts
+
+
+def cooled(counts: dict[str, int]) -> int:
+    return counts.get("lane_cooldown", 0)
 
 
 def test_past_the_backlog_new_requests_go_to_the_proxy(

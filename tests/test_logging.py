@@ -3,48 +3,24 @@ model, usage and response_cost as LiteLLM's own path (the proxy case is in test_
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import litellm
 import pytest
 
-from litellm_fastpath.mock_provider import embedding_deployment_kwargs
-from tests.conftest import PROVIDERS, Recorder, deployment_kwargs, served_by_rust
-from tests.harness import RecordingUpstream, Reply
+from devtools.deployments import (
+    PROVIDERS,
+    deployment_kwargs,
+    embedding_deployment_kwargs,
+    served_by_rust,
+)
+from devtools.upstream import RecordingUpstream, Reply
+from tests.conftest import VOLATILE_LOG_FIELDS, Recorder, of_call, of_response
 
 # LiteLLM's global logging worker binds to the first event loop it sees and (on its own Python
 # path too) drops success events from later loops: keep this module on one loop.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-
-async def _event_for(recorder: Recorder, response: Any) -> dict[str, Any]:
-    """The success event of this response (events of earlier tests may still be arriving)."""
-    for _ in range(300):
-        for kwargs, logged in recorder.successes:
-            if logged is response:
-                return kwargs
-        await asyncio.sleep(0.01)
-    raise AssertionError("no success event for the response")
-
-
-async def _success_for_call(recorder: Recorder, call_id: str) -> dict[str, Any]:
-    for _ in range(300):
-        for kwargs, _logged in recorder.successes:
-            if kwargs.get("litellm_call_id") == call_id:
-                return kwargs
-        await asyncio.sleep(0.01)
-    raise AssertionError("no success event for the call")
-
-
-async def _wait_for_failure(recorder: Recorder, call_id: str) -> dict[str, Any]:
-    for _ in range(300):
-        for kwargs in recorder.failures:
-            if kwargs.get("litellm_call_id") == call_id:
-                return kwargs
-        await asyncio.sleep(0.01)
-    raise AssertionError("no failure event for the call")
 
 
 def _summary(event: dict[str, Any]) -> dict[str, Any]:
@@ -59,18 +35,32 @@ def _summary(event: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("provider", PROVIDERS)
-async def test_success_logging_matches_python(
-    upstream: RecordingUpstream, recorder: Recorder, provider: str
-) -> None:
+async def fast_and_slow(
+    recorder: Recorder, call: Any, kwargs: dict[str, Any]
+) -> tuple[Any, dict[str, Any], Any, dict[str, Any]]:
+    """`call` through the fast path, then through LiteLLM's: each answer and its success event."""
+    fast = await call(**kwargs, rust=True)
+    fast_event = (await recorder.logged(of_response(fast)))[0]
+    slow = await call(**kwargs)
+    return fast, fast_event, slow, (await recorder.logged(of_response(slow)))[0]
+
+
+async def chat_fast_and_slow(
+    recorder: Recorder, upstream: RecordingUpstream, provider: str
+) -> tuple[Any, dict[str, Any], Any, dict[str, Any]]:
+    """`fast_and_slow` for a chat call to `provider`."""
     kwargs = {
         **deployment_kwargs(provider, upstream.url),
         "messages": [{"role": "user", "content": "hi"}],
     }
-    fast = await litellm.acompletion(**kwargs, rust=True)
-    fast_event = await _event_for(recorder, fast)
-    slow = await litellm.acompletion(**kwargs)
-    slow_event = await _event_for(recorder, slow)
+    return await fast_and_slow(recorder, litellm.acompletion, kwargs)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_success_logging_matches_python(
+    upstream: RecordingUpstream, recorder: Recorder, provider: str
+) -> None:
+    fast, fast_event, slow, slow_event = await chat_fast_and_slow(recorder, upstream, provider)
     assert served_by_rust(fast)
     assert not served_by_rust(slow)
     assert _summary(fast_event) == _summary(slow_event)
@@ -91,7 +81,7 @@ async def test_failure_logging_fires(upstream: RecordingUpstream, recorder: Reco
     }
     with pytest.raises(litellm.RateLimitError):
         await litellm.acompletion(**kwargs, rust=True, litellm_call_id="call-429")
-    event = await _wait_for_failure(recorder, "call-429")
+    event = (await recorder.logged(of_call("call-429"), failed=True))[0]
     assert event["standard_logging_object"]["status"] == "failure"
     assert len(upstream.requests) == 1
 
@@ -116,11 +106,11 @@ async def test_transcription_success_logging_matches_litellm(
     fast = await litellm.atranscription(
         file=upload(), rust=True, litellm_call_id="transcription-fast", **kwargs
     )
-    fast_event = await _success_for_call(recorder, "transcription-fast")
+    fast_event = (await recorder.logged(of_call("transcription-fast")))[0]
     slow = await litellm.atranscription(
         file=upload(), litellm_call_id="transcription-slow", **kwargs
     )
-    slow_event = await _success_for_call(recorder, "transcription-slow")
+    slow_event = (await recorder.logged(of_call("transcription-slow")))[0]
     assert fast._hidden_params["additional_headers"]["x-litellm-fastpath"]
     assert fast_event["response_cost"] == slow_event["response_cost"]
     assert fast._hidden_params["response_cost"] == slow._hidden_params["response_cost"]
@@ -130,20 +120,9 @@ async def test_transcription_success_logging_matches_litellm(
         assert fast_payload[key] == slow_payload[key], key
 
 
-# Fields of LiteLLM's standard logging payload that differ on every call (ids, clocks) or name
-# the path that served it (the fast path's response headers).
-_VOLATILE_PAYLOAD_FIELDS = frozenset(
-    {
-        "id",
-        "litellm_call_id",
-        "trace_id",
-        "startTime",
-        "endTime",
-        "completionStartTime",
-        "response_time",
-        "saved_cache_cost",
-    }
-)
+# Fields of LiteLLM's standard logging payload that differ on every call, or name the path that
+# served it (the fast path's response headers).
+_VOLATILE_PAYLOAD_FIELDS = VOLATILE_LOG_FIELDS | {"saved_cache_cost"}
 
 
 def _comparable_payload(event: dict[str, Any]) -> dict[str, Any]:
@@ -168,14 +147,8 @@ async def test_standard_logging_payload_matches_python(
     upstream: RecordingUpstream, recorder: Recorder, provider: str
 ) -> None:
     """The whole payload spend logs and every callback receive, `api_base` included."""
-    kwargs = {
-        **deployment_kwargs(provider, upstream.url),
-        "messages": [{"role": "user", "content": "hi"}],
-    }
-    fast = await litellm.acompletion(**kwargs, rust=True)
-    fast_payload = _comparable_payload(await _event_for(recorder, fast))
-    slow = await litellm.acompletion(**kwargs)
-    slow_payload = _comparable_payload(await _event_for(recorder, slow))
+    fast, fast_event, _, slow_event = await chat_fast_and_slow(recorder, upstream, provider)
+    fast_payload, slow_payload = _comparable_payload(fast_event), _comparable_payload(slow_event)
     assert served_by_rust(fast)
     differing = {
         key: (fast_payload.get(key), slow_payload.get(key))
@@ -191,10 +164,8 @@ async def test_embedding_logging_payload_matches_python(
 ) -> None:
     """Embeddings: the same standard logging payload (cost, usage, `api_base`) on both paths."""
     kwargs = {**embedding_deployment_kwargs(kind, upstream.url), "input": ["hi", "there"]}
-    fast = await litellm.aembedding(**kwargs, rust=True)
-    fast_payload = _comparable_payload(await _event_for(recorder, fast))
-    slow = await litellm.aembedding(**kwargs)
-    slow_payload = _comparable_payload(await _event_for(recorder, slow))
+    fast, fast_event, slow, slow_event = await fast_and_slow(recorder, litellm.aembedding, kwargs)
+    fast_payload, slow_payload = _comparable_payload(fast_event), _comparable_payload(slow_event)
     assert served_by_rust(fast) and not served_by_rust(slow)
     assert fast_payload["call_type"] == "aembedding"
     assert fast_payload["response_cost"] > 0

@@ -12,10 +12,12 @@ import litellm
 import pytest
 
 import litellm_fastpath
-from litellm_fastpath.mock_provider import aws_event_frame
+from devtools.answers import aws_event_frame
+from devtools.deployments import bedrock_invoke_kwargs, deployment_kwargs
+from devtools.polling import ABSENCE_S, wait_until_async
+from devtools.upstream import Recorded, RecordingUpstream, Reply
 from tests import messages_cases as cases
-from tests.conftest import Recorder
-from tests.harness import Recorded, RecordingUpstream, Reply
+from tests.conftest import VOLATILE_LOG_FIELDS, Recorder, litellm_callback, of_call
 
 pytestmark = pytest.mark.asyncio
 
@@ -30,24 +32,6 @@ _CLIENT_HEADERS = {
 }
 # Bedrock signs per request.
 _SIGNATURE_HEADERS = {"authorization", "x-amz-date", "x-amz-content-sha256"}
-
-
-def anthropic_deployment(url: str) -> dict[str, Any]:
-    return {
-        "model": f"anthropic/{cases.ANTHROPIC_MODEL}",
-        "api_base": url,
-        "api_key": "sk-ant-test",
-    }
-
-
-def bedrock_deployment(url: str, model: str = cases.BEDROCK_MODEL) -> dict[str, Any]:
-    return {
-        "model": f"bedrock/{model}",
-        "api_base": url,
-        "aws_access_key_id": "AKIDEXAMPLE",
-        "aws_secret_access_key": "secret",
-        "aws_region_name": "us-east-1",
-    }
 
 
 def sent(request: Recorded) -> tuple[str, dict[str, str], Any]:
@@ -73,7 +57,8 @@ async def both(
         upstream.enqueue(*replies)
         try:
             outcome: Any = await litellm.anthropic_messages(
-                **{**(deployment or anthropic_deployment(upstream.url)), **call}, rust=rust
+                **{**(deployment or deployment_kwargs("anthropic", upstream.url)), **call},
+                rust=rust,
             )
             if not isinstance(outcome, dict):
                 outcome = b"".join([piece async for piece in outcome])
@@ -179,7 +164,7 @@ async def test_answers_are_the_providers_json_as_is(upstream: RecordingUpstream)
 
 
 async def test_api_base_with_the_path_is_used_as_is(upstream: RecordingUpstream) -> None:
-    deployment = {**anthropic_deployment(upstream.url + "/v1/messages")}
+    deployment = {**deployment_kwargs("anthropic", upstream.url + "/v1/messages")}
     (_, rust_sent, declines), (_, plain_sent, _) = await both(
         upstream,
         hi(),
@@ -293,23 +278,10 @@ async def test_a_hook_that_sees_requests_sends_them_to_litellm(upstream: Recordi
             kwargs["temperature"] = 0.1
             return kwargs
 
-    hook = Rewriter()
-    litellm.callbacks = [*litellm.callbacks, hook]
-    try:
+    with litellm_callback(Rewriter()):
         (_, rust_sent, declines), (_, plain_sent, _) = await both(
             upstream, hi(), Reply(json=cases.answer()), Reply(json=cases.answer())
         )
-    finally:
-        # LiteLLM copies `litellm.callbacks` into its internal lists on first use.
-        for name in (
-            "callbacks",
-            "_async_success_callback",
-            "_async_failure_callback",
-            "success_callback",
-            "failure_callback",
-        ):
-            if hook in getattr(litellm, name):
-                getattr(litellm, name).remove(hook)
     assert declines == {"messages_hook": 1}
     assert [sent(r) for r in rust_sent] == [sent(r) for r in plain_sent]
     assert rust_sent[0].json()["temperature"] == 0.1
@@ -410,7 +382,7 @@ async def test_a_stream_is_handed_over_as_it_arrives(upstream: RecordingUpstream
     events = cases.tool_stream_events()
     upstream.enqueue(sse(b"".join(events), action="trickle", pieces=len(events), delay_s=0.05))
     stream = await litellm.anthropic_messages(
-        **anthropic_deployment(upstream.url), **hi(stream=True), rust=True
+        **deployment_kwargs("anthropic", upstream.url), **hi(stream=True), rust=True
     )
     loop = asyncio.get_running_loop()
     arrivals = []
@@ -453,16 +425,11 @@ async def test_closing_a_stream_closes_the_upstream_connection(upstream: Recordi
     raw = cases.text_stream(200)
     upstream.enqueue(sse(raw, action="trickle", pieces=200, delay_s=0.05))
     stream = await litellm.anthropic_messages(
-        **anthropic_deployment(upstream.url), **hi(stream=True), rust=True
+        **deployment_kwargs("anthropic", upstream.url), **hi(stream=True), rust=True
     )
     await stream.__anext__()
     await stream.aclose()
-    handle = stream._handle
-    for _ in range(100):
-        if handle.done():
-            break
-        await asyncio.sleep(0.02)
-    assert handle.done()
+    await wait_until_async(stream._handle.done, "the upstream connection is still open")
 
 
 async def test_logging_is_litellms(upstream: RecordingUpstream, recorder: Recorder) -> None:
@@ -471,7 +438,7 @@ async def test_logging_is_litellms(upstream: RecordingUpstream, recorder: Record
         upstream.enqueue(Reply(json=cases.tool_answer()))
         call_id = f"call-{rust}"
         await litellm.anthropic_messages(
-            **anthropic_deployment(upstream.url),
+            **deployment_kwargs("anthropic", upstream.url),
             **cases.coding_agent_request(),
             litellm_call_id=call_id,
             rust=rust,
@@ -489,7 +456,7 @@ async def test_stream_logging_is_litellms(
 ) -> None:
     raw = cases.text_stream(50) if body == "text" else b"".join(cases.tool_stream_events())
     rust_log, plain_log = await _stream_logs(
-        upstream, recorder, sse(raw), anthropic_deployment(upstream.url), f"stream-{body}"
+        upstream, recorder, sse(raw), deployment_kwargs("anthropic", upstream.url), f"stream-{body}"
     )
     assert rust_log == plain_log
     assert rust_log["response_cost"] > 0
@@ -518,30 +485,13 @@ async def _stream_logs(
 
 async def _logged_once(recorder: Recorder, call_id: str) -> dict[str, Any]:
     """The one success event of this call (other tests' stream logging may land meanwhile)."""
-    for _ in range(200):
-        mine = [kw for kw, _ in recorder.successes if kw.get("litellm_call_id") == call_id]
-        if mine:
-            break
-        await asyncio.sleep(0.02)
-    await asyncio.sleep(0.1)
-    mine = [kw for kw, _ in recorder.successes if kw.get("litellm_call_id") == call_id]
+    mine = await recorder.logged(of_call(call_id), grace=ABSENCE_S)
     assert len(mine) == 1, call_id
     return mine[0]["standard_logging_object"]  # type: ignore[no-any-return]
 
 
 # Fields of the standard logging payload that differ on every call, or by which client sent it.
-_VOLATILE_LOG_FIELDS = {
-    "id",
-    "litellm_call_id",
-    "trace_id",
-    "startTime",
-    "endTime",
-    "completionStartTime",
-    "response_time",
-    "metadata",
-    "hidden_params",
-    "request_tags",
-}
+_VOLATILE_LOG_FIELDS = VOLATILE_LOG_FIELDS | {"metadata", "hidden_params", "request_tags"}
 
 
 def _comparable_log(payload: dict[str, Any]) -> dict[str, Any]:
@@ -555,7 +505,9 @@ def _comparable_log(payload: dict[str, Any]) -> dict[str, Any]:
 async def test_rust_false_and_absent_never_take_the_fast_path(upstream: RecordingUpstream) -> None:
     upstream.enqueue(Reply(json=cases.answer()), Reply(json=cases.answer()))
     for flag in ({}, {"rust": False}):
-        await litellm.anthropic_messages(**anthropic_deployment(upstream.url), **hi(), **flag)
+        await litellm.anthropic_messages(
+            **deployment_kwargs("anthropic", upstream.url), **hi(), **flag
+        )
     assert all(r.headers.get("user-agent", "").startswith("litellm/") for r in upstream.requests)
 
 
@@ -593,7 +545,7 @@ async def test_bedrock_shapes_match_litellm(
         BEDROCK_SERVED[shape],
         Reply(json=cases.answer()),
         Reply(json=cases.answer()),
-        deployment=bedrock_deployment(upstream.url, model),
+        deployment=bedrock_invoke_kwargs(upstream.url, model),
     )
     assert declines == {}, declines
     assert [sent(r) for r in rust_sent] == [sent(r) for r in plain_sent]
@@ -637,7 +589,7 @@ BEDROCK_DECLINED: dict[str, tuple[dict[str, Any], str, str]] = {
 @pytest.mark.parametrize("shape", sorted(BEDROCK_DECLINED))
 async def test_bedrock_declines_stay_on_litellm(upstream: RecordingUpstream, shape: str) -> None:
     call, model, code = BEDROCK_DECLINED[shape]
-    deployment = {**bedrock_deployment(upstream.url), "model": model}
+    deployment = {**bedrock_invoke_kwargs(upstream.url), "model": model}
     (rust, rust_sent, declines), (plain, plain_sent, _) = await both(
         upstream,
         call,
@@ -663,7 +615,7 @@ async def test_bedrock_streams_are_litellms_sse(upstream: RecordingUpstream, var
         hi(stream=True),
         event_stream(raw, action="trickle", pieces=len(raw) // 7),
         event_stream(raw),
-        deployment=bedrock_deployment(upstream.url),
+        deployment=bedrock_invoke_kwargs(upstream.url),
     )
     assert declines == {}
     assert isinstance(rust, bytes), rust
@@ -682,7 +634,7 @@ async def test_bedrock_stream_exceptions_are_litellms(upstream: RecordingUpstrea
         upstream.clear()
         upstream.enqueue(event_stream(raw))
         stream = await litellm.anthropic_messages(
-            **bedrock_deployment(upstream.url), **hi(stream=True), rust=rust
+            **bedrock_invoke_kwargs(upstream.url), **hi(stream=True), rust=rust
         )
         got = b""
         try:
@@ -702,7 +654,7 @@ async def test_bedrock_errors_are_litellms(upstream: RecordingUpstream, status: 
         hi(),
         Reply(status=status, json=body),
         Reply(status=status, json=body),
-        deployment=bedrock_deployment(upstream.url),
+        deployment=bedrock_invoke_kwargs(upstream.url),
     )
     assert declines == {}
     assert len(rust_sent) == len(plain_sent) == 1
@@ -712,7 +664,7 @@ async def test_bedrock_errors_are_litellms(upstream: RecordingUpstream, status: 
 async def test_bedrock_timeouts_are_litellms(upstream: RecordingUpstream) -> None:
     replies = [Reply(json=cases.answer(), delay_s=2.0), Reply(json=cases.answer(), delay_s=2.0)]
     (rust, _, declines), (plain, _, _) = await both(
-        upstream, hi(timeout=0.3), *replies, deployment=bedrock_deployment(upstream.url)
+        upstream, hi(timeout=0.3), *replies, deployment=bedrock_invoke_kwargs(upstream.url)
     )
     assert declines == {}
     assert type(rust) is type(plain)
@@ -724,7 +676,7 @@ async def test_bedrock_stream_logging_is_litellms(
 ) -> None:
     raw = cases.bedrock_invoke_stream(cases.bedrock_events(cache=True))
     rust_log, plain_log = await _stream_logs(
-        upstream, recorder, event_stream(raw), bedrock_deployment(upstream.url), "bedrock-stream"
+        upstream, recorder, event_stream(raw), bedrock_invoke_kwargs(upstream.url), "bedrock-stream"
     )
     assert rust_log == plain_log
     assert rust_log["response_cost"] > 0
@@ -739,7 +691,7 @@ async def test_a_closed_stream_is_logged_with_what_was_read(
         call_id = f"closed-{rust}"
         upstream.enqueue(sse(raw, action="trickle", pieces=100, delay_s=0.02))
         stream = await litellm.anthropic_messages(
-            **anthropic_deployment(upstream.url),
+            **deployment_kwargs("anthropic", upstream.url),
             **hi(stream=True),
             litellm_call_id=call_id,
             rust=rust,
@@ -803,7 +755,7 @@ async def test_a_stream_is_logged_once_its_reader_is_done(
         call_id = f"reader-done-{rust}"
         upstream.enqueue(sse(raw))
         stream = await litellm.anthropic_messages(
-            **anthropic_deployment(upstream.url),
+            **deployment_kwargs("anthropic", upstream.url),
             **hi(stream=True),
             litellm_call_id=call_id,
             rust=rust,
@@ -811,7 +763,7 @@ async def test_a_stream_is_logged_once_its_reader_is_done(
         got = b""
         while len(got) < len(raw):
             got += await stream.__anext__()
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(ABSENCE_S)  # time enough for logging that came too early
         assert not [kw for kw, _ in recorder.successes if kw.get("litellm_call_id") == call_id]
         with pytest.raises(StopAsyncIteration):
             await stream.__anext__()

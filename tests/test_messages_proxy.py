@@ -13,28 +13,23 @@ import anthropic
 import httpx
 import pytest
 
+from devtools.deployments import deployment_kwargs, twin_models
+from devtools.processes import MASTER_KEY, ProxyProcess
+from devtools.proxy_logger import events_for, logged_proxy
+from devtools.upstream import RecordingUpstream, Reply
 from tests import messages_cases as cases
-from tests.conftest import logged_proxy, twin_models
-from tests.harness import ProxyProcess, RecordingUpstream, Reply
-from tests.harness.proxy import MASTER_KEY
-from tests.proxy_logger import events_for
+from tests.conftest import VOLATILE_HEADERS as BASE_VOLATILE
+from tests.conftest import assert_rust_field_refused, stable_headers
 from tests.test_messages import sent
 
-pytestmark = pytest.mark.proxy
+pytestmark = [pytest.mark.proxy, pytest.mark.usefixtures("upstream")]
 
-FASTPATH_HEADERS = {"x-litellm-rust", "x-litellm-fastpath"}
 # Headers whose values differ on every call or name the model group.
-VOLATILE_HEADERS = {
-    "x-litellm-call-id",
+VOLATILE_HEADERS = BASE_VOLATILE | {
     "x-litellm-model-id",
     "x-litellm-model-group",
-    "x-litellm-response-duration-ms",
-    "x-litellm-overhead-duration-ms",
     "x-litellm-callback-duration-ms",
     "x-litellm-model-api-base",
-    "llm_provider-date",
-    "date",
-    "content-length",
 }
 ERROR_STATUSES = (400, 401, 429, 500, 529)
 # One model group per error case: the router cools a group down after failures.
@@ -46,22 +41,11 @@ GROUPS = (
 
 
 @pytest.fixture(scope="module")
-def proxy(e2e_upstream: RecordingUpstream, callback_log: Path) -> Iterator[ProxyProcess]:
-    params = {
-        "model": f"anthropic/{cases.ANTHROPIC_MODEL}",
-        "api_base": e2e_upstream.url,
-        "api_key": "sk-ant-test",
-    }
+def proxy(upstream_server: RecordingUpstream, log: Path) -> Iterator[ProxyProcess]:
+    params = deployment_kwargs("anthropic", upstream_server.url)
     model_list = [entry for group in GROUPS for entry in twin_models(group, params)]
-    with logged_proxy(model_list, callback_log) as server:
+    with logged_proxy(model_list, log) as server:
         yield server
-
-
-@pytest.fixture(autouse=True)
-def fresh_upstream(e2e_upstream: RecordingUpstream) -> Iterator[RecordingUpstream]:
-    e2e_upstream.reset()
-    yield e2e_upstream
-    e2e_upstream.reset()
 
 
 def both(
@@ -88,10 +72,6 @@ def client_json(resp: httpx.Response) -> Any:
     return body
 
 
-def stable_headers(resp: httpx.Response) -> dict[str, str]:
-    return {k: v for k, v in resp.headers.items() if k not in VOLATILE_HEADERS | FASTPATH_HEADERS}
-
-
 def hi(**extra: Any) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64, **extra}
 
@@ -101,7 +81,7 @@ def hi(**extra: Any) -> dict[str, Any]:
     ["text", "coding_agent", "tools", "thinking", "beta_header"],
 )
 def test_json_answers_match_the_plain_model(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream, shape: str
+    proxy: ProxyProcess, upstream: RecordingUpstream, shape: str
 ) -> None:
     body, headers = {
         "text": (hi(), None),
@@ -114,7 +94,7 @@ def test_json_answers_match_the_plain_model(
         "beta_header": (hi(), {"anthropic-beta": "b-2,a-1", "anthropic-version": "2023-06-01"}),
     }[shape]
     (rust, rust_sent), (plain, plain_sent) = both(
-        proxy, e2e_upstream, body, Reply(json=cases.tool_answer()), headers=headers
+        proxy, upstream, body, Reply(json=cases.tool_answer()), headers=headers
     )
     assert rust.status_code == plain.status_code == 200, rust.text
     assert rust.headers["x-litellm-rust"] == "true"
@@ -122,17 +102,17 @@ def test_json_answers_match_the_plain_model(
     assert rust_sent == plain_sent and len(rust_sent) == 1
     assert client_json(rust) == client_json(plain)
     assert json.loads(rust.content)["model"] == "rust-claude"
-    assert stable_headers(rust) == stable_headers(plain)
+    assert stable_headers(rust, VOLATILE_HEADERS) == stable_headers(plain, VOLATILE_HEADERS)
     assert float(rust.headers["x-litellm-response-cost"]) > 0
 
 
 @pytest.mark.parametrize("pieces", [1, 100, 10_000])
 def test_streams_match_the_plain_model(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream, pieces: int
+    proxy: ProxyProcess, upstream: RecordingUpstream, pieces: int
 ) -> None:
     raw = cases.text_stream(pieces)
     reply = Reply(body=raw, headers={"content-type": "text/event-stream"})
-    (rust, rust_sent), (plain, plain_sent) = both(proxy, e2e_upstream, hi(stream=True), reply)
+    (rust, rust_sent), (plain, plain_sent) = both(proxy, upstream, hi(stream=True), reply)
     assert rust.status_code == plain.status_code == 200
     assert rust.headers["x-litellm-rust"] == "true"
     assert rust_sent == plain_sent
@@ -140,18 +120,16 @@ def test_streams_match_the_plain_model(
     assert rust.content.replace(b"rust-claude", b"X") == plain.content.replace(
         b"plain-claude", b"X"
     )
-    assert stable_headers(rust) == stable_headers(plain)
+    assert stable_headers(rust, VOLATILE_HEADERS) == stable_headers(plain, VOLATILE_HEADERS)
 
 
-def test_tool_and_thinking_streams_match(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream
-) -> None:
+def test_tool_and_thinking_streams_match(proxy: ProxyProcess, upstream: RecordingUpstream) -> None:
     raw = b"".join(cases.tool_stream_events())
     reply = Reply(
         body=raw, headers={"content-type": "text/event-stream"}, action="trickle", pieces=40
     )
     (rust, _), (plain, _) = both(
-        proxy, e2e_upstream, cases.coding_agent_request() | {"stream": True}, reply
+        proxy, upstream, cases.coding_agent_request() | {"stream": True}, reply
     )
     assert rust.headers["x-litellm-rust"] == "true"
     assert rust.content.replace(b"rust-claude", b"X") == plain.content.replace(
@@ -162,12 +140,12 @@ def test_tool_and_thinking_streams_match(
 @pytest.mark.parametrize("status", ERROR_STATUSES)
 @pytest.mark.parametrize("stream", [False, True])
 def test_upstream_errors_match_the_plain_model(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream, status: int, stream: bool
+    proxy: ProxyProcess, upstream: RecordingUpstream, status: int, stream: bool
 ) -> None:
     error = {"type": "error", "error": {"type": "api_error", "message": f"upstream said {status}"}}
     (rust, rust_sent), (plain, plain_sent) = both(
         proxy,
-        e2e_upstream,
+        upstream,
         hi(stream=stream),
         Reply(status=status, json=error),
         group=f"err-{status}-{stream}",
@@ -178,7 +156,7 @@ def test_upstream_errors_match_the_plain_model(
 
 
 def test_bad_bodies_are_answered_like_the_plain_model(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream
+    proxy: ProxyProcess, upstream: RecordingUpstream
 ) -> None:
     for body in (
         {"messages": [{"role": "user", "content": "hi"}]},
@@ -187,28 +165,22 @@ def test_bad_bodies_are_answered_like_the_plain_model(
         hi(messages=[{"role": "robot", "content": "x"}]),
         hi(temperature="hot"),
     ):
-        (rust, _), (plain, _) = both(proxy, e2e_upstream, body, Reply(json=cases.answer()))
+        (rust, _), (plain, _) = both(proxy, upstream, body, Reply(json=cases.answer()))
         assert rust.status_code == plain.status_code, (body, rust.text, plain.text)
         assert rust.content.replace(b"rust-", b"") == plain.content.replace(b"plain-", b""), body
 
 
 @pytest.mark.parametrize(("model", "value"), [("plain-claude", True), ("rust-claude", False)])
 def test_a_caller_cannot_switch_the_fast_path(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream, model: str, value: bool
+    proxy: ProxyProcess, upstream: RecordingUpstream, model: str, value: bool
 ) -> None:
-    # LiteLLM bans `rust` in request bodies before routing (a 500 in this venv, where the
-    # proxy's error handler fails importing prisma; see test_proxy.py).
-    rejection = "rust is not allowed in request body"
-    rejections_before = proxy.log_text().count(rejection)
-    resp = proxy.post("/v1/messages", json={"model": model, "rust": value, **hi()})
-    assert resp.status_code >= 400
-    assert "x-litellm-rust" not in resp.headers
-    assert e2e_upstream.requests == []
-    assert proxy.log_text().count(rejection) > rejections_before
+    assert_rust_field_refused(
+        proxy, upstream, "/v1/messages", {"model": model, "rust": value, **hi()}
+    )
 
 
 def test_every_call_is_logged_once_with_the_plain_models_cost(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream, callback_log: Path
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path
 ) -> None:
     raw = b"".join(cases.tool_stream_events())
     for model in ("rust-claude-sdk", "plain-claude-sdk"):
@@ -218,13 +190,13 @@ def test_every_call_is_logged_once_with_the_plain_models_cost(
                 if stream
                 else Reply(json=cases.tool_answer())
             )
-            e2e_upstream.enqueue(reply)
+            upstream.enqueue(reply)
             assert (
                 proxy.post("/v1/messages", json={"model": model, **hi(stream=stream)}).status_code
                 == 200
             )
-    rust = events_for(callback_log, "rust-claude-sdk", 2)
-    plain = events_for(callback_log, "plain-claude-sdk", 2)
+    rust = events_for(log, "rust-claude-sdk", 2)
+    plain = events_for(log, "plain-claude-sdk", 2)
     assert len(rust) == len(plain) == 2
     assert [e["response_cost"] for e in rust] == [e["response_cost"] for e in plain]
     assert [e["usage"] for e in rust] == [e["usage"] for e in plain]
@@ -232,14 +204,14 @@ def test_every_call_is_logged_once_with_the_plain_models_cost(
 
 
 def test_the_anthropic_sdk_works_against_a_rust_model(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream
+    proxy: ProxyProcess, upstream: RecordingUpstream
 ) -> None:
     with anthropic.Anthropic(base_url=proxy.url, api_key=MASTER_KEY, max_retries=0) as client:
-        _use_the_sdk(client, e2e_upstream)
+        _use_the_sdk(client, upstream)
 
 
-def _use_the_sdk(client: anthropic.Anthropic, e2e_upstream: RecordingUpstream) -> None:
-    e2e_upstream.enqueue(Reply(json=cases.tool_answer()))
+def _use_the_sdk(client: anthropic.Anthropic, upstream: RecordingUpstream) -> None:
+    upstream.enqueue(Reply(json=cases.tool_answer()))
     raw = client.messages.with_raw_response.create(
         model="rust-claude-sdk",
         max_tokens=256,
@@ -251,7 +223,7 @@ def _use_the_sdk(client: anthropic.Anthropic, e2e_upstream: RecordingUpstream) -
     assert message.stop_reason == "tool_use"
     assert message.content[-1].input == {"path": "src/main.rs", "limit": 1e16}
 
-    e2e_upstream.enqueue(
+    upstream.enqueue(
         Reply(
             body=b"".join(cases.tool_stream_events()), headers={"content-type": "text/event-stream"}
         )

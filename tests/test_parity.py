@@ -20,9 +20,10 @@ import litellm
 import pytest
 
 import litellm_fastpath
-from tests.conftest import PROVIDERS, comparable, deployment_kwargs, served_by_rust
-from tests.harness import RecordingUpstream, Reply
-from tests.harness.upstream import default_body
+from devtools.answers import canned_response
+from devtools.deployments import PROVIDERS, deployment_kwargs, served_by_rust
+from devtools.upstream import RecordingUpstream, Reply
+from tests.conftest import comparable, turns
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(64))).decode()
 IMAGE = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}
@@ -117,13 +118,7 @@ REQUESTS: dict[str, dict[str, Any]] = {
             }
         ]
     },
-    "empty_assistant_turn": {
-        "messages": [
-            {"role": "user", "content": "a"},
-            {"role": "assistant", "content": ""},
-            {"role": "user", "content": "b"},
-        ]
-    },
+    "empty_assistant_turn": turns(("user", "a"), ("assistant", ""), ("user", "b")),
     "whitespace_final_assistant": {
         "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "  "}]
     },
@@ -162,19 +157,10 @@ REQUESTS: dict[str, dict[str, Any]] = {
     "temperature_string": {"messages": HI, "temperature": "0.5"},
     "temperature_bool": {"messages": HI, "temperature": True},
     "top_p_string": {"messages": HI, "top_p": "x"},
-    "image_in_assistant_turn": {
-        "messages": [
-            {"role": "user", "content": "a"},
-            {"role": "assistant", "content": [{"type": "text", "text": "t"}, IMAGE]},
-            {"role": "user", "content": "b"},
-        ]
-    },
-    "image_in_system": {
-        "messages": [
-            {"role": "system", "content": [{"type": "text", "text": "s"}, IMAGE]},
-            {"role": "user", "content": "b"},
-        ]
-    },
+    "image_in_assistant_turn": turns(
+        ("user", "a"), ("assistant", [{"type": "text", "text": "t"}, IMAGE]), ("user", "b")
+    ),
+    "image_in_system": turns(("system", [{"type": "text", "text": "s"}, IMAGE]), ("user", "b")),
     "image_media_type_parameter": {
         "messages": [
             {
@@ -409,7 +395,7 @@ _SUFFIX = {"openai": "/chat/completions", "anthropic": "/v1/messages", "bedrock"
 
 
 def _good(provider: str) -> dict[str, Any]:
-    return default_body("POST", _PATHS[provider], b'{"model": "m"}')[1]
+    return canned_response("POST", _PATHS[provider], b'{"model": "m"}')[1]
 
 
 def _mutated(provider: str, change: Any) -> Reply:

@@ -16,11 +16,14 @@ import httpx
 import pytest
 
 import litellm_fastpath
-from tests.conftest import PROVIDERS, deployment_kwargs, logged_proxy, twin_models
-from tests.harness import ProxyProcess, Recorded, RecordingUpstream, Reply
-from tests.proxy_logger import events_for
+from devtools.deployments import PROVIDERS, deployment_kwargs, twin_models
+from devtools.processes import ProxyProcess
+from devtools.proxy_logger import events_for, logged_proxy
+from devtools.upstream import Recorded, RecordingUpstream, Reply
+from tests.conftest import FASTPATH_HEADERS, assert_rust_field_refused
+from tests.test_tools import anthropic_answer, converse_answer, tool_use, tool_use_block
 
-pytestmark = pytest.mark.proxy
+pytestmark = [pytest.mark.proxy, pytest.mark.usefixtures("upstream")]
 
 CHAT_PATHS = ("/chat/completions", "/v1/chat/completions")
 # A valid 1x1 RGB PNG, so every provider's image handling accepts it.
@@ -32,7 +35,6 @@ HI = [{"role": "user", "content": "hi"}]
 # Client-visible fields that differ on every call, or by alias name (the proxy echoes the alias).
 VOLATILE_RESPONSE_FIELDS = ("id", "created", "model")
 CLIENT_MAY_SEND_RUST = {"configurable_clientside_auth_params": ["rust"]}
-FASTPATH_HEADERS = {"x-litellm-rust", "x-litellm-fastpath"}
 LITELLM_HEADERS = (
     "x-litellm-model-id",
     "x-litellm-response-cost",
@@ -67,27 +69,20 @@ RATE_LIMITED: dict[str, Reply] = {
 
 
 @pytest.fixture(scope="module")
-def proxy(e2e_upstream: RecordingUpstream, callback_log: Path) -> Iterator[ProxyProcess]:
+def proxy(upstream_server: RecordingUpstream, log: Path) -> Iterator[ProxyProcess]:
     model_list = []
     for provider in PROVIDERS:
-        model_list += twin_models(provider, deployment_kwargs(provider, e2e_upstream.url))
+        model_list += twin_models(provider, deployment_kwargs(provider, upstream_server.url))
     # Deployments that let callers send `rust` (LiteLLM bans it in bodies unless opted in), so
     # the accelerator callback, not LiteLLM's ban, is what keeps the switch with the operator.
-    opt_in = {**deployment_kwargs("openai", e2e_upstream.url), **CLIENT_MAY_SEND_RUST}
+    opt_in = {**deployment_kwargs("openai", upstream_server.url), **CLIENT_MAY_SEND_RUST}
     model_list += [
         {"model_name": f"open-{m['model_name']}", "litellm_params": m["litellm_params"]}
         for m in twin_models("openai", opt_in)
     ]
-    server = logged_proxy(model_list, callback_log)
+    server = logged_proxy(model_list, log)
     with server:
         yield server
-
-
-@pytest.fixture(autouse=True)
-def fresh_upstream(e2e_upstream: RecordingUpstream) -> Iterator[RecordingUpstream]:
-    e2e_upstream.reset()
-    yield e2e_upstream
-    e2e_upstream.reset()
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -136,7 +131,7 @@ def clear_log(log: Path) -> None:
 @pytest.mark.parametrize("path", CHAT_PATHS)
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_fastpath_headers_only_on_rust_models(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream, provider: str, path: str
+    proxy: ProxyProcess, upstream: RecordingUpstream, provider: str, path: str
 ) -> None:
     rust = chat(proxy, f"rust-{provider}", path)
     plain = chat(proxy, f"plain-{provider}", path)
@@ -146,7 +141,7 @@ def test_fastpath_headers_only_on_rust_models(
     assert rust.headers.get("x-litellm-fastpath") == litellm_fastpath.__version__
     assert "x-litellm-rust" not in plain.headers
     assert "x-litellm-fastpath" not in plain.headers
-    assert len(fresh_upstream.requests) == 2
+    assert len(upstream.requests) == 2
 
 
 @pytest.mark.parametrize("path", CHAT_PATHS)
@@ -201,11 +196,11 @@ DIFFERENTIAL_BODIES: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("case", sorted(DIFFERENTIAL_BODIES))
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_rust_and_plain_are_indistinguishable(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream, provider: str, case: str
+    proxy: ProxyProcess, upstream: RecordingUpstream, provider: str, case: str
 ) -> None:
     body = DIFFERENTIAL_BODIES[case]
-    plain_resp, plain_req = call_once(proxy, fresh_upstream, f"plain-{provider}", body)
-    rust_resp, rust_req = call_once(proxy, fresh_upstream, f"rust-{provider}", body)
+    plain_resp, plain_req = call_once(proxy, upstream, f"plain-{provider}", body)
+    rust_resp, rust_req = call_once(proxy, upstream, f"rust-{provider}", body)
     assert is_rust(rust_resp) and not is_rust(plain_resp)
     assert (rust_req.method, rust_req.path, rust_req.query) == (
         plain_req.method,
@@ -255,132 +250,63 @@ WEATHER_TOOL = {
 }
 
 
+ANTHROPIC_TOOL_ANSWER = anthropic_answer(
+    {"type": "text", "text": "Again:"}, tool_use("toolu_9", "get_weather", {"city": "Nice"})
+)
+BEDROCK_TOOL_ANSWER = converse_answer(tool_use_block("t9", "get_weather", {"city": "Nice"}))
+# Per provider: the assistant turn's content, the request's tool params, the provider's answer.
+TOOL_CASES: dict[str, tuple[str | None, dict[str, Any], dict[str, Any]]] = {
+    "openai": (
+        None,
+        {"tool_choice": "auto", "response_format": {"type": "json_object"}},
+        TOOL_CALL_ANSWER,
+    ),
+    "anthropic": (
+        "Checking.",
+        {"tool_choice": "required", "parallel_tool_calls": False},
+        ANTHROPIC_TOOL_ANSWER,
+    ),
+    "bedrock": (None, {"tool_choice": "auto"}, BEDROCK_TOOL_ANSWER),
+}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
 def test_tool_calling_through_the_proxy_matches_plain(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream
+    proxy: ProxyProcess, upstream: RecordingUpstream, provider: str
 ) -> None:
+    content, params, answer = TOOL_CASES[provider]
+    calls = TOOL_CALL_ANSWER["choices"][0]["message"]["tool_calls"]
     body = {
         "messages": [
             {"role": "user", "content": "Weather in Paris?"},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": TOOL_CALL_ANSWER["choices"][0]["message"]["tool_calls"],
-            },
+            {"role": "assistant", "content": content, "tool_calls": calls},
             {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
         ],
         "tools": [WEATHER_TOOL],
-        "tool_choice": "auto",
-        "response_format": {"type": "json_object"},
+        **params,
     }
     views = []
-    for model in ("plain-openai", "rust-openai"):
-        fresh_upstream.enqueue(Reply(json=TOOL_CALL_ANSWER))
-        resp, request = call_once(proxy, fresh_upstream, model, body)
+    for model in (f"plain-{provider}", f"rust-{provider}"):
+        upstream.enqueue(Reply(json=answer))
+        resp, request = call_once(proxy, upstream, model, body)
         views.append((is_rust(resp), request.json(), client_view(resp)))
     (plain_rust, plain_sent, plain_view), (rust_rust, rust_sent, rust_view) = views
     assert rust_rust and not plain_rust
     assert rust_sent == plain_sent
     assert rust_view == plain_view
-    assert rust_view["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
-
-
-def test_anthropic_tool_calling_through_the_proxy_matches_plain(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream
-) -> None:
-    body = {
-        "messages": [
-            {"role": "user", "content": "Weather in Paris?"},
-            {
-                "role": "assistant",
-                "content": "Checking.",
-                "tool_calls": TOOL_CALL_ANSWER["choices"][0]["message"]["tool_calls"],
-            },
-            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-        ],
-        "tools": [WEATHER_TOOL],
-        "tool_choice": "required",
-        "parallel_tool_calls": False,
-    }
-    answer = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-sonnet-4-5",
-        "content": [
-            {"type": "text", "text": "Again:"},
-            {"type": "tool_use", "id": "toolu_9", "name": "get_weather", "input": {"city": "Nice"}},
-        ],
-        "stop_reason": "tool_use",
-        "stop_sequence": None,
-        "usage": {"input_tokens": 40, "output_tokens": 15},
-    }
-    views = []
-    for model in ("plain-anthropic", "rust-anthropic"):
-        fresh_upstream.enqueue(Reply(json=answer))
-        resp, request = call_once(proxy, fresh_upstream, model, body)
-        views.append((is_rust(resp), request.json(), client_view(resp)))
-    (plain_rust, plain_sent, plain_view), (rust_rust, rust_sent, rust_view) = views
-    assert rust_rust and not plain_rust
-    assert rust_sent == plain_sent
-    assert rust_view == plain_view
-    assert rust_view["choices"][0]["finish_reason"] == "tool_calls"
-
-
-def test_bedrock_tool_calling_through_the_proxy_matches_plain(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream
-) -> None:
-    body = {
-        "messages": [
-            {"role": "user", "content": "Weather in Paris?"},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": TOOL_CALL_ANSWER["choices"][0]["message"]["tool_calls"],
-            },
-            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-        ],
-        "tools": [WEATHER_TOOL],
-        "tool_choice": "auto",
-    }
-    answer = {
-        "output": {
-            "message": {
-                "role": "assistant",
-                "content": [
-                    {
-                        "toolUse": {
-                            "toolUseId": "t9",
-                            "name": "get_weather",
-                            "input": {"city": "Nice"},
-                        }
-                    }
-                ],
-            }
-        },
-        "stopReason": "tool_use",
-        "usage": {"inputTokens": 40, "outputTokens": 15, "totalTokens": 55},
-        "metrics": {"latencyMs": 5},
-    }
-    views = []
-    for model in ("plain-bedrock", "rust-bedrock"):
-        fresh_upstream.enqueue(Reply(json=answer))
-        resp, request = call_once(proxy, fresh_upstream, model, body)
-        views.append((is_rust(resp), request.json(), client_view(resp)))
-    (plain_rust, plain_sent, plain_view), (rust_rust, rust_sent, rust_view) = views
-    assert rust_rust and not plain_rust
-    assert rust_sent == plain_sent
-    assert rust_view == plain_view
-    assert rust_view["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    choice = rust_view["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
 
 
 def test_openai_sdk_tool_calling_against_a_rust_model(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream
+    proxy: ProxyProcess, upstream: RecordingUpstream
 ) -> None:
     import openai
 
-    from tests.harness.proxy import MASTER_KEY
+    from devtools.processes import MASTER_KEY
 
-    fresh_upstream.enqueue(Reply(json=TOOL_CALL_ANSWER))
+    upstream.enqueue(Reply(json=TOOL_CALL_ANSWER))
     client = openai.OpenAI(base_url=proxy.url, api_key=MASTER_KEY, max_retries=0)
     raw = client.chat.completions.with_raw_response.create(
         model="rust-openai",
@@ -399,14 +325,12 @@ def test_openai_sdk_tool_calling_against_a_rust_model(
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_success_callback_matches_plain(
-    proxy: ProxyProcess, callback_log: Path, provider: str
-) -> None:
-    clear_log(callback_log)
+def test_success_callback_matches_plain(proxy: ProxyProcess, log: Path, provider: str) -> None:
+    clear_log(log)
     assert is_rust(chat(proxy, f"rust-{provider}"))
     assert not is_rust(chat(proxy, f"plain-{provider}"))
-    rust_events = events_for(callback_log, f"rust-{provider}", 1)
-    plain_events = events_for(callback_log, f"plain-{provider}", 1)
+    rust_events = events_for(log, f"rust-{provider}", 1)
+    plain_events = events_for(log, f"plain-{provider}", 1)
     assert [e["event"] for e in rust_events] == ["success"]
     assert [e["event"] for e in plain_events] == ["success"]
     (rust_event,), (plain_event,) = rust_events, plain_events
@@ -420,17 +344,17 @@ def test_success_callback_matches_plain(
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_upstream_429_is_one_request_and_a_failure_event(
     proxy: ProxyProcess,
-    fresh_upstream: RecordingUpstream,
-    callback_log: Path,
+    upstream: RecordingUpstream,
+    log: Path,
     provider: str,
 ) -> None:
-    clear_log(callback_log)
-    fresh_upstream.enqueue(RATE_LIMITED[provider])
+    clear_log(log)
+    upstream.enqueue(RATE_LIMITED[provider])
     resp = chat(proxy, f"rust-{provider}")
     assert resp.status_code == 429, resp.text
-    assert len(fresh_upstream.requests) == 1
+    assert len(upstream.requests) == 1
     assert "x-litellm-rust" not in resp.headers
-    events = events_for(callback_log, f"rust-{provider}", 1)
+    events = events_for(log, f"rust-{provider}", 1)
     assert [(e["event"], e["status_code"]) for e in events] == [("failure", 429)]
     assert events[0]["exception"] == "RateLimitError"
 
@@ -452,10 +376,10 @@ def rate_limited(
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_upstream_429_error_body_matches_plain(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream, provider: str
+    proxy: ProxyProcess, upstream: RecordingUpstream, provider: str
 ) -> None:
     errors = {}
-    for kind, resp in rate_limited(proxy, fresh_upstream, provider).items():
+    for kind, resp in rate_limited(proxy, upstream, provider).items():
         error = resp.json()["error"]
         # The proxy names the model group (which differs by alias) in the message.
         error["message"] = error["message"].replace(f"'{kind}-{provider}'", "'<group>'")
@@ -465,9 +389,9 @@ def test_upstream_429_error_body_matches_plain(
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_upstream_429_header_names_match_plain(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream, provider: str
+    proxy: ProxyProcess, upstream: RecordingUpstream, provider: str
 ) -> None:
-    responses = rate_limited(proxy, fresh_upstream, provider)
+    responses = rate_limited(proxy, upstream, provider)
     assert header_names(responses["rust"]) == header_names(responses["plain"])
 
 
@@ -476,18 +400,11 @@ def test_upstream_429_header_names_match_plain(
 
 @pytest.mark.parametrize(("model", "value"), [("plain-openai", True), ("rust-openai", False)])
 def test_caller_cannot_send_rust_in_the_body(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream, model: str, value: bool
+    proxy: ProxyProcess, upstream: RecordingUpstream, model: str, value: bool
 ) -> None:
-    # LiteLLM 1.106.12 bans `rust` in request bodies (proxy/auth/auth_utils.py); the call is
-    # rejected before routing. (In this venv the rejection surfaces as a 500 because the
-    # proxy's error handler fails importing prisma; a 4xx is the intended shape.)
-    rejection = "rust is not allowed in request body"
-    rejections_before = proxy.log_text().count(rejection)
-    resp = chat(proxy, model, rust=value)
-    assert resp.status_code >= 400, resp.text
-    assert "x-litellm-rust" not in resp.headers
-    assert fresh_upstream.requests == []
-    assert proxy.log_text().count(rejection) > rejections_before
+    assert_rust_field_refused(
+        proxy, upstream, "/chat/completions", {"model": model, "messages": HI, "rust": value}
+    )
 
 
 def test_deployment_allowing_clientside_params_is_still_rust(proxy: ProxyProcess) -> None:
@@ -498,7 +415,7 @@ def test_deployment_allowing_clientside_params_is_still_rust(proxy: ProxyProcess
 
 
 def test_rust_in_body_is_ignored_where_litellm_allows_it(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream
+    proxy: ProxyProcess, upstream: RecordingUpstream
 ) -> None:
     # Only meaningful once the deployment above is served by Rust at all.
     on = chat(proxy, "open-plain-openai", rust=True)
@@ -506,7 +423,7 @@ def test_rust_in_body_is_ignored_where_litellm_allows_it(
     assert (on.status_code, off.status_code) == (200, 200), (on.text, off.text)
     assert not is_rust(on)
     assert is_rust(off)
-    requests = fresh_upstream.requests
+    requests = upstream.requests
     assert len(requests) == 2
     assert all("rust" not in r.json() for r in requests)
 
@@ -541,9 +458,9 @@ def _openai_sse(*deltas: dict[str, Any]) -> bytes:
 
 
 def test_streaming_on_rust_openai_model_is_served_by_rust(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream
+    proxy: ProxyProcess, upstream: RecordingUpstream
 ) -> None:
-    fresh_upstream.enqueue(
+    upstream.enqueue(
         Reply(
             body=_openai_sse({"role": "assistant", "content": "Hel"}, {"content": "lo"}),
             headers={"Content-Type": "text/event-stream"},
@@ -554,7 +471,7 @@ def test_streaming_on_rust_openai_model_is_served_by_rust(
     assert resp.status_code == 200, resp.text
     assert resp.headers["x-litellm-rust"] == "true"
     assert "x-litellm-fastpath" in resp.headers
-    (request,) = fresh_upstream.requests
+    (request,) = upstream.requests
     assert request.json()["stream"] is True
     text = ""
     for line in resp.text.splitlines():
@@ -578,7 +495,7 @@ BAD_IMAGE = [
 
 @pytest.mark.parametrize("provider", ["anthropic", "bedrock"])
 def test_invalid_base64_image_is_a_400_without_upstream_call(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream, provider: str
+    proxy: ProxyProcess, upstream: RecordingUpstream, provider: str
 ) -> None:
     resp = proxy.post(
         "/chat/completions", json={"model": f"rust-{provider}", "messages": BAD_IMAGE}
@@ -586,16 +503,16 @@ def test_invalid_base64_image_is_a_400_without_upstream_call(
     assert resp.status_code == 400, resp.text
     message = resp.json()["error"]["message"]
     assert "base64" in message, message
-    assert fresh_upstream.requests == []
+    assert upstream.requests == []
 
 
 def test_invalid_base64_image_to_openai_is_forwarded_like_python(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream
+    proxy: ProxyProcess, upstream: RecordingUpstream
 ) -> None:
     # OpenAI takes image URLs as they are; LiteLLM forwards them unchecked, and so does Rust.
     body = {"messages": BAD_IMAGE}
-    _, plain_req = call_once(proxy, fresh_upstream, "plain-openai", body)
-    rust_resp, rust_req = call_once(proxy, fresh_upstream, "rust-openai", body)
+    _, plain_req = call_once(proxy, upstream, "plain-openai", body)
+    rust_resp, rust_req = call_once(proxy, upstream, "rust-openai", body)
     assert is_rust(rust_resp)
     assert rust_req.json()["messages"] == plain_req.json()["messages"]
 
@@ -652,20 +569,20 @@ def _comparable_answer(resp: httpx.Response) -> Any:
 @pytest.mark.parametrize("case", ODD_BODIES)
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_odd_bodies_answer_like_the_plain_model(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream, provider: str, case: str
+    proxy: ProxyProcess, upstream: RecordingUpstream, provider: str, case: str
 ) -> None:
     answers = []
     for model in (f"plain-{provider}", f"rust-{provider}"):
-        fresh_upstream.clear()
+        upstream.clear()
         resp = _raw_chat(proxy, model, ODD_BODIES[case])
-        sent = [(r.path, _json_or_bytes(r.body)) for r in fresh_upstream.requests]
+        sent = [(r.path, _json_or_bytes(r.body)) for r in upstream.requests]
         answers.append((resp.status_code, _comparable_answer(resp), sent))
     assert answers[0] == answers[1]
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_invalid_extra_header_name_is_left_to_litellm(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream, provider: str
+    proxy: ProxyProcess, upstream: RecordingUpstream, provider: str
 ) -> None:
     """Was a 500 carrying a raw native error; now LiteLLM handles it as it would without
     `rust: true` (it sends the header as is, and the upstream's answer to that is not ours)."""
@@ -681,7 +598,7 @@ def test_invalid_extra_header_name_is_left_to_litellm(
 @pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
 def test_non_finite_temperature_is_a_400_naming_the_field(
-    proxy: ProxyProcess, fresh_upstream: RecordingUpstream, provider: str, value: str
+    proxy: ProxyProcess, upstream: RecordingUpstream, provider: str, value: str
 ) -> None:
     resp = _raw_chat(
         proxy,
@@ -690,4 +607,4 @@ def test_non_finite_temperature_is_a_400_naming_the_field(
     )
     assert resp.status_code == 400, resp.text
     assert "temperature must be a finite number" in resp.json()["error"]["message"]
-    assert fresh_upstream.requests == []
+    assert upstream.requests == []

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import gc
 import os
 import select
 import sys
@@ -22,9 +21,11 @@ from typing import Any
 import litellm
 import pytest
 
-from tests.conftest import PROVIDERS, deployment_kwargs, served_by_rust
-from tests.harness import RecordingUpstream, Reply
-from tests.harness.upstream import REPLY_TEXT
+from devtools.answers import REPLY_TEXT
+from devtools.deployments import PROVIDERS, deployment_kwargs, served_by_rust
+from devtools.polling import wait_until
+from devtools.upstream import RecordingUpstream, Reply
+from tests.conftest import cancel_and_release
 
 USER_MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -71,10 +72,7 @@ def test_prepared_call_holds_the_text_itself_and_releases_it(
     assert sys.getrefcount(big) > baseline
     del prepared
     # Released by the GIL thread: no further call into the extension is needed.
-    deadline = time.monotonic() + 2.0
-    while sys.getrefcount(big) > baseline and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert sys.getrefcount(big) == baseline
+    wait_until(lambda: sys.getrefcount(big) == baseline, "still held", interval=0.01)
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -90,17 +88,8 @@ async def test_cancel_stops_call_and_releases_messages(
     await asyncio.to_thread(upstream.wait_for, 1, 10.0)
     assert not task.done()
 
-    cancelled_at = time.monotonic()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert time.monotonic() - cancelled_at < 1.0
-    # Released by the GIL thread as the aborted call drops it: no further call needed.
-    deadline = time.monotonic() + 2.0
-    while sys.getrefcount(big) > baseline and time.monotonic() < deadline:
-        gc.collect()
-        await asyncio.sleep(0.01)
-    assert sys.getrefcount(big) == baseline
+    # Released by the GIL thread as the aborted call drops it.
+    await cancel_and_release(task, lambda: sys.getrefcount(big) == baseline)
 
 
 async def test_contextvars_survive_await(upstream: RecordingUpstream) -> None:
@@ -196,6 +185,10 @@ def test_rust_call_in_forked_child(upstream: RecordingUpstream) -> None:
     assert len(upstream.requests) == 2
 
 
+# A thread that polled every 10 ms would switch ~100 times in this window; a parked one never.
+WAKE_UP_WINDOW_S = 1.0
+
+
 def _context_switches(tid: str) -> int:
     total = 0
     with open(f"/proc/self/task/{tid}/status") as status:
@@ -214,13 +207,20 @@ def test_gil_thread_sleeps_while_nothing_is_queued(upstream: RecordingUpstream) 
         "messages": [{"role": "user", "content": "hi"}],
     }
     assert served_by_rust(litellm.completion(**kwargs, rust=True))
-    time.sleep(0.1)  # the call's releases go out within 10 ms
     tids = [
         tid
         for tid in os.listdir("/proc/self/task")
         if Path(f"/proc/self/task/{tid}/comm").read_text().strip() == "fastpath-gil"
     ]
     assert len(tids) == 1, tids
+    # The call's releases go out at once; then the thread parks (no switch between two looks).
+    seen = [-1]
+
+    def parked() -> bool:
+        previous, seen[0] = seen[0], _context_switches(tids[0])
+        return seen[0] == previous
+
+    wait_until(parked, "the GIL thread keeps waking up", interval=0.1)
     before = _context_switches(tids[0])
-    time.sleep(1.0)
+    time.sleep(WAKE_UP_WINDOW_S)  # the window wake-ups are counted in, not a wait for a state
     assert _context_switches(tids[0]) - before < 10

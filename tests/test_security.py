@@ -9,9 +9,9 @@ import openai
 import pytest
 
 import litellm_fastpath
+from devtools.deployments import deployment_kwargs
+from devtools.upstream import RecordingUpstream, Reply
 from litellm_fastpath import _native
-from tests.conftest import deployment_kwargs
-from tests.harness import RecordingUpstream, Reply
 
 SECRET = "sk-SECRET-do-not-print"
 AWS_SECRET = "AWS-SECRET-do-not-print"

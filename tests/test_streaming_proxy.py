@@ -20,41 +20,34 @@ import httpx
 import openai
 import pytest
 
-from litellm_fastpath.mock_provider import deployment_kwargs, openai_stream_events, stream_pieces
-from tests.conftest import logged_proxy, twin_models
-from tests.harness import ProxyProcess, RecordingUpstream, Reply
-from tests.harness.proxy import MASTER_KEY
-from tests.proxy_logger import events_for, lane_counts
+from devtools.answers import openai_stream_events, stream_pieces
+from devtools.deployments import deployment_kwargs, twin_models
+from devtools.processes import MASTER_KEY, ProxyProcess
+from devtools.proxy_logger import events_for, lane_counts, logged_proxy
+from devtools.upstream import RecordingUpstream, Reply
 
-pytestmark = pytest.mark.proxy
+pytestmark = [pytest.mark.proxy, pytest.mark.usefixtures("upstream")]
 
 _CREATED = re.compile(rb'"created":\d+')
 
 
 @pytest.fixture(scope="module", params=["proxy", "lane"])
 def proxy(
-    request: pytest.FixtureRequest, e2e_upstream: RecordingUpstream, callback_log: Path
+    request: pytest.FixtureRequest, upstream_server: RecordingUpstream, log: Path
 ) -> Iterator[ProxyProcess]:
-    models = twin_models("openai", deployment_kwargs("openai", e2e_upstream.url))
-    models += twin_models("anthropic", deployment_kwargs("anthropic", e2e_upstream.url))
-    models += twin_models("bedrock", deployment_kwargs("bedrock", e2e_upstream.url))
+    models = twin_models("openai", deployment_kwargs("openai", upstream_server.url))
+    models += twin_models("anthropic", deployment_kwargs("anthropic", upstream_server.url))
+    models += twin_models("bedrock", deployment_kwargs("bedrock", upstream_server.url))
     settings = {"fastpath_lane": True} if request.param == "lane" else {}
-    server = logged_proxy(models, callback_log, **settings)
+    server = logged_proxy(models, log, **settings)
     with server:
         if request.param == "lane":
             # The lane learns the master key's verdict from the proxy's first request.
-            e2e_upstream.set_default("/chat/completions", sse_reply(SCENARIOS["mock-3"]))
+            upstream_server.set_default("/chat/completions", sse_reply(SCENARIOS["mock-3"]))
             assert stream_text(server, "plain-openai").status_code == 200
         yield server
         # No stream the lane served was one the fast path declines on its replay.
         assert "replay was declined by the fast path" not in server.log_text()
-
-
-@pytest.fixture(autouse=True)
-def fresh_upstream(e2e_upstream: RecordingUpstream) -> Iterator[RecordingUpstream]:
-    e2e_upstream.reset()
-    yield e2e_upstream
-    e2e_upstream.reset()
 
 
 def sse_reply(events: list[bytes], **reply: Any) -> Reply:
@@ -214,13 +207,13 @@ SCENARIOS: dict[str, list[bytes]] = {
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 @pytest.mark.parametrize("include_usage", [None, True, False])
 def test_stream_bytes_match_the_plain_model(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream, scenario: str, include_usage: bool | None
+    proxy: ProxyProcess, upstream: RecordingUpstream, scenario: str, include_usage: bool | None
 ) -> None:
     body: dict[str, Any] = {}
     if include_usage is not None:
         body["stream_options"] = {"include_usage": include_usage}
     (rust, rust_sent), (plain, plain_sent) = both(
-        proxy, e2e_upstream, sse_reply(SCENARIOS[scenario]), **body
+        proxy, upstream, sse_reply(SCENARIOS[scenario]), **body
     )
     assert rust.status_code == plain.status_code == 200, rust.text
     assert rust.headers.get("x-litellm-rust") == "true"
@@ -230,10 +223,8 @@ def test_stream_bytes_match_the_plain_model(
     assert rust.content.endswith(b"data: [DONE]\n\n")
 
 
-def test_headers_match_the_plain_model(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream
-) -> None:
-    (rust, _), (plain, _) = both(proxy, e2e_upstream, sse_reply(SCENARIOS["mock-3"]))
+def test_headers_match_the_plain_model(proxy: ProxyProcess, upstream: RecordingUpstream) -> None:
+    (rust, _), (plain, _) = both(proxy, upstream, sse_reply(SCENARIOS["mock-3"]))
     volatile = {"date", "x-litellm-call-id", "x-litellm-model-id", "x-litellm-model-group"}
     volatile |= {"x-litellm-response-duration-ms", "x-litellm-overhead-duration-ms"}
     volatile |= {"llm_provider-date", "x-litellm-callback-duration-ms"}
@@ -245,14 +236,14 @@ def test_headers_match_the_plain_model(
 
 
 def test_one_success_event_per_stream_with_equal_usage_and_cost(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream, callback_log: Path
+    proxy: ProxyProcess, upstream: RecordingUpstream, log: Path
 ) -> None:
     events = {}
     for model in ("rust-openai", "plain-openai"):
-        before = len(events_for(callback_log, model, 0, timeout=0))
-        e2e_upstream.set_default("/chat/completions", sse_reply(SCENARIOS["mock-100"]))
+        before = len(events_for(log, model, 0, timeout=0))
+        upstream.set_default("/chat/completions", sse_reply(SCENARIOS["mock-100"]))
         assert stream_text(proxy, model).status_code == 200
-        events[model] = events_for(callback_log, model, before + 1)[before:]
+        events[model] = events_for(log, model, before + 1)[before:]
     assert [e["event"] for e in events["rust-openai"]] == ["success"]
     assert [e["event"] for e in events["plain-openai"]] == ["success"]
     rust, plain = events["rust-openai"][0], events["plain-openai"][0]
@@ -261,31 +252,31 @@ def test_one_success_event_per_stream_with_equal_usage_and_cost(
 
 
 def test_error_event_mid_stream_ends_the_stream_like_python(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream
+    proxy: ProxyProcess, upstream: RecordingUpstream
 ) -> None:
     events = [
         chunk({"role": "assistant", "content": "partial"}),
         b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n',
     ]
-    (rust, _), (plain, _) = both(proxy, e2e_upstream, sse_reply(events))
+    (rust, _), (plain, _) = both(proxy, upstream, sse_reply(events))
     assert normalized(rust, "rust-openai") == normalized(plain, "plain-openai")
     assert b'"error"' in rust.content and not rust.content.endswith(b"[DONE]\n\n")
 
 
 def test_upstream_429_before_the_stream_is_the_same_error(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream
+    proxy: ProxyProcess, upstream: RecordingUpstream
 ) -> None:
     reply = Reply(status=429, json={"error": {"message": "slow down", "type": "rate_limit"}})
-    (rust, rust_sent), (plain, _) = both(proxy, e2e_upstream, reply)
+    (rust, rust_sent), (plain, _) = both(proxy, upstream, reply)
     assert rust.status_code == plain.status_code == 429
     assert len(rust_sent) == 1
     assert rust.text.replace("rust-openai", "M") == plain.text.replace("plain-openai", "M")
 
 
 def test_official_openai_sdk_streams_from_a_rust_model(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream
+    proxy: ProxyProcess, upstream: RecordingUpstream
 ) -> None:
-    e2e_upstream.set_default("/chat/completions", sse_reply(SCENARIOS["mock-100"]))
+    upstream.set_default("/chat/completions", sse_reply(SCENARIOS["mock-100"]))
     client = openai.OpenAI(base_url=proxy.url, api_key=MASTER_KEY)
     messages: Any = [{"role": "user", "content": "hi"}]
     texts = {}
@@ -302,15 +293,15 @@ def test_official_openai_sdk_streams_from_a_rust_model(
 
 
 def test_rust_in_the_body_cannot_switch_a_stream_on(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream
+    proxy: ProxyProcess, upstream: RecordingUpstream
 ) -> None:
     # LiteLLM refuses a `rust` field in the body outright; nothing reaches the provider.
-    e2e_upstream.set_default("/chat/completions", sse_reply(SCENARIOS["mock-3"]))
+    upstream.set_default("/chat/completions", sse_reply(SCENARIOS["mock-3"]))
     for model, value in (("plain-openai", True), ("rust-openai", False)):
         resp = stream_text(proxy, model, rust=value)
         assert resp.status_code >= 400
         assert "x-litellm-rust" not in resp.headers
-    assert e2e_upstream.requests == []
+    assert upstream.requests == []
 
 
 ANTHROPIC_CASES = (
@@ -352,41 +343,34 @@ def usage_options(include_usage: bool | None) -> dict[str, Any]:
     return {} if include_usage is None else {"stream_options": {"include_usage": include_usage}}
 
 
-@pytest.mark.parametrize("scenario", ANTHROPIC_CASES)
+@pytest.mark.parametrize(
+    ("provider", "scenario"),
+    [*(("anthropic", c) for c in ANTHROPIC_CASES), *(("bedrock", c) for c in BEDROCK_CASES)],
+)
 @pytest.mark.parametrize("include_usage", [None, True])
-def test_anthropic_stream_bytes_match_the_plain_model(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream, scenario: str, include_usage: bool | None
+def test_native_stream_bytes_match_the_plain_model(
+    proxy: ProxyProcess,
+    upstream: RecordingUpstream,
+    provider: str,
+    scenario: str,
+    include_usage: bool | None,
 ) -> None:
-    from tests.test_streaming import ANTHROPIC, anthropic_reply
+    from tests.test_streaming import ANTHROPIC, BEDROCK, anthropic_reply, bedrock_reply
 
-    reply = anthropic_reply(ANTHROPIC[scenario])
-    out = twin_streams(
-        proxy, e2e_upstream, "anthropic", "/v1/messages", reply, **usage_options(include_usage)
-    )
-    assert out["rust-anthropic"][0] == "true" and out["plain-anthropic"][0] is None
-    assert out["rust-anthropic"][1] == out["plain-anthropic"][1]
-    assert out["rust-anthropic"][2] == out["plain-anthropic"][2]
-
-
-@pytest.mark.parametrize("scenario", BEDROCK_CASES)
-@pytest.mark.parametrize("include_usage", [None, True])
-def test_bedrock_stream_bytes_match_the_plain_model(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream, scenario: str, include_usage: bool | None
-) -> None:
-    from tests.test_streaming import BEDROCK, bedrock_reply
-
-    reply = bedrock_reply(BEDROCK[scenario])
-    out = twin_streams(
-        proxy, e2e_upstream, "bedrock", "/converse-stream", reply, **usage_options(include_usage)
-    )
-    assert out["rust-bedrock"][0] == "true" and out["plain-bedrock"][0] is None
-    assert out["rust-bedrock"][1] == out["plain-bedrock"][1]
-    assert out["rust-bedrock"][2] == out["plain-bedrock"][2]
+    if provider == "anthropic":
+        reply, path = anthropic_reply(ANTHROPIC[scenario]), "/v1/messages"
+    else:
+        reply, path = bedrock_reply(BEDROCK[scenario]), "/converse-stream"
+    out = twin_streams(proxy, upstream, provider, path, reply, **usage_options(include_usage))
+    rust, plain = out[f"rust-{provider}"], out[f"plain-{provider}"]
+    assert rust[0] == "true" and plain[0] is None
+    assert rust[1] == plain[1]
+    assert rust[2] == plain[2]
 
 
 @pytest.mark.parametrize("provider", ["anthropic", "bedrock"])
 def test_tool_call_streams_with_tool_params_match_the_plain_model(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream, provider: str
+    proxy: ProxyProcess, upstream: RecordingUpstream, provider: str
 ) -> None:
     from tests.test_streaming import ANTHROPIC, BEDROCK, anthropic_reply, bedrock_reply
     from tests.test_tools import HISTORY, WEATHER
@@ -396,7 +380,7 @@ def test_tool_call_streams_with_tool_params_match_the_plain_model(
     else:
         path, reply = "/converse-stream", bedrock_reply(BEDROCK["tools"])
     body = {"messages": HISTORY, "tools": [WEATHER], "tool_choice": "auto"}
-    out = twin_streams(proxy, e2e_upstream, provider, path, reply, **body)
+    out = twin_streams(proxy, upstream, provider, path, reply, **body)
     assert out[f"rust-{provider}"][0] == "true"
     assert out[f"rust-{provider}"][1] == out[f"plain-{provider}"][1]
     assert out[f"rust-{provider}"][2] == out[f"plain-{provider}"][2]
@@ -404,16 +388,16 @@ def test_tool_call_streams_with_tool_params_match_the_plain_model(
 
 
 def test_bedrock_exception_mid_stream_ends_the_stream_like_python(
-    proxy: ProxyProcess, e2e_upstream: RecordingUpstream
+    proxy: ProxyProcess, upstream: RecordingUpstream
 ) -> None:
-    from litellm_fastpath.mock_provider import aws_event_frame
+    from devtools.answers import aws_event_frame
     from tests.test_streaming import BEDROCK, bedrock_reply
 
     boom = aws_event_frame(None, {"message": "Boom"}, exception_type="throttlingException")
     events = [*BEDROCK["text"][:3], boom]
     out = {}
     for model in ("rust-bedrock", "plain-bedrock"):
-        e2e_upstream.set_default("/converse-stream", bedrock_reply(events))
+        upstream.set_default("/converse-stream", bedrock_reply(events))
         resp = stream_text(proxy, model)
         frames = _STREAM_ID.sub(b'"id":"X"', normalized(resp, model))
         out[model] = frames.replace(model.encode(), b"M")
@@ -422,9 +406,9 @@ def test_bedrock_exception_mid_stream_ends_the_stream_like_python(
 
 
 def test_the_lane_served_the_rust_streams(
-    request: pytest.FixtureRequest, proxy: ProxyProcess, callback_log: Path
+    request: pytest.FixtureRequest, proxy: ProxyProcess, log: Path
 ) -> None:
-    counts = lane_counts(callback_log)
+    counts = lane_counts(log)
     if request.node.callspec.params["proxy"] == "lane":
         # Every rust stream of this module that got a first chunk (the counts are the last
         # logged event's); the others: the 429 (replayed) and the `rust` fields (bodies).

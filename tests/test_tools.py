@@ -16,8 +16,9 @@ import litellm
 import pytest
 
 import litellm_fastpath
-from tests.conftest import comparable, deployment_kwargs, served_by_rust
-from tests.harness import Recorded, RecordingUpstream, Reply
+from devtools.deployments import deployment_kwargs, served_by_rust
+from devtools.upstream import Recorded, RecordingUpstream, Reply
+from tests.conftest import comparable
 
 WEATHER = {
     "type": "function",
@@ -46,6 +47,13 @@ STRICT = {
     },
 }
 ASK = [{"role": "user", "content": "What's the weather in Paris?"}]
+
+
+def choice(tool_choice: str) -> dict[str, Any]:
+    """The weather question, with the weather tool and this `tool_choice`."""
+    return {"messages": ASK, "tools": [WEATHER], "tool_choice": tool_choice}
+
+
 CALL = {
     "id": "call_0",
     "type": "function",
@@ -97,13 +105,13 @@ PLAIN_TEXT = answer({"role": "assistant", "content": "It is sunny.", "refusal": 
 
 # (request kwargs, upstream answer): served in Rust, equal to LiteLLM's path.
 SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
-    "tools_auto": ({"messages": ASK, "tools": [WEATHER], "tool_choice": "auto"}, CALLS_WEATHER),
+    "tools_auto": (choice("auto"), CALLS_WEATHER),
     "tools_default_choice": ({"messages": ASK, "tools": [WEATHER, TIME]}, CALLS_TWO),
     "tool_choice_required": (
-        {"messages": ASK, "tools": [WEATHER], "tool_choice": "required"},
+        choice("required"),
         CALLS_WEATHER,
     ),
-    "tool_choice_none": ({"messages": ASK, "tools": [WEATHER], "tool_choice": "none"}, PLAIN_TEXT),
+    "tool_choice_none": (choice("none"), PLAIN_TEXT),
     "tool_choice_named": (
         {
             "messages": ASK,
@@ -210,18 +218,6 @@ def view(outcome: Any) -> Any:
     return comparable(outcome)
 
 
-@pytest.mark.parametrize("shape", list(SERVED))
-async def test_openai_tools_and_structured_output_match_python(
-    upstream: RecordingUpstream, shape: str
-) -> None:
-    call, reply = SERVED[shape]
-    (rust, rust_sent), (python, python_sent) = await both_arms(upstream, "openai", call, reply)
-    assert litellm_fastpath.decline_counts() == {}
-    assert served_by_rust(rust), view(rust)
-    assert rust_sent == python_sent
-    assert view(rust) == view(python)
-
-
 async def test_tool_calls_come_back_as_litellm_objects(upstream: RecordingUpstream) -> None:
     call, reply = SERVED["tools_default_choice"]
     (rust, _), (python, _) = await both_arms(upstream, "openai", call, reply)
@@ -242,6 +238,11 @@ def test_sync_completion_with_tools(upstream: RecordingUpstream) -> None:
     assert comparable(rust) == comparable(python)
 
 
+# A schema LiteLLM rewrites for Anthropic and Bedrock (it inlines `$defs`).
+SCHEMA_WITH_DEFS = {
+    "type": "json_schema",
+    "json_schema": {"name": "x", "schema": {"type": "object", "properties": {}, "$defs": {}}},
+}
 PATTERN_TOOL = {
     "type": "function",
     "function": {
@@ -382,20 +383,14 @@ DECLINED: dict[str, tuple[str, dict[str, Any], str]] = {
         "bedrock",
         {
             "messages": ASK,
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": "x",
-                    "schema": {"type": "object", "properties": {}, "$defs": {}},
-                },
-            },
+            "response_format": SCHEMA_WITH_DEFS,
         },
         "response_format",
     ),
     "bedrock_tool_history_without_tools": ("bedrock", {"messages": HISTORY}, "message_field"),
     "bedrock_tool_choice_none": (
         "bedrock",
-        {"messages": ASK, "tools": [WEATHER], "tool_choice": "none"},
+        choice("none"),
         "tool_choice",
     ),
     "bedrock_parallel_tool_calls": (
@@ -426,6 +421,19 @@ async def test_shapes_litellm_rewrites_are_declined(
 # -- Anthropic ---------------------------------------------------------------------------------
 
 
+def person_schema(properties: dict[str, Any], additional: bool) -> dict[str, Any]:
+    """A strict `json_schema` response format of a person object (`name` required)."""
+    schema = {"type": "object", "properties": properties, "required": ["name"]}
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "person",
+            "strict": True,
+            "schema": {**schema, "additionalProperties": additional},
+        },
+    }
+
+
 def anthropic_answer(*blocks: dict[str, Any], stop_reason: str = "tool_use") -> dict[str, Any]:
     return {
         "id": "msg_tools",
@@ -444,6 +452,29 @@ def tool_use(id_: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 ANTHROPIC_TOOL_USE = anthropic_answer(tool_use("toolu_1", "get_weather", {"city": "Paris"}))
+# A history with two parallel calls and text, one result a list of text parts.
+PARALLEL_CALLS_AND_TEXT = [
+    *ASK,
+    {
+        "role": "assistant",
+        "content": "Let me check.",
+        "tool_calls": [
+            {**CALL, "id": "call_1"},
+            {**CALL, "id": "call_2", "function": {"name": "get_weather", "arguments": ""}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    {
+        "role": "tool",
+        "tool_call_id": "call_2",
+        "content": [{"type": "text", "text": "rainy"}, {"type": "text", "text": "cold"}],
+    },
+]
+NAMED_CHOICE = {
+    "messages": ASK,
+    "tools": [WEATHER, TIME],
+    "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+}
 ANTHROPIC_SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "tools": ({"messages": ASK, "tools": [WEATHER, TIME]}, ANTHROPIC_TOOL_USE),
     "tools_no_description_no_parameters": ({"messages": ASK, "tools": [TIME]}, ANTHROPIC_TOOL_USE),
@@ -470,23 +501,19 @@ ANTHROPIC_SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         ANTHROPIC_TOOL_USE,
     ),
     "tool_choice_auto": (
-        {"messages": ASK, "tools": [WEATHER], "tool_choice": "auto"},
+        choice("auto"),
         ANTHROPIC_TOOL_USE,
     ),
     "tool_choice_none": (
-        {"messages": ASK, "tools": [WEATHER], "tool_choice": "none"},
+        choice("none"),
         ANTHROPIC_TOOL_USE,
     ),
     "tool_choice_required": (
-        {"messages": ASK, "tools": [WEATHER], "tool_choice": "required"},
+        choice("required"),
         ANTHROPIC_TOOL_USE,
     ),
     "tool_choice_named": (
-        {
-            "messages": ASK,
-            "tools": [WEATHER, TIME],
-            "tool_choice": {"type": "function", "function": {"name": "get_time"}},
-        },
+        NAMED_CHOICE,
         ANTHROPIC_TOOL_USE,
     ),
     "tool_choice_dict_auto": (
@@ -520,30 +547,7 @@ ANTHROPIC_SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "history_parallel_calls_and_text": (
         {
-            "messages": [
-                *ASK,
-                {
-                    "role": "assistant",
-                    "content": "Let me check.",
-                    "tool_calls": [
-                        {**CALL, "id": "call_1"},
-                        {
-                            **CALL,
-                            "id": "call_2",
-                            "function": {"name": "get_weather", "arguments": ""},
-                        },
-                    ],
-                },
-                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-                {
-                    "role": "tool",
-                    "tool_call_id": "call_2",
-                    "content": [
-                        {"type": "text", "text": "rainy"},
-                        {"type": "text", "text": "cold"},
-                    ],
-                },
-            ],
+            "messages": PARALLEL_CALLS_AND_TEXT,
             "tools": [WEATHER],
         },
         anthropic_answer({"type": "text", "text": "Mixed."}, stop_reason="end_turn"),
@@ -563,26 +567,14 @@ ANTHROPIC_SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "json_schema": (
         {
             "messages": ASK,
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": "person",
-                    "strict": True,
-                    "schema": {
-                        "type": "object",
-                        "properties": {
-                            "name": {"type": "string", "description": "Full name"},
-                            "tags": {
-                                "type": "array",
-                                "items": {"type": "object", "properties": {}},
-                            },
-                            "pet": {"anyOf": [{"type": "string"}, {"type": "null"}]},
-                        },
-                        "required": ["name"],
-                        "additionalProperties": True,
-                    },
+            "response_format": person_schema(
+                {
+                    "name": {"type": "string", "description": "Full name"},
+                    "tags": {"type": "array", "items": {"type": "object", "properties": {}}},
+                    "pet": {"anyOf": [{"type": "string"}, {"type": "null"}]},
                 },
-            },
+                additional=True,
+            ),
         },
         anthropic_answer({"type": "text", "text": '{"name": "A"}'}, stop_reason="end_turn"),
     ),
@@ -592,18 +584,6 @@ ANTHROPIC_SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 def anthropic_sent(request: Recorded) -> Any:
     headers = ("anthropic-beta", "anthropic-version")
     return request.json(), {h: request.headers.get(h) for h in headers}
-
-
-@pytest.mark.parametrize("shape", list(ANTHROPIC_SERVED))
-async def test_anthropic_tools_match_python(upstream: RecordingUpstream, shape: str) -> None:
-    call, reply = ANTHROPIC_SERVED[shape]
-    (rust, rust_sent), (python, python_sent) = await both_arms(
-        upstream, "anthropic", call, reply, anthropic_sent
-    )
-    assert litellm_fastpath.decline_counts() == {}
-    assert served_by_rust(rust), view(rust)
-    assert rust_sent == python_sent
-    assert view(rust) == view(python)
 
 
 # -- Bedrock Converse --------------------------------------------------------------------------
@@ -622,37 +602,23 @@ def tool_use_block(id_: str, name: str, arguments: dict[str, Any]) -> dict[str, 
     return {"toolUse": {"toolUseId": id_, "name": name, "input": arguments}}
 
 
-JSON_SCHEMA = {
-    "type": "json_schema",
-    "json_schema": {
-        "name": "person",
-        "strict": True,
-        "schema": {
-            "type": "object",
-            "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-            "required": ["name"],
-            "additionalProperties": False,
-        },
-    },
-}
+JSON_SCHEMA = person_schema(
+    {"name": {"type": "string"}, "age": {"type": "integer"}}, additional=False
+)
 CONVERSE_TOOL_USE = converse_answer(tool_use_block("t1", "get_weather", {"city": "Paris"}))
 BEDROCK_SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "tools": ({"messages": ASK, "tools": [WEATHER, TIME]}, CONVERSE_TOOL_USE),
     "strict_schema_trimmed": ({"messages": ASK, "tools": [STRICT]}, CONVERSE_TOOL_USE),
     "tool_choice_auto": (
-        {"messages": ASK, "tools": [WEATHER], "tool_choice": "auto"},
+        choice("auto"),
         CONVERSE_TOOL_USE,
     ),
     "tool_choice_required": (
-        {"messages": ASK, "tools": [WEATHER], "tool_choice": "required"},
+        choice("required"),
         CONVERSE_TOOL_USE,
     ),
     "tool_choice_named": (
-        {
-            "messages": ASK,
-            "tools": [WEATHER, TIME],
-            "tool_choice": {"type": "function", "function": {"name": "get_time"}},
-        },
+        NAMED_CHOICE,
         CONVERSE_TOOL_USE,
     ),
     "history": (
@@ -661,30 +627,7 @@ BEDROCK_SERVED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "history_calls_text_and_list_results": (
         {
-            "messages": [
-                *ASK,
-                {
-                    "role": "assistant",
-                    "content": "Let me check.",
-                    "tool_calls": [
-                        {**CALL, "id": "call_1"},
-                        {
-                            **CALL,
-                            "id": "call_2",
-                            "function": {"name": "get_weather", "arguments": ""},
-                        },
-                    ],
-                },
-                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-                {
-                    "role": "tool",
-                    "tool_call_id": "call_2",
-                    "content": [
-                        {"type": "text", "text": "rainy"},
-                        {"type": "text", "text": "cold"},
-                    ],
-                },
-            ],
+            "messages": PARALLEL_CALLS_AND_TEXT,
             "tools": [WEATHER],
         },
         converse_answer({"text": "Mixed."}, stop_reason="end_turn"),
@@ -742,11 +685,25 @@ def bedrock_sent(request: Recorded) -> Any:
     return request.path, request.json()
 
 
-@pytest.mark.parametrize("shape", list(BEDROCK_SERVED))
-async def test_bedrock_tools_match_python(upstream: RecordingUpstream, shape: str) -> None:
-    call, reply = BEDROCK_SERVED[shape]
+# Per provider: the shapes the fast path serves (call, the upstream's answer), and what of the
+# upstream request is compared.
+MATCHING: dict[str, tuple[dict[str, tuple[dict[str, Any], dict[str, Any]]], Any]] = {
+    "openai": (SERVED, request_body),
+    "anthropic": (ANTHROPIC_SERVED, anthropic_sent),
+    "bedrock": (BEDROCK_SERVED, bedrock_sent),
+}
+
+
+@pytest.mark.parametrize(
+    ("provider", "shape"), [(p, shape) for p, (served, _) in MATCHING.items() for shape in served]
+)
+async def test_served_shapes_match_python(
+    upstream: RecordingUpstream, provider: str, shape: str
+) -> None:
+    served, sent = MATCHING[provider]
+    call, reply = served[shape]
     (rust, rust_sent), (python, python_sent) = await both_arms(
-        upstream, "bedrock", call, reply, bedrock_sent
+        upstream, provider, call, reply, sent
     )
     assert litellm_fastpath.decline_counts() == {}
     assert served_by_rust(rust), view(rust)

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import gc
 import io
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,8 +16,11 @@ import litellm
 import pytest
 
 import litellm_fastpath
-from tests.conftest import served_by_rust
-from tests.harness import ProxyProcess, RecordingUpstream, Reply
+from devtools.deployments import served_by_rust
+from devtools.polling import wait_until
+from devtools.processes import ProxyProcess
+from devtools.upstream import RecordingUpstream, Reply
+from tests.conftest import cancel_and_release
 
 MODEL = "bedrock/mistral.voxtral-mini-3b-2507"
 AUDIO = bytes(range(256)) * 40
@@ -184,6 +185,22 @@ def _raised_by(error: BaseException) -> tuple[Any, ...]:
     return (type(error), error.status_code, error.model, error.llm_provider)  # type: ignore[attr-defined]
 
 
+async def both_raise(
+    upstream: RecordingUpstream, reply: Reply, error: type[Exception]
+) -> list[Exception]:
+    """The `error` a transcription raises when the upstream answers `reply`: through the fast
+    path, then through LiteLLM's own route."""
+    raised = []
+    for rust in (True, False):
+        upstream.enqueue(reply)
+        with pytest.raises(error) as caught:
+            await litellm.atranscription(
+                file=named(AUDIO), rust=rust, **bedrock_kwargs(upstream.url)
+            )
+        raised.append(caught.value)
+    return raised
+
+
 @pytest.mark.parametrize(
     "reply",
     [
@@ -198,14 +215,7 @@ async def test_upstream_statuses_raise_what_litellms_route_raises(
 ) -> None:
     """LiteLLM's own (Rust) transcription route raises an `APIError` of the provider's status,
     whatever it is: the same class, status, message and model, after one request each."""
-    raised = []
-    for rust in (True, False):
-        upstream.enqueue(reply)
-        with pytest.raises(litellm.APIError) as error:
-            await litellm.atranscription(
-                file=named(AUDIO), rust=rust, **bedrock_kwargs(upstream.url)
-            )
-        raised.append((*_raised_by(error.value), str(error.value)))
+    raised = [(*_raised_by(e), str(e)) for e in await both_raise(upstream, reply, litellm.APIError)]
     assert raised[0] == raised[1]
     assert raised[0][1] == reply.status
     assert len(upstream.requests) == 2
@@ -221,15 +231,8 @@ async def test_other_faults_raise_what_litellms_route_raises(
 ) -> None:
     """A fault without a status: the class, status and model LiteLLM's route gives it (each
     names the cause in its own words)."""
-    raised = []
-    for rust in (True, False):
-        upstream.enqueue(reply)
-        with pytest.raises(litellm.APIConnectionError) as error:
-            await litellm.atranscription(
-                file=named(AUDIO), rust=rust, **bedrock_kwargs(upstream.url)
-            )
-        raised.append(_raised_by(error.value))
-    assert raised[0] == raised[1]
+    fast, slow = await both_raise(upstream, reply, litellm.APIConnectionError)
+    assert _raised_by(fast) == _raised_by(slow)
 
 
 async def test_disconnect_mid_upload_is_a_connection_error(upstream: RecordingUpstream) -> None:
@@ -250,17 +253,8 @@ async def test_cancel_stops_the_upload_and_releases_the_audio(upstream: Recordin
     )
     await asyncio.to_thread(upstream.wait_for, 1, 10)
     assert sys.getrefcount(audio) > baseline  # Rust holds the object itself, not a copy
-    started = time.monotonic()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert time.monotonic() - started < 1.0
-    # Released by the runtime as the task is dropped: no further call into the extension.
-    deadline = time.monotonic() + 3
-    while sys.getrefcount(audio) > baseline and time.monotonic() < deadline:
-        gc.collect()
-        await asyncio.sleep(0.02)
-    assert sys.getrefcount(audio) == baseline
+    # Released by the runtime as the task is dropped.
+    await cancel_and_release(task, lambda: sys.getrefcount(audio) == baseline)
 
 
 @pytest.fixture(scope="module")
@@ -276,26 +270,39 @@ def transcription_proxy() -> Iterator[tuple[ProxyProcess, RecordingUpstream]]:
             yield proxy, upstream
 
 
+def transcribe(
+    proxy: ProxyProcess, model: str, path: str = "/v1/audio/transcriptions", **form: str
+) -> Any:
+    """The proxy's answer to `AUDIO` uploaded for `model`, with these form fields."""
+    files = {"file": ("speech.wav", AUDIO, "audio/wav")}
+    return proxy.post(path, files=files, data={"model": model, **form})
+
+
+def twin_transcriptions(
+    proxy: ProxyProcess,
+    upstream: RecordingUpstream,
+    path: str = "/v1/audio/transcriptions",
+    **form: str,
+) -> tuple[tuple[Any, Any], dict[str, Any]]:
+    """`transcribe` for `rust-voxtral`, then `plain-voxtral`: both answers (each 200, after one
+    upstream request), and the body each upstream request carried, by model."""
+    answers, bodies = [], {}
+    for model in ("rust-voxtral", "plain-voxtral"):
+        upstream.clear()
+        response = transcribe(proxy, model, path, **form)
+        assert response.status_code == 200, response.text
+        answers.append(response)
+        bodies[model] = upstream.wait_for(1)[-1].json()
+        assert len(upstream.requests) == 1
+    return (answers[0], answers[1]), bodies
+
+
 @pytest.mark.proxy
 @pytest.mark.parametrize("path", ["/audio/transcriptions", "/v1/audio/transcriptions"])
 def test_proxy_serves_rust_transcriptions(
     transcription_proxy: tuple[ProxyProcess, RecordingUpstream], path: str
 ) -> None:
-    proxy, upstream = transcription_proxy
-    answers = {}
-    bodies = {}
-    for model in ("rust-voxtral", "plain-voxtral"):
-        upstream.clear()
-        response = proxy.post(
-            path,
-            files={"file": ("speech.wav", AUDIO, "audio/wav")},
-            data={"model": model, "prompt": "Names: Bob."},
-        )
-        assert response.status_code == 200, response.text
-        answers[model] = response
-        bodies[model] = upstream.wait_for(1)[-1].json()
-        assert len(upstream.requests) == 1
-    fast, slow = answers["rust-voxtral"], answers["plain-voxtral"]
+    (fast, slow), bodies = twin_transcriptions(*transcription_proxy, path, prompt="Names: Bob.")
     assert fast.headers["x-litellm-rust"] == "true"
     assert fast.headers["x-litellm-fastpath"] == litellm_fastpath.__version__
     assert slow.headers.get("x-litellm-rust") == "true"  # LiteLLM's own native route
@@ -317,19 +324,8 @@ def test_proxy_form_temperature_is_served_like_litellms_route(
     transcription_proxy: tuple[ProxyProcess, RecordingUpstream],
 ) -> None:
     """Form fields arrive as strings: `temperature` is served, forwarded as LiteLLM forwards it."""
-    proxy, upstream = transcription_proxy
-    bodies = {}
-    for model in ("rust-voxtral", "plain-voxtral"):
-        upstream.clear()
-        response = proxy.post(
-            "/v1/audio/transcriptions",
-            files={"file": ("speech.wav", AUDIO, "audio/wav")},
-            data={"model": model, "temperature": "0.2"},
-        )
-        assert response.status_code == 200, response.text
-        if model == "rust-voxtral":
-            assert response.headers["x-litellm-fastpath"] == litellm_fastpath.__version__
-        bodies[model] = upstream.wait_for(1)[-1].json()
+    (fast, _), bodies = twin_transcriptions(*transcription_proxy, temperature="0.2")
+    assert fast.headers["x-litellm-fastpath"] == litellm_fastpath.__version__
     assert bodies["rust-voxtral"]["inferenceConfig"] == bodies["plain-voxtral"]["inferenceConfig"]
     assert bodies["rust-voxtral"] == without_deliberate_differences(bodies["plain-voxtral"])
 
@@ -340,11 +336,7 @@ def test_proxy_text_response_format(
 ) -> None:
     proxy, _upstream = transcription_proxy
     responses = [
-        proxy.post(
-            "/v1/audio/transcriptions",
-            files={"file": ("speech.wav", AUDIO, "audio/wav")},
-            data={"model": model, "response_format": "text"},
-        )
+        transcribe(proxy, model, response_format="text")
         for model in ("rust-voxtral", "plain-voxtral")
     ]
     assert [r.status_code for r in responses] == [200, 200]
@@ -421,7 +413,4 @@ def test_read_only_buffers_are_held_not_copied_and_released_after_the_call(
     prepared.send_blocking()
     assert upstream.wait_for(1)[-1].json()["messages"][0]["content"][0]["audio"]
     del prepared
-    deadline = time.monotonic() + 3
-    while sys.getrefcount(view) > before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert sys.getrefcount(view) == before
+    wait_until(lambda: sys.getrefcount(view) == before, "still pinned", interval=0.01)

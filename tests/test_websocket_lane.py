@@ -18,9 +18,9 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.conftest import twin_models
-from tests.harness import MASTER_KEY, ProxyProcess
-from tests.harness.realtime import RealtimeUpstream
+from devtools.deployments import twin_models
+from devtools.processes import MASTER_KEY, ProxyProcess
+from devtools.realtime import RealtimeUpstream
 
 MODEL = "plain-realtime"
 AUTH = {"Authorization": f"Bearer {MASTER_KEY}"}

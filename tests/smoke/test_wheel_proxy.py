@@ -1,7 +1,9 @@
 """The built wheel, installed in a fresh venv, serves `rust: true` models in the real proxy.
 
 `make wheel-test` runs this file from outside the repo with the wheel installed (no editable
-build, no `python/` on the path); the main suite does not collect it (`norecursedirs`).
+build, no `python/` on the path); the main suite does not collect it (`norecursedirs`). The
+repo's root is on the path (`pythonpath` in pyproject.toml) for `devtools` and `tests`, which
+the wheel does not ship; `litellm_fastpath` can only come from the wheel.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from pathlib import Path
 import pytest
 
 import litellm_fastpath
-from tests.conftest import PROVIDERS, deployment_kwargs
-from tests.harness import ProxyProcess, RecordingUpstream
+from devtools.deployments import PROVIDERS, deployment_kwargs
+from devtools.processes import ProxyProcess
+from devtools.upstream import RecordingUpstream
 
 pytestmark = pytest.mark.proxy
 

@@ -1,24 +1,29 @@
-"""Runs the real LiteLLM proxy as a subprocess on loopback, for end-to-end tests and benchmarks."""
+"""Servers in processes of their own, on loopback: the real LiteLLM proxy (`ProxyProcess`), and any
+server that prints `READY <port>` once it listens (`ServerProcess`: the mock provider, the media
+benches' sink). Each runs in its own session and is killed as a whole process group."""
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import yaml  # type: ignore[import-untyped,unused-ignore]  # no stubs in the venv
 
+from devtools.procfs import group_members, proc_status, process_tree
+
 MASTER_KEY = "sk-test-master"
 HOST = "127.0.0.1"
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Keep the proxy offline, deterministic and DB-less; every key here is read by litellm 1.106.12.
 _OFFLINE_ENV = {
@@ -136,12 +141,7 @@ class ProxyProcess:
             self._cleanup_tmp()
             raise
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
         self._cleanup_tmp()
 
@@ -165,14 +165,7 @@ class ProxyProcess:
 
     def rss_bytes(self) -> int:
         """Resident memory of the proxy and all its descendants (uvicorn workers included)."""
-        page = os.sysconf("SC_PAGE_SIZE")
-        total = 0
-        for pid in process_tree(self.pid):
-            try:
-                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
-            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-                pass  # exited between listing and reading
-        return total
+        return proc_status(process_tree(self.pid))["VmRSS"]
 
     # -- HTTP ------------------------------------------------------------------------------
 
@@ -273,28 +266,32 @@ class ProxyProcess:
         return f"--- {self.log_path} (tail) ---\n{self.log_text()[-_LOG_TAIL_CHARS:]}"
 
     def _kill_group(self, term_timeout: float = 10.0) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        # The session id equals the leader's pid and stays valid while any member lives.
-        pgid = proc.pid
-        _signal_group(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + term_timeout
-        try:
-            proc.wait(timeout=term_timeout)
-        except subprocess.TimeoutExpired:
-            pass
-        # Workers may outlive the leader; wait for them too, so callers see freed ports and memory.
-        if not _wait_group_gone(pgid, deadline):
-            _signal_group(pgid, signal.SIGKILL)
-            proc.wait()
-            if not _wait_group_gone(pgid, time.monotonic() + 5.0):
-                raise RuntimeError(f"proxy process group {pgid} survived SIGKILL")
+        if self._proc is not None:
+            stop_group(self._proc, term_timeout)
 
     def _cleanup_tmp(self) -> None:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+
+
+def stop_group(proc: subprocess.Popen[bytes], term_timeout: float) -> None:
+    """SIGTERM to the process group `proc` leads (its session), SIGKILL to what is left after
+    `term_timeout`; returns once every member is gone, so callers see freed ports and memory."""
+    # The session id equals the leader's pid and stays valid while any member lives.
+    pgid = proc.pid
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + term_timeout
+    try:
+        proc.wait(timeout=term_timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    # Workers may outlive the leader; wait for them too.
+    if not _wait_group_gone(pgid, deadline):
+        _signal_group(pgid, signal.SIGKILL)
+        proc.wait()
+        if not _wait_group_gone(pgid, time.monotonic() + 5.0):
+            raise RuntimeError(f"process group {pgid} survived SIGKILL")
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -305,48 +302,59 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 
 
 def _wait_group_gone(pgid: int, deadline: float) -> bool:
-    while _group_members(pgid):
+    while group_members(pgid):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
     return True
 
 
-def _proc_stats() -> Iterator[tuple[int, str, int, int]]:
-    """(pid, state, ppid, pgrp) for every process, parsed from /proc/<pid>/stat."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # exited while we were listing
-        # comm (field 2) may contain spaces and parens; fields after the last ')' are safe.
-        state, ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
-        yield int(entry.name), state, int(ppid), int(pgrp)
+class ServerProcess:
+    """`python -m <module> --port 0 ...` in its own session (killed as a group), for a server
+    that prints `READY <port>` once it listens (by default the mock provider)."""
 
+    def __init__(
+        self,
+        module: str = "devtools.mock_provider",
+        args: tuple[str, ...] = (),
+        timeout: float = 15.0,
+    ):
+        self.cmd = [sys.executable, "-m", module, "--port", "0", *args]
+        self.timeout = timeout
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
 
-def _group_members(pgid: int) -> list[int]:
-    # Zombies are already dead (just not reaped by init yet), so they don't count.
-    return [pid for pid, state, _, pgrp in _proc_stats() if pgrp == pgid and state != "Z"]
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
 
-def proc_state(pid: int) -> str | None:
-    """The /proc state letter ("R", "S", "Z", ...), or None once the pid is gone entirely."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return None
+    def __enter__(self) -> Self:
+        self.proc = subprocess.Popen(
+            self.cmd,
+            cwd=REPO_ROOT,  # where `python -m` finds `devtools` and `benches`
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        deadline, line = time.monotonic() + self.timeout, b""
+        while not line and time.monotonic() < deadline and self.proc.poll() is None:
+            if select.select([self.proc.stdout], [], [], 0.2)[0]:
+                line = self.proc.stdout.readline()
+        if not line.startswith(b"READY "):
+            self.__exit__()
+            raise RuntimeError(f"{' '.join(self.cmd[1:3])} did not start (got {line!r})")
+        self.port = int(line.split()[1])
+        return self
 
-
-def process_tree(root: int) -> list[int]:
-    """`root` plus every transitive child, from /proc/<pid>/stat parent links."""
-    children: dict[int, list[int]] = {}
-    for pid, _, ppid, _ in _proc_stats():
-        children.setdefault(ppid, []).append(pid)
-    found, stack = [], [root]
-    while stack:
-        pid = stack.pop()
-        found.append(pid)
-        stack.extend(children.get(pid, []))
-    return found
+    def __exit__(self, *exc_info: object) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            stop_group(proc, 5.0)
+            if proc.stdout is not None:
+                proc.stdout.close()

@@ -4,7 +4,7 @@ Any POST other than `/reset` gets a tiny Bedrock Converse answer (text "ok") and
 length, SHA-256, Content-Length, chunked (refused with 411), SigV4 headers, content type, seconds.
 `GET /results` -> `{"requests": [...], "max_inflight": n}` since the last `POST /reset`.
 
-    python -m benches.media_sink --port 0     # prints "READY <port>" once listening
+    python -m devtools.media_sink --port 0     # prints "READY <port>" once listening
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import time
 from typing import Any
 
-from litellm_fastpath.mock_provider import HttpServerProtocol, http_response, serve
+from devtools.mock_provider import HttpServerProtocol, http_response, serve
 
 CONVERSE_RESPONSE = json.dumps(
     {

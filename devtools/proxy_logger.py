@@ -1,4 +1,5 @@
-"""A proxy callback for the end-to-end tests: `callbacks: ["tests.proxy_logger.recorder"]`.
+"""A proxy callback for the end-to-end tests and benches: `callbacks:
+["devtools.proxy_logger.recorder"]`, or the whole proxy from `logged_proxy`.
 
 Each success or failure event LiteLLM delivers becomes one JSON line in the file named by the
 `FASTPATH_TEST_CALLBACK_LOG` environment variable, so a test can read what the proxy's logging
@@ -11,12 +12,48 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from litellm.integrations.custom_logger import CustomLogger
 
+from devtools.polling import ABSENCE_S, wait_until
+from devtools.processes import REPO_ROOT, ProxyProcess
+
 LOG_ENV = "FASTPATH_TEST_CALLBACK_LOG"
+RECORDER = "devtools.proxy_logger.recorder"
+
+
+def recorder_env(callback_log: Path) -> dict[str, str]:
+    """What a proxy's environment needs for `RECORDER` to load and write to `callback_log`."""
+    pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    return {"PYTHONPATH": pythonpath, LOG_ENV: str(callback_log)}
+
+
+def logged_proxy(
+    model_list: list[dict[str, Any]],
+    callback_log: Path,
+    *,
+    callbacks: tuple[str, ...] = (),
+    workers: int = 1,
+    env: dict[str, str] | None = None,
+    router_settings: dict[str, Any] | None = None,
+    **litellm_settings: Any,
+) -> ProxyProcess:
+    """The real proxy with the accelerator and `RECORDER` (events in `callback_log`), plus
+    `callbacks` and `litellm_settings`; router retries off unless `router_settings` say
+    otherwise, since the tests count upstream requests per call."""
+    return ProxyProcess(
+        model_list,
+        litellm_settings={
+            "callbacks": ["litellm_fastpath.proxy.accelerator", RECORDER, *callbacks],
+            **litellm_settings,
+        },
+        router_settings={"num_retries": 0} if router_settings is None else router_settings,
+        workers=workers,
+        extra_env={**recorder_env(callback_log), **(env or {})},
+    )
 
 
 def _response_cost(kwargs: dict[str, Any]) -> Any:
@@ -49,17 +86,16 @@ def _requester_ip(kwargs: dict[str, Any]) -> Any:
     return metadata.get("requester_ip_address")
 
 
+def _rust_header(response_obj: Any) -> bool:
+    hidden = getattr(response_obj, "_hidden_params", None) or {}
+    return (hidden.get("additional_headers") or {}).get("x-litellm-rust") == "true"
+
+
 def _lane_counts() -> dict[str, int] | None:
     """The fast lane's counts in this worker (None when the lane is off)."""
     from litellm_fastpath import lane
 
     return lane.counts() if lane.is_running() else None
-
-
-def _served_by_rust(response_obj: Any) -> bool:
-    hidden = getattr(response_obj, "_hidden_params", None) or {}
-    headers = hidden.get("additional_headers") or {}
-    return headers.get("x-litellm-rust") == "true"
 
 
 class Recorder(CustomLogger):
@@ -87,7 +123,7 @@ class Recorder(CustomLogger):
                 "model_group": _model_group(kwargs),
                 "response_cost": _response_cost(kwargs),
                 "usage": _usage(response_obj),
-                "rust": _served_by_rust(response_obj),
+                "rust": _rust_header(response_obj),
                 "lane": _lane_counts(),
                 "pid": os.getpid(),
                 "requester_ip": _requester_ip(kwargs),
@@ -106,7 +142,7 @@ class Recorder(CustomLogger):
                 "model_group": _model_group(kwargs),
                 "response_cost": _response_cost(kwargs),
                 "usage": _usage(response_obj),
-                "rust": _served_by_rust(response_obj),
+                "rust": _rust_header(response_obj),
                 "status_code": getattr(exception, "status_code", None),
                 "lane": _lane_counts(),
                 "exception": type(exception).__name__ if exception is not None else None,
@@ -129,17 +165,40 @@ def lane_counts(log: Path) -> dict[str, int]:
     return next((e["lane"] for e in reversed(events) if e.get("lane") is not None), {})
 
 
-def events_for(log: Path, model_group: str, count: int, timeout: float = 10.0) -> list[dict]:
-    """The events of `model_group` in `log`, once there are at least `count` of them.
+def wait_for_count(log: Path, name: str, at_least: int, timeout: float = 10.0) -> dict[str, int]:
+    """The lane's counts (`lane_counts`) once the count of `name` has reached `at_least`."""
 
-    LiteLLM logs on a background worker, so events land shortly after the response; a short
-    grace period afterwards catches a duplicate event that would otherwise be missed."""
-    deadline = time.monotonic() + timeout
-    while True:
-        events = [e for e in read_events(log) if e.get("model_group") == model_group]
-        if len(events) >= count:
-            time.sleep(0.5)
-            return [e for e in read_events(log) if e.get("model_group") == model_group]
-        if time.monotonic() > deadline:
-            return events
-        time.sleep(0.05)
+    def reached() -> dict[str, int] | None:
+        counts = lane_counts(log)
+        return counts if counts.get(name, 0) >= at_least else None
+
+    return wait_until(reached, lambda: lane_counts(log), timeout=timeout)
+
+
+def events_for(log: Path, model_group: str, count: int, timeout: float = 10.0) -> list[dict]:
+    """The events of `model_group` in `log`, once there are at least `count` of them."""
+    return wait_for_events(log, lambda e: e.get("model_group") == model_group, count, timeout)
+
+
+def wait_for_events(
+    log: Path,
+    matches: Callable[[dict[str, Any]], bool],
+    count: int,
+    timeout: float = 10.0,
+    grace: float = ABSENCE_S,
+) -> list[dict]:
+    """The events in `log` that `matches`, once there are at least `count` of them (all there
+    are after `timeout`).
+
+    LiteLLM logs on a background worker, so events land shortly after the response; a duplicate
+    would land within `grace` seconds more."""
+
+    def matching() -> list[dict[str, Any]]:
+        return [e for e in read_events(log) if matches(e)]
+
+    try:
+        wait_until(lambda: len(matching()) >= count, timeout=timeout)
+    except AssertionError:
+        return matching()
+    time.sleep(grace)
+    return matching()

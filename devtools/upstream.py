@@ -1,4 +1,5 @@
-"""A real, recording HTTP/1.1 upstream that stands in for OpenAI, Anthropic and Bedrock.
+"""A real, recording HTTP/1.1 upstream that stands in for OpenAI, Anthropic and Bedrock, in a
+thread of the test's own process; it serves `devtools.answers`' canned bodies by default.
 
 The proxy under test talks to this server over loopback exactly as it would to a
 provider, so tests can assert on the bytes the proxy put on the wire and can inject
@@ -15,14 +16,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
-# The canned provider answers are the package's mock provider's, so tests, benches and the demo
-# see the same ones.
-from litellm_fastpath.mock_provider import REPLY_TEXT as REPLY_TEXT
-from litellm_fastpath.mock_provider import canned_response as default_body
+from devtools.answers import canned_response
 
 Action = Literal["disconnect", "disconnect_mid_body", "stall", "trickle"]
 
@@ -41,7 +38,8 @@ class Recorded:
     body: bytes
     chunked: bool  # True when the client used Transfer-Encoding: chunked
     http_version: str
-    received_at: float  # time.monotonic() once the body was fully read
+    # time.monotonic() once the body was fully read (when the record is made)
+    received_at: float = field(default_factory=time.monotonic)
 
     def json(self) -> Any:
         return jsonlib.loads(self.body)
@@ -121,15 +119,7 @@ class _Handler(BaseHTTPRequestHandler):
             key = name.lower()
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
         recorded = Recorded(
-            method=self.command,
-            path=path,
-            query=query,
-            headers=headers,
-            raw_headers=raw_headers,
-            body=body,
-            chunked=chunked,
-            http_version=self.request_version,
-            received_at=time.monotonic(),
+            self.command, path, query, headers, raw_headers, body, chunked, self.request_version
         )
         reply = owner._record_and_pick(recorded)
         self._respond(recorded, reply)
@@ -169,7 +159,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._drop()
             return
 
-        status, payload = default_body(recorded.method, recorded.path, recorded.body)
+        status, payload = canned_response(recorded.method, recorded.path, recorded.body)
         if reply.status != 200 or reply.json is not None or reply.body is not None:
             status = reply.status
         if reply.json is not None:
@@ -272,12 +262,7 @@ class RecordingUpstream:
     def __enter__(self) -> RecordingUpstream:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     @property

@@ -16,7 +16,6 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -80,12 +79,7 @@ class RealtimeUpstream:
     def __enter__(self) -> RealtimeUpstream:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def reset(self) -> None:
