@@ -30,6 +30,7 @@ __all__ = [
     "lane_learn_messages_headers",
     "lane_messages_cost",
     "lane_next_replays",
+    "lane_reasons",
     "lane_replayed",
     "lane_set_cooling",
     "lane_set_groups",
@@ -173,6 +174,7 @@ def prepare_messages(
     timeout: float | None = None,
 ) -> tuple[PreparedCall | PreparedStream, bool] | Declined: ...
 def decline_codes() -> list[str]: ...
+def lane_reasons() -> list[str]: ...
 def start_lane(
     listen_fd: int, app_socket: str, shared_socket: bool, keep_alive_timeout: float | None
 ) -> None: ...

@@ -48,6 +48,7 @@ use tokio::sync::Notify;
 
 use crate::call::{self, CallError, Completion, ResponseShape};
 use crate::http::UpstreamRequest;
+use crate::model::LaneReason;
 use crate::providers::chunks::StreamOptions;
 use crate::runtime::Engine;
 use crate::stream::{Piece, StreamTransform};
@@ -422,23 +423,6 @@ fn full(bytes: Bytes) -> Body {
     Full::new(bytes).map_err(|never| match never {}).boxed()
 }
 
-/// Why a request went to the proxy rather than the lane (each is counted).
-mod reason {
-    pub const OFF: &str = "lane_off";
-    pub const BODY: &str = "lane_body";
-    pub const AUTH: &str = "lane_auth";
-    pub const MODEL: &str = "lane_model";
-    pub const ACCESS: &str = "lane_access";
-    pub const COOLDOWN: &str = "lane_cooldown";
-    pub const BACKLOG: &str = "lane_backlog";
-    pub const PARAM: &str = "lane_param";
-    pub const HEADER: &str = "lane_header";
-    pub const STREAM: &str = "lane_stream";
-    /// `/v1/messages` with thinking, sampling params or `anthropic-*` headers the lane has not
-    /// seen LiteLLM treat yet for the deployment (the proxy's path teaches it).
-    pub const UNSEEN: &str = "lane_unseen";
-}
-
 /// A client connection: its and our address (what the proxy's request object shows), and a
 /// second handle on its socket to notice the client leaving while the lane waits for the
 /// provider (hyper reads nothing from a connection while its request is being served).
@@ -520,7 +504,7 @@ async fn handle(
             bad_gateway()
         }
         Served::ToProxy(why) => {
-            lane.count(why);
+            lane.count(why.as_str());
             forward(lane, app_connection, Request::from_parts(parts, full(body))).await
         }
         Served::Replay(ticket) => {
@@ -564,7 +548,7 @@ fn lane_route(parts: &http::request::Parts) -> Option<Route> {
 
 enum Served {
     Answer(Response<Body>),
-    ToProxy(&'static str),
+    ToProxy(LaneReason),
     /// The provider was called; the proxy answers with this ticket's outcome.
     Replay(tickets::Issued),
     /// The client left while the lane waited for the provider.
@@ -592,13 +576,9 @@ enum Plan {
 }
 
 /// Everything the lane checks before any I/O; the reason (counted) when the proxy should serve.
-fn admit(
-    lane: &Lane,
-    parts: &http::request::Parts,
-    body: &Bytes,
-) -> Result<Admitted, &'static str> {
+fn admit(lane: &Lane, parts: &http::request::Parts, body: &Bytes) -> Result<Admitted, LaneReason> {
     let key_hash = gate(lane, parts, Route::Chat)?;
-    let request = request::parse(body).map_err(|_| reason::BODY)?;
+    let request = request::parse(body).map_err(|_| LaneReason::Body)?;
     let (deployment, key_spend) = judge(lane, &key_hash, &request.model)?;
     let mut chat = request.chat;
     for (name, value) in &deployment.params {
@@ -614,18 +594,18 @@ fn admit(
         .and_then(|format| format.get("type"))
         .is_some_and(|kind| kind == "json_schema");
     if json_schema && deployment.deployment.provider.as_str() != "openai" {
-        return Err(reason::PARAM);
+        return Err(LaneReason::Param);
     }
     // Declined or invalid: the proxy's own path answers (with LiteLLM's 400 if invalid).
     let plan = match request.stream {
         None => {
             let mut upstream = crate::providers::prepare(&deployment.deployment, &chat)
-                .map_err(|_| reason::PARAM)?;
+                .map_err(|_| LaneReason::Param)?;
             upstream.timeout = deployment.timeout;
             Plan::Call(upstream)
         }
         Some(stream) => {
-            let streams = deployment.streams.ok_or(reason::STREAM)?;
+            let streams = deployment.streams.ok_or(LaneReason::Stream)?;
             let (options_value, options) = stream_options(&stream, streams.usage);
             let (mut upstream, transform) = crate::providers::prepare_stream(
                 &deployment.deployment,
@@ -633,7 +613,7 @@ fn admit(
                 options_value,
                 options,
             )
-            .map_err(|_| reason::STREAM)?;
+            .map_err(|_| LaneReason::Stream)?;
             upstream.timeout = streams.timeout;
             Plan::Stream {
                 upstream,
@@ -653,14 +633,14 @@ fn admit(
 
 /// The checks every route shares before the body is read: the lane is on, no header asks the
 /// proxy for something, and the key comes the way the lane reads it (its hash).
-fn gate(lane: &Lane, parts: &http::request::Parts, route: Route) -> Result<String, &'static str> {
+fn gate(lane: &Lane, parts: &http::request::Parts, route: Route) -> Result<String, LaneReason> {
     if !lane.table.settings().enabled {
-        return Err(reason::OFF);
+        return Err(LaneReason::Off);
     }
     if has_proxy_options(&parts.headers, route) {
-        return Err(reason::HEADER);
+        return Err(LaneReason::Header);
     }
-    key_hash(&parts.headers, route).ok_or(reason::AUTH)
+    key_hash(&parts.headers, route).ok_or(LaneReason::Auth)
 }
 
 /// The checks every route shares, after the request is read: the model group, the key's
@@ -670,20 +650,20 @@ fn judge(
     lane: &Lane,
     key_hash: &str,
     model_group: &str,
-) -> Result<(Arc<LaneDeployment>, f64), &'static str> {
-    let group = lane.table.group(model_group).ok_or(reason::MODEL)?;
-    let verdict = lane.table.verdict(key_hash).ok_or(reason::AUTH)?;
+) -> Result<(Arc<LaneDeployment>, f64), LaneReason> {
+    let group = lane.table.group(model_group).ok_or(LaneReason::Model)?;
+    let verdict = lane.table.verdict(key_hash).ok_or(LaneReason::Auth)?;
     verdict
         .admits(model_group, SystemTime::now())
         .map_err(|refusal| match refusal {
-            table::KeyRefusal::Model => reason::ACCESS,
-            table::KeyRefusal::Stale | table::KeyRefusal::Expired => reason::AUTH,
+            table::KeyRefusal::Model => LaneReason::Access,
+            table::KeyRefusal::Stale | table::KeyRefusal::Expired => LaneReason::Auth,
         })?;
     if lane.table.is_cooling(model_group) {
-        return Err(reason::COOLDOWN);
+        return Err(LaneReason::Cooldown);
     }
     if lane.backlog.load(Ordering::Acquire) >= lane.max_backlog {
-        return Err(reason::BACKLOG);
+        return Err(LaneReason::Backlog);
     }
     Ok((lane.table.pick(&group), verdict.current_spend()))
 }
@@ -705,16 +685,16 @@ fn admit_messages(
     lane: &Lane,
     parts: &http::request::Parts,
     body: &Bytes,
-) -> Result<MessagesAdmitted, &'static str> {
+) -> Result<MessagesAdmitted, LaneReason> {
     let key_hash = gate(lane, parts, Route::Messages)?;
-    let request = messages::parse(body).map_err(|_| reason::BODY)?;
-    let client_headers = messages_client_headers(&parts.headers).ok_or(reason::HEADER)?;
+    let request = messages::parse(body).map_err(|_| LaneReason::Body)?;
+    let client_headers = messages_client_headers(&parts.headers).ok_or(LaneReason::Header)?;
     let (deployment, key_spend) = judge(lane, &key_hash, &request.model)?;
-    let route = deployment.messages.as_ref().ok_or(reason::MODEL)?;
+    let route = deployment.messages.as_ref().ok_or(LaneReason::Model)?;
     let (timeout, held) = match (request.stream, route.streams) {
         (false, _) => (route.timeout, false),
         (true, Some(streams)) => (streams.timeout, streams.held),
-        (true, None) => return Err(reason::STREAM),
+        (true, None) => return Err(LaneReason::Stream),
     };
     // The client's `anthropic-*` headers reach LiteLLM's header merge with the small params.
     let version = client_headers.get("anthropic-version");
@@ -728,7 +708,7 @@ fn admit_messages(
     } else {
         let key = messages::decision_key(request.small_params.as_deref(), &client_headers);
         let learned = lane.table.messages_headers(&deployment.id, &key);
-        learned.ok_or(reason::UNSEEN)?.as_ref().clone()
+        learned.ok_or(LaneReason::Unseen)?.as_ref().clone()
     };
     let prepared = crate::providers::messages::prepare(
         &route.deployment,
@@ -738,7 +718,7 @@ fn admit_messages(
             headers,
         },
     )
-    .map_err(|_| reason::PARAM)?;
+    .map_err(|_| LaneReason::Param)?;
     let mut upstream = prepared.upstream;
     upstream.timeout = timeout;
     let bedrock = route.deployment.provider.as_str() == "bedrock";

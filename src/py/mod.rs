@@ -26,7 +26,7 @@ mod _native {
     use crate::call::ResponseShape;
     use crate::http::UpstreamRequest;
     use crate::http::sigv4::AwsCredentials;
-    use crate::model::{ChatRequest, DeclineCode, EmbeddingRequest};
+    use crate::model::{ChatRequest, DeclineCode, EmbeddingRequest, LaneReason};
     use crate::providers::bedrock::transcription::{self, TranscriptionRequest};
     use crate::providers::chunks::StreamOptions;
     use crate::providers::{
@@ -493,6 +493,16 @@ mod _native {
     #[pyfunction]
     fn decline_codes() -> Vec<&'static str> {
         DeclineCode::ALL.iter().map(|code| code.as_str()).collect()
+    }
+
+    /// Every reason the fast lane sends a request to the proxy: what `lane_counts()` counts
+    /// besides its outcomes, and the docs list.
+    #[pyfunction]
+    fn lane_reasons() -> Vec<&'static str> {
+        LaneReason::ALL
+            .iter()
+            .map(|reason| reason.as_str())
+            .collect()
     }
 }
 
