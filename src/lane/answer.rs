@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::messages::MessagesUsage;
 use super::table::{LaneDeployment, Pricing, Settings};
+use crate::providers::AnswerShape;
 use crate::wire::pyjson::python_float;
 
 /// What a served answer cost, as LiteLLM's cost calculator works it out for linear prices.
@@ -29,15 +30,14 @@ pub struct Cost {
 /// or None when the shape is not one the lane writes. OpenAI answers carry their own id and
 /// time; for Anthropic and Bedrock LiteLLM makes them up, and so does the lane (`minted`).
 pub fn chat_body(
-    provider: &str,
+    shape: AnswerShape,
     completion: &Value,
     model_group: &str,
     minted: (&str, i64),
 ) -> Option<(Vec<u8>, Usage)> {
-    match provider {
-        "openai" => openai_body(completion, model_group),
-        "anthropic" | "bedrock" => converted_body(completion, model_group, minted),
-        _ => None,
+    match shape {
+        AnswerShape::OpenAi => openai_body(completion, model_group),
+        AnswerShape::Converted => converted_body(completion, model_group, minted),
     }
 }
 
@@ -735,7 +735,8 @@ mod tests {
 
     #[test]
     fn writes_the_proxy_body() {
-        let (body, usage) = chat_body("openai", &completion(), "group", ("x", 1)).unwrap();
+        let (body, usage) =
+            chat_body(AnswerShape::OpenAi, &completion(), "group", ("x", 1)).unwrap();
         assert_eq!(
             String::from_utf8(body).unwrap(),
             concat!(
@@ -757,7 +758,7 @@ mod tests {
             "tool_calls": [{"id": "c1", "type": "function",
                 "function": {"name": "f", "arguments": "{}"}}],
             "annotations": [], "provider_specific_fields": {"refusal": null}});
-        let (body, _) = chat_body("openai", &openai, "group", ("x", 1)).unwrap();
+        let (body, _) = chat_body(AnswerShape::OpenAi, &openai, "group", ("x", 1)).unwrap();
         let body: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             serde_json::to_string(&body["choices"][0]["message"]).unwrap(),
@@ -768,7 +769,7 @@ mod tests {
             )
         );
         openai["choices"][0]["message"]["content"] = json!("Let me check.");
-        let (body, _) = chat_body("openai", &openai, "group", ("x", 1)).unwrap();
+        let (body, _) = chat_body(AnswerShape::OpenAi, &openai, "group", ("x", 1)).unwrap();
         let body: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             serde_json::to_string(&body["choices"][0]["message"]).unwrap(),
@@ -788,7 +789,7 @@ mod tests {
             let completion = json!({"object": "chat.completion", "model": "m",
                 "choices": [{"index": 0, "finish_reason": "tool_calls", "message": message}],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}});
-            let (body, _) = chat_body("bedrock", &completion, "group", ("x", 1))?;
+            let (body, _) = chat_body(AnswerShape::Converted, &completion, "group", ("x", 1))?;
             let body: Value = serde_json::from_slice(&body).unwrap();
             Some(serde_json::to_string(&body["choices"][0]["message"]).unwrap())
         };
@@ -830,7 +831,7 @@ mod tests {
         extra["service_tier"] = json!("priority");
         for odd in [tools, details, refusal, extra] {
             assert!(
-                chat_body("openai", &odd, "group", ("x", 1)).is_none(),
+                chat_body(AnswerShape::OpenAi, &odd, "group", ("x", 1)).is_none(),
                 "{odd}"
             );
         }
@@ -847,7 +848,8 @@ mod tests {
                 "prompt_tokens_details": {"audio_tokens": null, "cached_tokens": 0},
                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "speed": null},
         });
-        let (body, _) = chat_body("anthropic", &converted, "g", ("chatcmpl-1", 5)).unwrap();
+        let (body, _) =
+            chat_body(AnswerShape::Converted, &converted, "g", ("chatcmpl-1", 5)).unwrap();
         assert_eq!(
             String::from_utf8(body).unwrap(),
             concat!(
@@ -863,7 +865,7 @@ mod tests {
         // The prompt cache read: priced apart, at prices checked for the deployment only.
         let mut cached = converted.clone();
         cached["usage"]["cache_read_input_tokens"] = json!(3);
-        let (_, usage) = chat_body("bedrock", &cached, "g", ("x", 1)).unwrap();
+        let (_, usage) = chat_body(AnswerShape::Converted, &cached, "g", ("x", 1)).unwrap();
         let mut pricing = Pricing {
             input_per_token: 3e-06,
             output_per_token: 1.5e-05,
@@ -881,7 +883,7 @@ mod tests {
         assert_eq!(python_float(cost.input), "2.4e-05");
         // Writes without their split by lifetime: the proxy's.
         cached["usage"]["cache_creation_input_tokens"] = json!(2);
-        assert!(chat_body("anthropic", &cached, "g", ("x", 1)).is_none());
+        assert!(chat_body(AnswerShape::Converted, &cached, "g", ("x", 1)).is_none());
     }
 
     #[test]
@@ -942,7 +944,7 @@ mod tests {
             "completion_tokens_details": {"reasoning_tokens": 5, "audio_tokens": 0,
                 "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}});
         real["service_tier"] = json!("default");
-        let (body, usage) = chat_body("openai", &real, "group", ("x", 1)).unwrap();
+        let (body, usage) = chat_body(AnswerShape::OpenAi, &real, "group", ("x", 1)).unwrap();
         let body: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             serde_json::to_string(&body["usage"]).unwrap(),
@@ -966,7 +968,7 @@ mod tests {
         unknown["usage"]["prompt_tokens_details"]["image_tokens"] = json!(0);
         for odd in [flex, unknown] {
             assert!(
-                chat_body("openai", &odd, "group", ("x", 1)).is_none(),
+                chat_body(AnswerShape::OpenAi, &odd, "group", ("x", 1)).is_none(),
                 "{odd}"
             );
         }

@@ -586,14 +586,13 @@ fn admit(lane: &Lane, parts: &http::request::Parts, body: &Bytes) -> Result<Admi
             .entry(name.clone())
             .or_insert_with(|| value.clone());
     }
-    // LiteLLM's form of a `json_schema` for Anthropic and Bedrock depends on the model (the
-    // Python layer decides it per call); the lane leaves those to the proxy.
-    let json_schema = chat
-        .params
-        .get("response_format")
-        .and_then(|format| format.get("type"))
-        .is_some_and(|kind| kind == "json_schema");
-    if json_schema && deployment.deployment.provider.as_str() != "openai" {
+    // Where LiteLLM's form of a `json_schema` depends on the model (the Python layer decides
+    // it per call), the lane leaves it to the proxy.
+    if deployment
+        .deployment
+        .provider
+        .json_schema_per_model(&chat.params)
+    {
         return Err(LaneReason::Param);
     }
     // Declined or invalid: the proxy's own path answers (with LiteLLM's 400 if invalid).
@@ -721,7 +720,7 @@ fn admit_messages(
     .map_err(|_| LaneReason::Param)?;
     let mut upstream = prepared.upstream;
     upstream.timeout = timeout;
-    let bedrock = route.deployment.provider.as_str() == "bedrock";
+    let bedrock = prepared.api == crate::providers::MessagesApi::BedrockInvoke;
     Ok(MessagesAdmitted {
         model_group: request.model,
         key_hash,
@@ -929,8 +928,8 @@ async fn serve_chat(
     let (completion, answer_body, usage) = match outcome {
         Ok(mut completion) => {
             let minted = mint_id(&mut completion);
-            let provider = deployment.deployment.provider.as_str();
-            match answer::chat_body(provider, &completion.body, &model_group, minted.as_ref()) {
+            let shape = deployment.deployment.provider.answer_shape();
+            match answer::chat_body(shape, &completion.body, &model_group, minted.as_ref()) {
                 Some((answer_body, usage)) => (completion, answer_body, usage),
                 None => return with_ticket(lane, &deployment, call_id, Ok(completion)),
             }

@@ -30,8 +30,8 @@ mod _native {
     use crate::providers::bedrock::transcription::{self, TranscriptionRequest};
     use crate::providers::chunks::StreamOptions;
     use crate::providers::{
-        self, AwsAuth, AwsSettings, Deployment as CoreDeployment, Provider, Refusal, embedding,
-        messages,
+        self, AwsAuth, AwsSettings, Credentials, Deployment as CoreDeployment, MessagesApi,
+        Refusal, messages, registry,
     };
 
     #[pymodule_export]
@@ -113,7 +113,7 @@ mod _native {
             aws_endpoint: Option<String>,
             default_max_tokens: Option<i64>,
         ) -> PyResult<Self> {
-            let provider = Provider::parse(provider).ok_or_else(|| {
+            let provider = registry::find(provider).ok_or_else(|| {
                 InvalidRequestError::new_err(format!("unsupported provider {provider:?}"))
             })?;
             let extra_headers = extra_headers
@@ -131,9 +131,10 @@ mod _native {
                     Ok((header_name, value))
                 })
                 .collect::<PyResult<Vec<_>>>()?;
-            // AWS settings are given for AWS-hosted providers only (the Python layer decides).
-            let aws = match aws_region {
-                Some(region) => {
+            // The provider says which credentials it takes; an AWS-hosted one needs a region
+            // (the Python layer resolves it).
+            let aws = match (provider.credentials(), aws_region) {
+                (Credentials::Aws, Some(region)) => {
                     // A Bedrock API key (`api_key`) replaces the AWS credentials, as in LiteLLM.
                     let auth = match api_key.take() {
                         Some(token) => AwsAuth::Bearer(token),
@@ -157,7 +158,7 @@ mod _native {
                         endpoint: aws_endpoint,
                     })
                 }
-                None => None,
+                (Credentials::Aws, None) | (Credentials::ApiKey, _) => None,
             };
             Ok(Deployment {
                 inner: Arc::new(CoreDeployment {
@@ -175,7 +176,7 @@ mod _native {
 
         #[getter]
         fn provider(&self) -> &'static str {
-            self.inner.provider.as_str()
+            self.inner.provider.name()
         }
 
         #[getter]
@@ -192,7 +193,7 @@ mod _native {
             // Never show keys: reprs end up in logs and tracebacks.
             format!(
                 "Deployment(provider={:?}, model={:?}, api_base={:?})",
-                self.inner.provider.as_str(),
+                self.inner.provider.name(),
                 self.inner.model,
                 self.inner.api_base
             )
@@ -341,14 +342,16 @@ mod _native {
                 if let Some(timeout) = timeout {
                     upstream.timeout = timeout;
                 }
-                let call = if stream && deployment.inner.provider.as_str() == "bedrock" {
-                    let transform = Box::new(messages::stream::BedrockInvokeStream::new());
-                    let prepared =
-                        PreparedStream::with_payload(upstream, transform, Payload::MessagesSse);
-                    Py::new(py, prepared)?.into_any()
-                } else if stream {
-                    let transform = Box::new(messages::stream::AnthropicPassthrough::new());
-                    Py::new(py, PreparedStream::new(upstream, transform))?.into_any()
+                let call = if stream {
+                    let transform = messages::stream::transform(prepared.api);
+                    let stream = match prepared.api {
+                        // Bedrock's events as LiteLLM writes them.
+                        MessagesApi::BedrockInvoke => {
+                            PreparedStream::with_payload(upstream, transform, Payload::MessagesSse)
+                        }
+                        MessagesApi::Anthropic => PreparedStream::new(upstream, transform),
+                    };
+                    Py::new(py, stream)?.into_any()
                 } else {
                     Py::new(py, PreparedCall::new(upstream, ResponseShape::Raw))?.into_any()
                 };
@@ -384,7 +387,7 @@ mod _native {
             Err(decline) => return declined(py, decline),
         };
         let timeout = timeout.map(timeout_from_secs).transpose()?;
-        let outcome = embedding::prepare(&deployment.inner, &request)
+        let outcome = providers::prepare_embedding(&deployment.inner, &request)
             .map(|call| (call.requests, ResponseShape::Embedding(call.answer)));
         prepared_or_declined(py, outcome, timeout)
     }

@@ -1,21 +1,24 @@
 //! Anthropic Messages: chat.completions -> /v1/messages and back.
 
+pub mod endpoint;
 pub mod stream;
 pub mod tools;
 
-use http::HeaderMap;
 use serde_json::{Map, Value, json};
 
+use super::chunks::StreamOptions;
+use super::error::{Refusal, TransformError};
+use super::parts::{header, headers, insert_secret, post};
+use super::provider::{
+    AnswerShape, ChatProvider, ChatStream, Deployment, JsonSchemaForm, MessagesApi, StreamAsk,
+};
 use super::rules::{integer_param, native_body_decline, number_param, stop_param};
-use super::{Deployment, Refusal, TransformError, header, insert_secret};
+use super::turns::{BlockWriters, Turns};
 use crate::http::{RequestBody, UpstreamRequest};
-use crate::model::{ChatRequest, Content, ContentPart, Decline, DeclineCode, Role};
+use crate::model::{ChatRequest, Content, ContentPart, Decline, DeclineCode};
 use crate::wire::body::Node;
 use crate::wire::media::parse_data_url;
 
-const DEFAULT_API_BASE: &str = "https://api.anthropic.com";
-const MESSAGES_PATH: &str = "/v1/messages";
-const API_VERSION: &str = "2023-06-01";
 /// LiteLLM's fallback when the model map has no output limit (Anthropic requires `max_tokens`).
 pub const DEFAULT_MAX_TOKENS: i64 = 4096;
 
@@ -34,7 +37,60 @@ pub const PARAMS: &[&str] = &[
 
 pub struct Anthropic;
 
-super::chat_provider!(Anthropic, "anthropic");
+impl ChatProvider for Anthropic {
+    fn name(&self) -> &'static str {
+        "anthropic"
+    }
+
+    fn params(&self) -> &'static [&'static str] {
+        PARAMS
+    }
+
+    fn build_request(
+        &self,
+        deployment: &Deployment,
+        request: &ChatRequest,
+    ) -> Result<UpstreamRequest, Refusal> {
+        build_request(deployment, request)
+    }
+
+    fn parse_response(
+        &self,
+        deployment: &Deployment,
+        body: Value,
+    ) -> Result<Value, TransformError> {
+        parse_response(deployment, body)
+    }
+
+    fn answer_shape(&self) -> AnswerShape {
+        AnswerShape::Converted
+    }
+
+    /// `output_format` for models with native structured output, a forced tool for others.
+    fn json_schema(&self) -> JsonSchemaForm {
+        JsonSchemaForm::PerModel
+    }
+
+    fn chat_stream(&self, model: String, options: StreamOptions) -> Option<ChatStream> {
+        Some(ChatStream {
+            transform: Box::new(stream::AnthropicStream::new(model, options)),
+            // LiteLLM never sends `stream_options` to Anthropic.
+            asked_by: StreamAsk::Body {
+                forward_options: false,
+            },
+        })
+    }
+
+    fn messages_api(&self) -> Option<MessagesApi> {
+        Some(MessagesApi::Anthropic)
+    }
+}
+
+const BLOCKS: BlockWriters = BlockWriters {
+    content: content_blocks,
+    tool_result: tools::tool_result_block,
+    tool_uses: tools::tool_use_blocks,
+};
 
 fn build_request(
     deployment: &Deployment,
@@ -46,59 +102,16 @@ fn build_request(
     }
     let tool_fields = tools::tool_fields(params, &request.messages)?;
     let structured = tool_fields.iter().any(|(name, _)| name == "output_format");
-
-    let mut system = Vec::new();
-    let mut turns: Vec<(Role, Vec<Node>)> = Vec::new();
-    for message in &request.messages {
-        if message.role.is_instruction() {
-            system.extend(content_blocks(&message.content)?);
-            continue;
-        }
-        // Tool results ride in a user turn; tool calls follow the assistant's text.
-        let (role, blocks) = match (message.role, &message.tool_calls) {
-            (Role::Tool, _) => (Role::User, vec![tools::tool_result_block(message)?]),
-            (Role::Assistant, Some(calls)) => {
-                let mut blocks = match &message.content {
-                    Content::Absent => Vec::new(),
-                    content => content_blocks(content)?,
-                };
-                blocks.extend(tools::tool_use_blocks(calls)?);
-                (Role::Assistant, blocks)
-            }
-            (role, _) => (role, content_blocks(&message.content)?),
-        };
-        // Anthropic needs alternating roles; LiteLLM merges consecutive same-role turns.
-        match turns.last_mut() {
-            Some((last, existing)) if *last == role => existing.extend(blocks),
-            _ => turns.push((role, blocks)),
-        }
-    }
+    let turns = Turns::new(&request.messages, &BLOCKS)?;
 
     // LiteLLM maps `max_completion_tokens` after `max_tokens`, so it wins when both are set.
     let max_tokens = integer_param(params, "max_completion_tokens")?
         .or(integer_param(params, "max_tokens")?)
         .or(deployment.default_max_tokens)
         .unwrap_or(DEFAULT_MAX_TOKENS);
-    let mut fields: Vec<(String, Node)> = vec![
-        ("model".into(), Node::from(deployment.model.as_str())),
-        (
-            "messages".into(),
-            Node::Array(
-                turns
-                    .into_iter()
-                    .map(|(role, blocks)| {
-                        Node::object([
-                            ("role", Node::from(role.as_str())),
-                            ("content", Node::Array(blocks)),
-                        ])
-                    })
-                    .collect(),
-            ),
-        ),
-    ];
-    if !system.is_empty() {
-        fields.push(("system".into(), Node::Array(system)));
-    }
+    let mut fields: Vec<(String, Node)> =
+        vec![("model".into(), Node::from(deployment.model.as_str()))];
+    turns.push_into(&mut fields);
     fields.push(("max_tokens".into(), Node::Value(json!(max_tokens))));
     for name in ["temperature", "top_p"] {
         if let Some(value) = number_param(params, name)? {
@@ -110,23 +123,16 @@ fn build_request(
     }
     fields.extend(tool_fields);
 
-    let base = deployment.api_base.as_deref().unwrap_or(DEFAULT_API_BASE);
-    let base = base.trim_end_matches('/');
-    let url = if base.ends_with(MESSAGES_PATH) {
-        base.to_string()
-    } else {
-        format!("{base}{MESSAGES_PATH}")
-    };
-
-    let mut headers = HeaderMap::new();
-    for (name, value) in [
+    let base = deployment
+        .api_base
+        .as_deref()
+        .unwrap_or(endpoint::DEFAULT_API_BASE);
+    let url = endpoint::messages_url(base.trim_end_matches('/'));
+    let mut headers = headers(&[
         ("accept", "application/json"),
         ("content-type", "application/json"),
-        ("anthropic-version", API_VERSION),
-    ] {
-        let (name, value) = header(name, value)?;
-        headers.insert(name, value);
-    }
+        ("anthropic-version", endpoint::API_VERSION),
+    ])?;
     if let Some(key) = &deployment.api_key {
         insert_secret(&mut headers, "x-api-key", key)?;
     }
@@ -134,13 +140,8 @@ fn build_request(
         let (name, value) = header("anthropic-beta", tools::STRUCTURED_OUTPUTS_BETA)?;
         headers.insert(name, value);
     }
-    Ok(UpstreamRequest {
-        url,
-        headers,
-        body: RequestBody::Document(Node::Object(fields)),
-        timeout: deployment.timeout,
-        sigv4: None,
-    })
+    let body = RequestBody::Document(Node::Object(fields));
+    Ok(post(deployment, url, headers, body))
 }
 
 fn text_block(text: &bytes::Bytes) -> Result<Node, TransformError> {

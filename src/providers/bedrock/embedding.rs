@@ -3,14 +3,15 @@
 
 use serde_json::{Map, Value};
 
-use super::{aws_request, invoke_url};
+use super::endpoint::{aws_request, invoke_url};
 use crate::http::{RequestBody, UpstreamRequest};
 use crate::model::{Decline, DeclineCode, EmbeddingRequest};
 use crate::providers::embedding::{
-    EmbeddingAnswer, EmbeddingCall, admit_params, embedding_item, encoding_format,
+    EmbeddingAnswer, EmbeddingCall, admit_params, embedding_item, encoding_format, one,
     positive_integer, string_param,
 };
-use crate::providers::{Deployment, Refusal, TransformError};
+use crate::providers::error::{Refusal, TransformError};
+use crate::providers::provider::Deployment;
 use crate::wire::body::JsonBody;
 
 /// The embedding families LiteLLM 1.106.12 serves on Bedrock that the fast path reproduces.
@@ -66,7 +67,10 @@ pub fn build(
                 .collect::<Result<_, _>>()?;
             Ok(EmbeddingCall {
                 requests,
-                answer: EmbeddingAnswer::Titan { model },
+                answer: EmbeddingAnswer {
+                    model,
+                    read: parse_titan,
+                },
             })
         }
         Family::TitanV2 => {
@@ -100,7 +104,10 @@ pub fn build(
                 .collect::<Result<_, _>>()?;
             Ok(EmbeddingCall {
                 requests,
-                answer: EmbeddingAnswer::Titan { model },
+                answer: EmbeddingAnswer {
+                    model,
+                    read: parse_titan,
+                },
             })
         }
         Family::Cohere => {
@@ -129,7 +136,10 @@ pub fn build(
             }
             Ok(EmbeddingCall {
                 requests: vec![invoke(deployment, Value::Object(body))?],
-                answer: EmbeddingAnswer::Cohere { model },
+                answer: EmbeddingAnswer {
+                    model,
+                    read: |model, answers| parse_cohere(model, one(answers)?),
+                },
             })
         }
     }

@@ -1,97 +1,26 @@
 //! Bedrock Converse: chat.completions -> `POST {endpoint}/model/{id}/converse`, SigV4-signed.
 
-use http::HeaderMap;
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
-use serde_json::{Map, Value, json};
-
 pub mod embedding;
+pub mod endpoint;
 pub mod stream;
 pub mod tools;
 pub mod transcription;
 
+use serde_json::{Map, Value, json};
+
+use super::chunks::StreamOptions;
+use super::embedding::EmbeddingCall;
+use super::error::{Refusal, TransformError};
+use super::provider::{
+    AnswerShape, ChatProvider, ChatStream, Credentials, Deployment, JsonSchemaForm, MessagesApi,
+    StreamAsk,
+};
 use super::rules::{integer_param, native_body_decline, number_param, stop_param};
-use super::{AwsAuth, AwsSettings, Deployment, Refusal, TransformError, header, insert_secret};
-use crate::http::{RequestBody, SigV4, UpstreamRequest};
-use crate::model::{ChatRequest, Content, ContentPart, Decline, DeclineCode, Role};
+use super::turns::{BlockWriters, Turns};
+use crate::http::{RequestBody, UpstreamRequest};
+use crate::model::{ChatRequest, Content, ContentPart, Decline, DeclineCode, EmbeddingRequest};
 use crate::wire::body::Node;
 use crate::wire::media::parse_data_url;
-
-/// Characters kept as-is in the model id path segment (Python's `quote(model_id, safe="")`).
-const MODEL_ID_KEEP: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
-
-pub fn endpoint(aws: &AwsSettings) -> String {
-    match &aws.endpoint {
-        Some(endpoint) => endpoint.trim_end_matches('/').to_string(),
-        None => format!("https://bedrock-runtime.{}.amazonaws.com", aws.region),
-    }
-}
-
-pub fn converse_url(aws: &AwsSettings, model_id: &str) -> String {
-    format!(
-        "{}/model/{}/converse",
-        endpoint(aws),
-        utf8_percent_encode(model_id, MODEL_ID_KEEP)
-    )
-}
-
-/// `POST {endpoint}/model/{id}/invoke`: the model's native body (embeddings).
-pub fn invoke_url(deployment: &Deployment) -> Result<String, TransformError> {
-    Ok(format!(
-        "{}/model/{}/invoke",
-        endpoint(aws_settings(deployment)?),
-        utf8_percent_encode(&deployment.model, MODEL_ID_KEEP)
-    ))
-}
-
-fn aws_settings(deployment: &Deployment) -> Result<&AwsSettings, TransformError> {
-    deployment.aws.as_ref().ok_or_else(|| {
-        TransformError::InvalidRequest("bedrock deployment without AWS settings".into())
-    })
-}
-
-/// Headers and signing plan shared by every Converse call (chat and transcription).
-pub fn converse_request(
-    deployment: &Deployment,
-    body: RequestBody,
-) -> Result<UpstreamRequest, TransformError> {
-    let url = converse_url(aws_settings(deployment)?, &deployment.model);
-    aws_request(deployment, url, body)
-}
-
-/// A JSON POST to Bedrock: SigV4-signed with the deployment's credentials, or its API key.
-pub fn aws_request(
-    deployment: &Deployment,
-    url: String,
-    body: RequestBody,
-) -> Result<UpstreamRequest, TransformError> {
-    let aws = aws_settings(deployment)?;
-    let mut headers = HeaderMap::new();
-    let (name, value) = header("content-type", "application/json")?;
-    headers.insert(name, value);
-    let sigv4 = match &aws.auth {
-        AwsAuth::SigV4(credentials) => Some(SigV4 {
-            credentials: credentials.clone(),
-            region: aws.region.clone(),
-            service: "bedrock",
-        }),
-        // A Bedrock API key replaces SigV4, as in LiteLLM.
-        AwsAuth::Bearer(token) => {
-            insert_secret(&mut headers, "authorization", &format!("Bearer {token}"))?;
-            None
-        }
-    };
-    Ok(UpstreamRequest {
-        url,
-        headers,
-        body,
-        timeout: deployment.timeout,
-        sigv4,
-    })
-}
 
 /// Mapped into `inferenceConfig` and `toolConfig` like LiteLLM's `AmazonConverseConfig`.
 pub const PARAMS: &[&str] = &[
@@ -108,7 +37,70 @@ pub const PARAMS: &[&str] = &[
 
 pub struct Bedrock;
 
-super::chat_provider!(Bedrock, "bedrock");
+impl ChatProvider for Bedrock {
+    fn name(&self) -> &'static str {
+        "bedrock"
+    }
+
+    fn params(&self) -> &'static [&'static str] {
+        PARAMS
+    }
+
+    fn build_request(
+        &self,
+        deployment: &Deployment,
+        request: &ChatRequest,
+    ) -> Result<UpstreamRequest, Refusal> {
+        build_request(deployment, request)
+    }
+
+    fn parse_response(
+        &self,
+        deployment: &Deployment,
+        body: Value,
+    ) -> Result<Value, TransformError> {
+        parse_response(deployment, body)
+    }
+
+    fn answer_shape(&self) -> AnswerShape {
+        AnswerShape::Converted
+    }
+
+    /// A native output format for some models, LiteLLM's forced `json_tool_call` for others.
+    fn json_schema(&self) -> JsonSchemaForm {
+        JsonSchemaForm::PerModel
+    }
+
+    fn credentials(&self) -> Credentials {
+        Credentials::Aws
+    }
+
+    fn chat_stream(&self, model: String, options: StreamOptions) -> Option<ChatStream> {
+        Some(ChatStream {
+            transform: Box::new(stream::BedrockStream::new(model, options)),
+            // The `converse` body to `converse-stream`; LiteLLM never puts `stream` into it.
+            asked_by: StreamAsk::UrlSuffix("-stream"),
+        })
+    }
+
+    fn embeddings(
+        &self,
+        deployment: &Deployment,
+        request: &EmbeddingRequest,
+    ) -> Result<EmbeddingCall, Refusal> {
+        embedding::build(deployment, request)
+    }
+
+    fn messages_api(&self) -> Option<MessagesApi> {
+        Some(MessagesApi::BedrockInvoke)
+    }
+}
+
+const BLOCKS: BlockWriters = BlockWriters {
+    content: content_blocks,
+    tool_result: tools::tool_result_block,
+    tool_uses: tools::tool_use_blocks,
+};
 
 fn build_request(
     deployment: &Deployment,
@@ -119,34 +111,8 @@ fn build_request(
         return Err(decline.into());
     }
     let tool_config = tools::tool_config(params, &request.messages)?;
-
-    let mut system = Vec::new();
-    let mut turns: Vec<(Role, Vec<Node>)> = Vec::new();
-    for message in &request.messages {
-        // Images only reach here from user turns (see `native_body_decline`).
-        if message.role.is_instruction() {
-            system.extend(content_blocks(&message.content)?);
-            continue;
-        }
-        // Tool results ride in a user turn; tool calls follow the assistant's text.
-        let (role, blocks) = match (message.role, &message.tool_calls) {
-            (Role::Tool, _) => (Role::User, vec![tools::tool_result_block(message)?]),
-            (Role::Assistant, Some(calls)) => {
-                let mut blocks = match &message.content {
-                    Content::Absent => Vec::new(),
-                    content => content_blocks(content)?,
-                };
-                blocks.extend(tools::tool_use_blocks(calls)?);
-                (Role::Assistant, blocks)
-            }
-            (role, _) => (role, content_blocks(&message.content)?),
-        };
-        // Converse needs alternating roles; LiteLLM merges consecutive same-role turns.
-        match turns.last_mut() {
-            Some((last, existing)) if *last == role => existing.extend(blocks),
-            _ => turns.push((role, blocks)),
-        }
-    }
+    // Images only reach the blocks from user turns (see `native_body_decline`).
+    let turns = Turns::new(&request.messages, &BLOCKS)?;
 
     let mut inference = Vec::new();
     // LiteLLM maps `max_completion_tokens` after `max_tokens`, so it wins when both are set.
@@ -165,28 +131,13 @@ fn build_request(
         inference.push(("stopSequences".to_string(), Node::Value(json!(stop))));
     }
 
-    let mut fields: Vec<(String, Node)> = vec![(
-        "messages".into(),
-        Node::Array(
-            turns
-                .into_iter()
-                .map(|(role, blocks)| {
-                    Node::object([
-                        ("role", Node::from(role.as_str())),
-                        ("content", Node::Array(blocks)),
-                    ])
-                })
-                .collect(),
-        ),
-    )];
-    if !system.is_empty() {
-        fields.push(("system".into(), Node::Array(system)));
-    }
+    let mut fields = Vec::new();
+    turns.push_into(&mut fields);
     fields.push(("inferenceConfig".into(), Node::Object(inference)));
     if let Some(config) = tool_config {
         fields.push(("toolConfig".into(), config));
     }
-    Ok(converse_request(
+    Ok(endpoint::converse_request(
         deployment,
         RequestBody::Document(Node::Object(fields)),
     )?)
@@ -349,24 +300,6 @@ pub fn convert_usage(usage: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::sigv4::AwsCredentials;
-
-    #[test]
-    fn model_id_is_encoded_like_python_quote() {
-        let aws = AwsSettings {
-            auth: AwsAuth::SigV4(AwsCredentials {
-                access_key_id: "AKID".into(),
-                secret_access_key: "secret".into(),
-                session_token: None,
-            }),
-            region: "us-west-2".into(),
-            endpoint: None,
-        };
-        assert_eq!(
-            converse_url(&aws, "anthropic.claude-3-5-sonnet-20240620-v1:0"),
-            "https://bedrock-runtime.us-west-2.amazonaws.com/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/converse"
-        );
-    }
 
     #[test]
     fn finish_reasons_follow_litellm() {

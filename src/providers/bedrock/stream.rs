@@ -11,8 +11,8 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::providers::TransformError;
 use crate::providers::chunks::{ChatChunks, StreamOptions, fresh_id, map_finish_reason};
+use crate::providers::error::TransformError;
 use crate::providers::stream::{Flow, Framing, StreamError, StreamTransform};
 use crate::wire::eventstream::EXCEPTION_PREFIX;
 use crate::wire::sse::SseEvent;

@@ -15,7 +15,9 @@
 use serde_json::{Map, Value, json};
 
 use crate::model::{Content, ContentPart, Decline, DeclineCode, Message};
-use crate::providers::rules::{answer_tool_call, function_tool, tool_calls};
+use crate::providers::tools::{
+    ToolChoice, answer_tool_call, function_tool, read_tool_choice, tool_calls,
+};
 use crate::wire::body::Node;
 use crate::wire::pyjson::python_json;
 
@@ -213,27 +215,12 @@ fn tool_choice(choice: &Value) -> Result<Value, Decline> {
             "a tool_choice LiteLLM rejects or maps",
         )
     };
-    let kind = match choice {
-        Value::String(kind) => kind.as_str(),
-        Value::Object(object) => match object.get("type").and_then(Value::as_str) {
-            Some("function") => {
-                let name = object
-                    .get("function")
-                    .and_then(|f| f.get("name"))
-                    .and_then(Value::as_str)
-                    .filter(|name| is_valid_name(name))
-                    .ok_or_else(unusual)?;
-                return Ok(json!({"tool": {"name": name}}));
-            }
-            Some(kind) if object.len() == 1 => kind,
-            _ => return Err(unusual()),
-        },
-        _ => return Err(unusual()),
-    };
-    match kind {
-        "auto" => Ok(json!({"auto": {}})),
-        "required" => Ok(json!({"any": {}})),
-        _ => Err(unusual()),
+    match read_tool_choice(choice, is_valid_name).ok_or_else(unusual)? {
+        ToolChoice::Auto => Ok(json!({"auto": {}})),
+        ToolChoice::Required => Ok(json!({"any": {}})),
+        ToolChoice::Function(name) => Ok(json!({"tool": {"name": name}})),
+        // LiteLLM raises on it.
+        ToolChoice::None => Err(unusual()),
     }
 }
 

@@ -2,19 +2,23 @@
 //! name; data URLs stay zero-copy string slices.
 
 pub mod embedding;
+pub mod endpoint;
 pub mod stream;
 
-use http::HeaderMap;
 use serde_json::{Map, Value, json};
 
-use super::{Deployment, Refusal, TransformError, header, insert_secret};
+use super::chunks::StreamOptions;
+use super::embedding::EmbeddingCall;
+use super::error::{Refusal, TransformError};
+use super::provider::{
+    AnswerShape, ChatProvider, ChatStream, Deployment, JsonSchemaForm, StreamAsk,
+};
 use crate::http::{RequestBody, UpstreamRequest};
 use crate::model::{
-    ChatRequest, Content, ContentPart, Decline, DeclineCode, ImageUrl, Message, Role,
+    ChatRequest, Content, ContentPart, Decline, DeclineCode, EmbeddingRequest, ImageUrl, Message,
+    Role,
 };
 use crate::wire::body::Node;
-
-const DEFAULT_API_BASE: &str = "https://api.openai.com/v1";
 
 /// Forwarded as given, like LiteLLM's OpenAI handler does for non-o-series models (the tool and
 /// structured-output params after the checks in [`tool_params_decline`]).
@@ -36,7 +40,56 @@ pub const PARAMS: &[&str] = &[
 
 pub struct OpenAi;
 
-super::chat_provider!(OpenAi, "openai");
+impl ChatProvider for OpenAi {
+    fn name(&self) -> &'static str {
+        "openai"
+    }
+
+    fn params(&self) -> &'static [&'static str] {
+        PARAMS
+    }
+
+    fn build_request(
+        &self,
+        deployment: &Deployment,
+        request: &ChatRequest,
+    ) -> Result<UpstreamRequest, Refusal> {
+        build_request(deployment, request)
+    }
+
+    fn parse_response(
+        &self,
+        deployment: &Deployment,
+        body: Value,
+    ) -> Result<Value, TransformError> {
+        parse_response(deployment, body)
+    }
+
+    fn answer_shape(&self) -> AnswerShape {
+        AnswerShape::OpenAi
+    }
+
+    fn json_schema(&self) -> JsonSchemaForm {
+        JsonSchemaForm::AsGiven
+    }
+
+    fn chat_stream(&self, model: String, options: StreamOptions) -> Option<ChatStream> {
+        Some(ChatStream {
+            transform: Box::new(stream::OpenAiStream::new(model, options)),
+            asked_by: StreamAsk::Body {
+                forward_options: true,
+            },
+        })
+    }
+
+    fn embeddings(
+        &self,
+        deployment: &Deployment,
+        request: &EmbeddingRequest,
+    ) -> Result<EmbeddingCall, Refusal> {
+        embedding::build(deployment, request)
+    }
+}
 
 fn build_request(
     deployment: &Deployment,
@@ -64,33 +117,11 @@ fn build_request(
             .map(|(name, value)| (name.clone(), Node::Value(value.clone()))),
     );
 
-    Ok(upstream_request(
+    Ok(endpoint::upstream_request(
         deployment,
         "chat/completions",
         RequestBody::Document(Node::Object(fields)),
     )?)
-}
-
-/// `POST {api_base}/{path}` with the deployment's API key as a bearer token (chat, embeddings).
-pub(crate) fn upstream_request(
-    deployment: &Deployment,
-    path: &str,
-    body: RequestBody,
-) -> Result<UpstreamRequest, TransformError> {
-    let base = deployment.api_base.as_deref().unwrap_or(DEFAULT_API_BASE);
-    let mut headers = HeaderMap::new();
-    let (name, value) = header("content-type", "application/json")?;
-    headers.insert(name, value);
-    if let Some(key) = &deployment.api_key {
-        insert_secret(&mut headers, "authorization", &format!("Bearer {key}"))?;
-    }
-    Ok(UpstreamRequest {
-        url: format!("{}/{path}", base.trim_end_matches('/')),
-        headers,
-        body,
-        timeout: deployment.timeout,
-        sigv4: None,
-    })
 }
 
 fn message_node(message: &Message) -> Result<Node, Refusal> {
