@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
+use super::cost::Pricing;
 use crate::providers::Deployment;
 
 /// One deployment of a lane group, with what the proxy says about it in its headers.
@@ -67,25 +68,6 @@ pub struct LaneStreams {
 pub enum StreamUsage {
     AsAsked,
     AlwaysAsked,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Pricing {
-    pub input_per_token: f64,
-    pub output_per_token: f64,
-    /// Cached prompt tokens (OpenAI's), when LiteLLM prices them at one rate of their own.
-    pub cache_read_per_token: Option<f64>,
-    /// Anthropic's prompt cache on `/v1/messages`, when LiteLLM's cost of an answer that reads
-    /// or writes it is exactly the lane's (checked against LiteLLM when the group is loaded).
-    pub anthropic_cache: Option<CachePrices>,
-}
-
-/// Per token: cache reads, and cache writes that live 5 minutes or 1 hour.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct CachePrices {
-    pub read: f64,
-    pub write_5m: f64,
-    pub write_1h: f64,
 }
 
 /// A model group the lane serves: every deployment in it is one the lane can call.

@@ -1,12 +1,13 @@
 //! What every provider's calls are built from: headers (credentials marked sensitive), a JSON
 //! POST, and the JSON object a 2xx answer must be.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
 use super::error::TransformError;
-use super::provider::Deployment;
 use crate::http::{RequestBody, UpstreamRequest};
 
 pub(crate) fn header(
@@ -40,18 +41,18 @@ pub(crate) fn insert_secret(
     Ok(())
 }
 
-/// A POST of `body` to `url` with the deployment's timeout, unsigned.
+/// An unsigned POST of `body` to `url`.
 pub(crate) fn post(
-    deployment: &Deployment,
     url: String,
     headers: HeaderMap,
     body: RequestBody,
+    timeout: Duration,
 ) -> UpstreamRequest {
     UpstreamRequest {
         url,
         headers,
         body,
-        timeout: deployment.timeout,
+        timeout,
         sigv4: None,
     }
 }

@@ -8,14 +8,15 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use serde_json::{Map, Value};
 
-use super::_native::Deployment;
 use super::bridge::{PreparedCall, settle_later};
+use super::deployment::{Deployment, header_list};
 use super::errors::{InvalidRequestError, transport_error_to_py};
 use super::stream::{Payload, PreparedStream};
 use crate::lane::{
     self, App, CachePrices, Group, Lane, LaneDeployment, LaneMessages, LaneStreams,
     MessagesStreams, Pricing, Settings, StreamUsage, Verdict,
 };
+use crate::model::LaneReason;
 use crate::runtime;
 
 struct Running {
@@ -228,8 +229,8 @@ fn lane_messages(py: Python<'_>, entry: MessagesEntry) -> PyResult<LaneMessages>
     let (deployment, headers, versioned_headers, timeout, streams, api_base) = entry;
     Ok(LaneMessages {
         deployment: Arc::clone(&deployment.bind(py).get().inner),
-        headers: super::header_list(headers)?,
-        versioned_headers: super::header_list(versioned_headers)?,
+        headers: header_list(headers)?,
+        versioned_headers: header_list(versioned_headers)?,
         timeout: Duration::from_secs_f64(timeout),
         streams: streams.map(|(timeout, held)| MessagesStreams {
             timeout: Duration::from_secs_f64(timeout),
@@ -240,14 +241,14 @@ fn lane_messages(py: Python<'_>, entry: MessagesEntry) -> PyResult<LaneMessages>
 }
 
 /// What LiteLLM sends on a `/v1/messages` call to the deployment `deployment_id` for requests
-/// of one kind (`key`: see `lane::messages::decision_key`): the headers besides the credential.
+/// of one kind (`key`: see the lane's `messages::request::decision_key`): the headers besides the credential.
 #[pyfunction]
 pub fn lane_learn_messages_headers(
     deployment_id: String,
     key: String,
     headers: Vec<(String, String)>,
 ) -> PyResult<()> {
-    let headers = super::header_list(headers)?;
+    let headers = header_list(headers)?;
     running()?
         .table
         .learn_messages_headers(deployment_id, key, headers);
@@ -276,7 +277,7 @@ pub fn lane_messages_cost(
             write_1h,
         }),
     };
-    let cost = lane::messages::usage(&usage)?.cost(pricing)?;
+    let cost = lane::MessagesUsage::read(&usage)?.cost(pricing)?;
     Some((
         cost.total,
         cost.input,
@@ -419,4 +420,14 @@ pub fn lane_counts() -> PyResult<HashMap<&'static str, u64>> {
 #[pyfunction]
 pub fn lane_backlog() -> PyResult<usize> {
     Ok(running()?.backlog())
+}
+
+/// Every reason the fast lane sends a request to the proxy: what `lane_counts()` counts
+/// besides its outcomes, and the docs list.
+#[pyfunction]
+pub fn lane_reasons() -> Vec<&'static str> {
+    LaneReason::ALL
+        .iter()
+        .map(|reason| reason.as_str())
+        .collect()
 }

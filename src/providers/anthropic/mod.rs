@@ -141,7 +141,7 @@ fn build_request(
         headers.insert(name, value);
     }
     let body = RequestBody::Document(Node::Object(fields));
-    Ok(post(deployment, url, headers, body))
+    Ok(post(url, headers, body, deployment.timeout))
 }
 
 fn text_block(text: &bytes::Bytes) -> Result<Node, TransformError> {

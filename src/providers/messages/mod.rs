@@ -155,7 +155,7 @@ fn anthropic_request(
     let (name, value) = header("content-type", "application/json")?;
     headers.insert(name, value);
     let body = RequestBody::Document(Node::Object(fields));
-    Ok(post(deployment, url, headers, body))
+    Ok(post(url, headers, body, deployment.timeout))
 }
 
 fn bedrock_request(

@@ -19,5 +19,5 @@ pub fn upstream_request(
         insert_secret(&mut headers, "authorization", &format!("Bearer {key}"))?;
     }
     let url = format!("{}/{path}", base.trim_end_matches('/'));
-    Ok(post(deployment, url, headers, body))
+    Ok(post(url, headers, body, deployment.timeout))
 }
