@@ -217,7 +217,8 @@ def to_litellm(err: _native.FastpathError, route: Route, elapsed: float = 0.0) -
         route = dataclasses.replace(route, model=route.requested_model)
     errors = registry[route.provider]
     if isinstance(err, _native.UpstreamStatusError):
-        _message, status, body, headers = err.args
+        _message, answer = err.args
+        status, body, headers = answer.status, answer.body, answer.headers
         if 300 <= status < 400:
             # LiteLLM follows redirects (sending the credentials along); we never do.
             body = (

@@ -382,12 +382,12 @@ def _idle_hook(callback: Any) -> bool:
     return all(getattr(type(callback), hook, None) is getattr(base, hook, None) for hook in _HOOKS)
 
 
-def _groups(router: Any) -> dict[str, list[tuple[Any, ...]]]:
+def _groups(router: Any) -> dict[str, list[_native.LaneDeployment]]:
     by_group: dict[str, list[dict[str, Any]]] = {}
     for deployment in router.model_list:
         by_group.setdefault(deployment["model_name"], []).append(deployment)
     fallbacks = _fallback_groups(router)
-    served = {}
+    served: dict[str, list[_native.LaneDeployment]] = {}
     for name, deployments in by_group.items():
         if name in fallbacks or name in (getattr(router, "model_group_alias", None) or {}):
             continue
@@ -399,17 +399,19 @@ def _groups(router: Any) -> dict[str, list[tuple[Any, ...]]]:
             usage_asked = compat.model_deployments_support_stream_options(
                 model=name, llm_router=router, team_id=None
             )
-            served[name] = [
-                (
-                    *entry[:2],
-                    weight,
-                    *entry[2:-2],
-                    None if entry[-2] is None else (bool(usage_asked), entry[-2]),
-                    entry[-1],
+            served[name] = []
+            for entry, weight in zip(entries, weights, strict=True):
+                if entry is None:
+                    continue
+                kwargs, stream_timeout = entry
+                streams = None
+                if stream_timeout is not None:
+                    streams = _native.LaneStreams(
+                        timeout=stream_timeout, asks_usage=bool(usage_asked)
+                    )
+                served[name].append(
+                    _native.LaneDeployment(**kwargs, streams=streams, weight=weight)
                 )
-                for entry, weight in zip(entries, weights, strict=True)
-                if entry is not None
-            ]
     return served
 
 
@@ -434,11 +436,13 @@ def _weights(deployments: list[dict[str, Any]]) -> list[float | None]:
     return [None] * len(deployments)
 
 
-def _entry(deployment: Mapping[str, Any], router: Any) -> tuple[Any, ...] | None:
-    """(Deployment, id, params, timeout, headers, pricing, stream timeout, messages) for a
-    deployment the lane can call; the stream timeout is None when its streams stay with the
-    proxy, `messages` when its `/v1/messages` calls do. Timeouts are the router's for the
-    deployment, as it passes them to each call."""
+def _entry(
+    deployment: Mapping[str, Any], router: Any
+) -> tuple[dict[str, Any], float | None] | None:
+    """`_native.LaneDeployment`'s arguments but its streams and weight, and its streams'
+    timeout, for a deployment the lane can call; the stream timeout is None when its streams
+    stay with the proxy, `messages` when its `/v1/messages` calls do. Timeouts are the
+    router's for the deployment, as it passes them to each call."""
     litellm_params = dict(deployment.get("litellm_params") or {})
     params = dict(litellm_params)
     info = deployment.get("model_info") or {}
@@ -471,16 +475,16 @@ def _entry(deployment: Mapping[str, Any], router: Any) -> tuple[Any, ...] | None
         # The lane applies LiteLLM's default repetition guard.
         and litellm.REPEATED_STREAMING_CHUNK_LIMIT == _DEFAULT_REPEAT_LIMIT
     )
-    return (
-        route.deployment,
-        model_id,
-        dict(route.params),
-        route.timeout,
-        headers,
-        pricing,
-        stream_route.timeout if streams else None,
-        _messages_entry(kwargs, deployment, router, pricing),
-    )
+    entry = {
+        "deployment": route.deployment,
+        "id": model_id,
+        "params": dict(route.params),
+        "timeout": route.timeout,
+        "headers": headers,
+        "pricing": pricing,
+        "messages": _messages_entry(kwargs, deployment, router, pricing),
+    }
+    return entry, stream_route.timeout if streams else None
 
 
 # The client header the lane passes on to `/v1/messages` calls (the one version there is).
@@ -488,12 +492,15 @@ _ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
 
 
 def _messages_entry(
-    kwargs: dict[str, Any], deployment: Mapping[str, Any], router: Any, pricing: tuple[Any, ...]
-) -> tuple[Any, ...] | None:
-    """(Deployment, headers, headers with the client's `anthropic-version`, timeout, streams,
-    streams' API base header) of the deployment's `/v1/messages` calls without thinking,
-    sampling params or betas, from LiteLLM's own functions (as the fast path asks them); None
-    when the proxy serves them, and the streams None when it serves their streams."""
+    kwargs: dict[str, Any],
+    deployment: Mapping[str, Any],
+    router: Any,
+    pricing: _native.LanePricing,
+) -> _native.LaneMessages | None:
+    """The deployment's `/v1/messages` calls without thinking, sampling params or betas (the
+    headers, those with the client's `anthropic-version`, the timeout, the streams and their
+    API base header), from LiteLLM's own functions (as the fast path asks them); None when the
+    proxy serves them, and the streams None when it serves their streams."""
     from litellm_fastpath import messages
 
     versioned: dict[str, Any] = {}
@@ -529,19 +536,19 @@ def _messages_entry(
     plain, with_version = routes[0], routes[1]
     # What the proxy names the API base of a `/v1/messages` stream (LiteLLM's `get_api_base`).
     api_base = litellm.get_api_base(model=litellm_params["model"], optional_params=litellm_params)
-    return (
+    return _native.LaneMessages(
         plain.deployment,
-        list(plain.headers),
-        list(with_version.headers),
-        plain.timeout,
-        _messages_streams(route, plain, deployment, router),
-        api_base.split("?")[0] if api_base else None,
+        headers=list(plain.headers),
+        versioned_headers=list(with_version.headers),
+        timeout=plain.timeout,
+        streams=_messages_streams(route, plain, deployment, router),
+        api_base=api_base.split("?")[0] if api_base else None,
     )
 
 
 def _messages_streams(
     route: Any, plain: Any, deployment: Mapping[str, Any], router: Any
-) -> tuple[float, bool] | None:
+) -> _native.LaneMessagesStreams | None:
     """The timeout of the deployment's `/v1/messages` streams and whether the router holds
     their frames until content, when the lane can serve them as the proxy does: no fallback
     could take them over, the proxy's stream hooks leave them alone, and LiteLLM sends them as
@@ -559,10 +566,12 @@ def _messages_streams(
     if any(isinstance(r, routing.Decline) or r.headers != plain.headers for r in streamed):
         return None
     timeouts = {r.timeout for r in streamed}
-    return (timeouts.pop(), held) if len(timeouts) == 1 else None
+    if len(timeouts) != 1:
+        return None
+    return _native.LaneMessagesStreams(timeout=timeouts.pop(), held=held)
 
 
-def _pricing(provider: str, model: str) -> tuple[Any, ...] | None:
+def _pricing(provider: str, model: str) -> _native.LanePricing | None:
     """LiteLLM's per-token prices, when its cost is exactly linear in the token counts: input,
     output, OpenAI's cached prompt tokens, and Anthropic's cache reads and writes for
     `/v1/messages` (None: answers with those go through the proxy)."""
@@ -585,8 +594,12 @@ def _pricing(provider: str, model: str) -> tuple[Any, ...] | None:
         )
         if expected != (prompt * prices[0], completion * prices[1]):
             return None
-    cached = _cache_read_price(provider, model, prices, cache_read)
-    return (*prices, cached, _anthropic_cache_prices(provider, model, prices))
+    return _native.LanePricing(
+        input=prices[0],
+        output=prices[1],
+        cache_read=_cache_read_price(provider, model, prices, cache_read),
+        anthropic_cache=_anthropic_cache_prices(provider, model, prices),
+    )
 
 
 def _cache_read_price(
@@ -630,7 +643,7 @@ _CACHE_USAGES = (
 
 def _anthropic_cache_prices(
     provider: str, model: str, prices: tuple[float, float]
-) -> tuple[float, float, float] | None:
+) -> _native.LaneCachePrices | None:
     """Anthropic's prices per cache read, 5-minute and 1-hour write, when LiteLLM's cost of an
     answer with them (its total and the proxy's header split) is exactly the lane's, as Rust
     works it out (`MessagesUsage::cost`); None: such answers go through the proxy."""
@@ -643,7 +656,12 @@ def _anthropic_cache_prices(
     )
     try:
         info = litellm.get_model_info(model=model, custom_llm_provider=provider)
-        rates = (float(info[names[0]]), float(info[names[1]]), float(info[names[2]]))
+        rates = _native.LaneCachePrices(
+            read=float(info[names[0]]),
+            write_5m=float(info[names[1]]),
+            write_1h=float(info[names[2]]),
+        )
+        pricing = _native.LanePricing(input=prices[0], output=prices[1], anthropic_cache=rates)
         for text, output, read, write_5m, write_1h in _CACHE_USAGES:
             usage = {
                 "input_tokens": text,
@@ -656,8 +674,8 @@ def _anthropic_cache_prices(
                 "output_tokens": output,
                 "service_tier": "standard",
             }
-            ours = _native.lane_messages_cost(json.dumps(usage), *prices, rates)
-            if ours is None or ours != _litellm_messages_cost(model, usage):
+            ours = _native.lane_messages_cost(json.dumps(usage), pricing)
+            if ours is None or _split(ours) != _litellm_messages_cost(model, usage):
                 return None
     except Exception:  # a price LiteLLM does not have, or cannot work out: the proxy's
         return None
@@ -668,19 +686,26 @@ def _anthropic_cache_prices(
 _PLAIN_USAGES = ((12, 7), (1000, 1), (1, 1000), (120_000, 30_000), (3, 0))
 
 
-def _bedrock_messages_priced(model: str, pricing: tuple[Any, ...]) -> bool:
+def _bedrock_messages_priced(model: str, pricing: _native.LanePricing) -> bool:
     """Whether LiteLLM's cost of a Bedrock `/v1/messages` answer (its total and the proxy's
     header split) is exactly the lane's for answers without the prompt cache (answers with it
     go through the proxy)."""
     for text, output in _PLAIN_USAGES:
         usage = {"input_tokens": text, "output_tokens": output}
         try:
-            ours = _native.lane_messages_cost(json.dumps(usage), pricing[0], pricing[1], None)
-            if ours is None or ours != _litellm_messages_cost(model, usage, "bedrock"):
+            plain = _native.LanePricing(input=pricing.input, output=pricing.output)
+            ours = _native.lane_messages_cost(json.dumps(usage), plain)
+            if ours is None or _split(ours) != _litellm_messages_cost(model, usage, "bedrock"):
                 return False
         except Exception:  # a price LiteLLM does not have, or cannot work out: the proxy's
             return False
     return True
+
+
+def _split(cost: _native.LaneCost) -> tuple[float, ...]:
+    """The lane's cost as the proxy's headers split it: total, input, output, cache read and
+    cache creation."""
+    return (cost.total, cost.input, cost.output, cost.cache_read, cost.cache_creation)
 
 
 def _litellm_messages_cost(
@@ -752,7 +777,7 @@ async def _replay_served() -> None:
     slots = asyncio.Semaphore(REPLAY_CONCURRENCY)
     running: set[asyncio.Task[None]] = set()
     while True:
-        future: asyncio.Future[list[Any]] = loop.create_future()
+        future: asyncio.Future[list[_native.LaneReplay]] = loop.create_future()
         _native.lane_next_replays(loop, future, settle)
         for record in await future:
             await slots.acquire()
@@ -762,17 +787,16 @@ async def _replay_served() -> None:
             task.add_done_callback(lambda _: slots.release())
 
 
-async def _replay(record: tuple[Any, ...]) -> None:
-    path, headers, body, client, server, ticket = record
+async def _replay(record: _native.LaneReplay) -> None:
+    ticket = record.ticket
     tail: list[bytes] = []
     try:
         claimed = _native.lane_claim(ticket)
         if claimed is None:
             return
-        deployment_id, _call_id_added, call = claimed
-        _claimed_call.set([call])
-        _forced_deployment.set([deployment_id])
-        request = _request(path, headers, body, client, server)
+        _claimed_call.set([claimed.call])
+        _forced_deployment.set([claimed.deployment_id])
+        request = _request(record.path, record.headers, record.body, record.client, record.server)
         key = await compat.user_api_key_auth(
             request=request,
             api_key=request.headers.get("authorization"),
@@ -785,7 +809,7 @@ async def _replay(record: tuple[Any, ...]) -> None:
         )
         from starlette.responses import Response
 
-        if path == MESSAGES_PATH:
+        if record.path == MESSAGES_PATH:
             answer = await compat.proxy_anthropic_response(
                 fastapi_response=Response(), request=request, user_api_key_dict=key
             )
@@ -962,9 +986,8 @@ def _take_ticket(data: dict[str, Any]) -> None:
         # Only the lane sends tickets (it strips them from clients' requests), and each is
         # claimed once: a replay that finds none must not reach the provider.
         raise RuntimeError("fast lane replay without its outcome; not calling the provider")
-    deployment_id, _call_id_added, call = claimed
-    _claimed_call.set([call])
-    _forced_deployment.set([deployment_id])
+    _claimed_call.set([claimed.call])
+    _forced_deployment.set([claimed.deployment_id])
 
 
 def learn_messages_headers(

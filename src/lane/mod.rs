@@ -50,13 +50,12 @@ pub mod table;
 mod tickets;
 mod unary;
 
-pub use connection::PEER_HEADER;
 pub use cost::{CachePrices, MessagesUsage, Pricing};
 pub use replay::Replay;
 pub use server::serve;
-pub use state::{App, Lane, LaneError};
+pub use state::{App, Lane};
 pub use table::{
     Group, LaneDeployment, LaneMessages, LaneStreams, MessagesStreams, Settings, StreamUsage,
     Table, Verdict,
 };
-pub use tickets::{Outcome, StreamOutcome, TICKET_HEADER, Ticket};
+pub use tickets::{Outcome, StreamOutcome, Ticket};

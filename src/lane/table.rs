@@ -34,7 +34,7 @@ pub struct LaneDeployment {
 
 /// A deployment's `/v1/messages` calls as LiteLLM makes them, worked out by the Python layer
 /// from LiteLLM's own functions for requests without thinking, sampling params or betas.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct LaneMessages {
     pub deployment: Arc<Deployment>,
     /// The headers LiteLLM sends besides the credential (`anthropic-version`, betas).
@@ -140,7 +140,7 @@ pub struct Table {
     cooling: RwLock<Arc<HashSet<String>>>,
     keys: RwLock<HashMap<String, Verdict>>,
     /// `/v1/messages` headers LiteLLM chose for a deployment (by id) and a request's thinking,
-    /// sampling params and client headers (by `messages::decision_key`): what the fast path
+    /// sampling params and client headers (by the Messages route's `decision_key`): what the fast path
     /// learned on the proxy's path, for the lane to reuse.
     messages_headers: RwLock<HashMap<(String, String), Arc<MessagesHeaders>>>,
     settings: RwLock<Arc<Settings>>,

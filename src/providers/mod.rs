@@ -5,16 +5,16 @@
 //! differential tests in `tests/` hold them to it.
 //!
 //! Where things are:
-//! - `provider`: what a provider answers (`ChatProvider`: transforms, streams, `json_schema`,
-//!   embeddings, `/v1/messages`, the lane's answer shape, credentials) and the `Deployment` a
-//!   call goes to; `registry`: every provider, one line each.
-//! - One folder per provider (`openai`, `anthropic`, `bedrock`): its `impl ChatProvider` and chat
-//!   transform in `mod.rs`, its endpoint, stream, tools and embeddings beside them.
+//! - `provider`: what a provider answers (`ChatProvider`: its transforms, streams, `json_schema`
+//!   form, embeddings, `/v1/messages` API, the lane's answer shape, credentials) and the
+//!   `Deployment` a call goes to; `registry`: every provider, one entry each.
+//! - One folder per provider (`openai`, `anthropic`, `bedrock`): its chat transform in
+//!   `mod.rs`, its endpoint, stream, tools and embeddings beside it.
 //! - `prepare`: admission and the transform of every call, asking the deployment's provider.
-//! - Shared by the transforms: `rules` (admission), `turns` and `tools` (what Anthropic and
-//!   Bedrock shape alike), `chunks` and `stream` (LiteLLM's chunk rules, the stream transform
-//!   trait), `embedding` (the embeddings call and its params), `parts` (headers, POSTs, JSON
-//!   answers), `error`.
+//! - Shared by the transforms: `rules` (admission), `turns`, `tools` and `usage` (what Anthropic
+//!   and Bedrock shape alike), `chunks` and `stream` (LiteLLM's chunk rules, the stream
+//!   transform trait), `embedding` (the embeddings call and its params), `parts` (headers,
+//!   POSTs, JSON answers), `error`.
 //! - `messages`: the Anthropic Messages API (`/v1/messages`) to Anthropic or Bedrock Invoke.
 
 pub mod anthropic;
@@ -32,11 +32,8 @@ pub mod rules;
 pub mod stream;
 pub mod tools;
 pub mod turns;
+pub mod usage;
 
 pub use error::{Refusal, TransformError};
-pub use parts::json_object;
 pub use prepare::{parse_response, prepare, prepare_embedding, prepare_stream};
-pub use provider::{
-    AnswerShape, AwsAuth, AwsSettings, ChatProvider, Credentials, Deployment, MessagesApi, Provider,
-};
-pub use registry::REGISTRY;
+pub use provider::{AnswerShape, AwsAuth, AwsSettings, Credentials, Deployment, MessagesApi};

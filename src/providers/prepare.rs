@@ -19,8 +19,8 @@ use crate::wire::body::Node;
 /// checked when the body is laid out.
 pub fn prepare(deployment: &Deployment, request: &ChatRequest) -> Result<UpstreamRequest, Refusal> {
     let provider = deployment.provider;
-    admit_params(provider.params(), &request.params)?;
-    let mut upstream = provider.build_request(deployment, request)?;
+    admit_params(provider.params, &request.params)?;
+    let mut upstream = (provider.build_request)(deployment, request)?;
     deployment.add_extra_headers(&mut upstream.headers);
     Ok(upstream)
 }
@@ -35,8 +35,8 @@ pub fn prepare_stream(
 ) -> Result<(UpstreamRequest, Box<dyn StreamTransform>), Refusal> {
     let provider = deployment.provider;
     let declined = |detail: String| Refusal::from(Decline::new(DeclineCode::Stream, detail));
-    let Some(stream) = provider.chat_stream(deployment.model.clone(), options) else {
-        return Err(declined(format!("streaming from {}", provider.name())));
+    let Some(stream) = &provider.chat_stream else {
+        return Err(declined(format!("streaming from {}", provider.name)));
     };
     if provider.json_schema_per_model(&request.params) {
         return Err(declined("json_schema in a stream".into()));
@@ -59,13 +59,16 @@ pub fn prepare_stream(
             }
         }
     }
-    Ok((upstream, stream.transform))
+    Ok((
+        upstream,
+        (stream.transform)(deployment.model.clone(), options),
+    ))
 }
 
 /// Converts a 2xx upstream body into an OpenAI `chat.completion` object.
 pub fn parse_response(deployment: &Deployment, body: &Bytes) -> Result<Value, TransformError> {
     let parsed = json_object(body)?;
-    deployment.provider.parse_response(deployment, parsed)
+    (deployment.provider.parse_response)(deployment, parsed)
 }
 
 /// An embeddings call: its upstream requests and how to read the answers.
@@ -73,7 +76,11 @@ pub fn prepare_embedding(
     deployment: &Deployment,
     request: &EmbeddingRequest,
 ) -> Result<EmbeddingCall, Refusal> {
-    let mut call = deployment.provider.embeddings(deployment, request)?;
+    let Some(embeddings) = deployment.provider.embeddings else {
+        let detail = format!("embeddings for provider {:?}", deployment.provider.name);
+        return Err(Decline::new(DeclineCode::Provider, detail).into());
+    };
+    let mut call = embeddings(deployment, request)?;
     for upstream in &mut call.requests {
         deployment.add_extra_headers(&mut upstream.headers);
     }

@@ -2,8 +2,8 @@
 //! transforms, streams, `json_schema`, embeddings, `/v1/messages`, the lane's answer shape,
 //! credentials), and the deployment a call goes to.
 //!
-//! Each provider answers in its own folder (`impl ChatProvider`) and is one line of
-//! `registry::REGISTRY`; nothing else names a provider.
+//! Each provider's transforms live in its own folder; its answers are its entry of
+//! `registry::REGISTRY`, and nothing else names a provider.
 
 use std::time::Duration;
 
@@ -16,50 +16,35 @@ use super::error::{Refusal, TransformError};
 use super::stream::StreamTransform;
 use crate::http::UpstreamRequest;
 use crate::http::sigv4::AwsCredentials;
-use crate::model::{ChatRequest, Decline, DeclineCode, EmbeddingRequest};
+use crate::model::{ChatRequest, EmbeddingRequest};
 
-/// One provider: its chat transform and its answers to the per-provider questions (the
-/// defaults are "not on the fast path").
-pub trait ChatProvider: Sync {
+/// One provider: LiteLLM's name for it, its chat transform, and its answers to the questions
+/// the rest of the fast path asks a provider. Each is one entry of `registry::REGISTRY`.
+pub struct ChatProvider {
     /// LiteLLM's name for the provider (the model prefix, `custom_llm_provider`).
-    fn name(&self) -> &'static str;
+    pub name: &'static str,
     /// The OpenAI params the transform translates exactly like LiteLLM; others decline.
-    fn params(&self) -> &'static [&'static str];
+    pub params: &'static [&'static str],
     /// Chat request -> upstream request, or why not (declined or malformed), before any I/O.
-    fn build_request(
-        &self,
-        deployment: &Deployment,
-        request: &ChatRequest,
-    ) -> Result<UpstreamRequest, Refusal>;
+    pub build_request: fn(&Deployment, &ChatRequest) -> Result<UpstreamRequest, Refusal>,
     /// A 2xx answer (a JSON object) -> an OpenAI `chat.completion` object as LiteLLM builds it.
-    fn parse_response(&self, deployment: &Deployment, body: Value)
-    -> Result<Value, TransformError>;
+    pub parse_response: fn(&Deployment, Value) -> Result<Value, TransformError>,
     /// The shape of its `chat.completion`s, for the lane writing the proxy's body.
-    fn answer_shape(&self) -> AnswerShape;
+    pub answer_shape: AnswerShape,
     /// How LiteLLM sends it `response_format: json_schema`.
-    fn json_schema(&self) -> JsonSchemaForm;
+    pub json_schema: JsonSchemaForm,
     /// How its deployments authenticate.
-    fn credentials(&self) -> Credentials {
-        Credentials::ApiKey
-    }
-    /// Its chat streams for `model`; None: they stay on LiteLLM's path.
-    fn chat_stream(&self, _model: String, _options: StreamOptions) -> Option<ChatStream> {
-        None
-    }
-    /// An embeddings call to it, or why not.
-    fn embeddings(
-        &self,
-        _deployment: &Deployment,
-        _request: &EmbeddingRequest,
-    ) -> Result<EmbeddingCall, Refusal> {
-        let detail = format!("embeddings for provider {:?}", self.name());
-        Err(Decline::new(DeclineCode::Provider, detail).into())
-    }
+    pub credentials: Credentials,
+    /// Its chat streams; None: they stay on LiteLLM's path.
+    pub chat_stream: Option<ChatStream>,
+    /// Its embeddings calls; None: they stay on LiteLLM's path.
+    pub embeddings: Option<BuildEmbeddings>,
     /// Where its `/v1/messages` calls go; None: they stay on LiteLLM's path.
-    fn messages_api(&self) -> Option<MessagesApi> {
-        None
-    }
+    pub messages_api: Option<MessagesApi>,
 }
+
+/// Embeddings request -> the upstream requests and how to read their answers, or why not.
+pub type BuildEmbeddings = fn(&Deployment, &EmbeddingRequest) -> Result<EmbeddingCall, Refusal>;
 
 /// What a provider's `chat.completion` is, for the lane writing the proxy's body for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,9 +76,10 @@ pub enum Credentials {
     Aws,
 }
 
-/// A provider's chat stream: the transform of its events, and how the request asks for it.
+/// How a provider streams chat answers: the transform of its events (for the model), and how
+/// the request asks for a stream.
 pub struct ChatStream {
-    pub transform: Box<dyn StreamTransform>,
+    pub transform: fn(model: String, options: StreamOptions) -> Box<dyn StreamTransform>,
     pub asked_by: StreamAsk,
 }
 
@@ -118,10 +104,10 @@ pub enum MessagesApi {
 
 /// A provider of the registry (see `registry::find`).
 #[derive(Clone, Copy)]
-pub struct Provider(&'static dyn ChatProvider);
+pub struct Provider(&'static ChatProvider);
 
 impl Provider {
-    pub const fn new(provider: &'static dyn ChatProvider) -> Provider {
+    pub const fn new(provider: &'static ChatProvider) -> Provider {
         Provider(provider)
     }
 
@@ -132,12 +118,12 @@ impl Provider {
             .get("response_format")
             .and_then(|format| format.get("type"))
             .is_some_and(|kind| kind == "json_schema");
-        json_schema && self.json_schema() == JsonSchemaForm::PerModel
+        json_schema && self.json_schema == JsonSchemaForm::PerModel
     }
 }
 
 impl std::ops::Deref for Provider {
-    type Target = dyn ChatProvider;
+    type Target = ChatProvider;
 
     fn deref(&self) -> &Self::Target {
         self.0
@@ -146,13 +132,13 @@ impl std::ops::Deref for Provider {
 
 impl std::fmt::Debug for Provider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        f.write_str(self.name)
     }
 }
 
 impl PartialEq for Provider {
     fn eq(&self, other: &Provider) -> bool {
-        self.name() == other.name()
+        self.name == other.name
     }
 }
 
@@ -209,7 +195,7 @@ impl Deployment {
     /// Its AWS settings, which every AWS-hosted call needs.
     pub fn aws(&self) -> Result<&AwsSettings, TransformError> {
         self.aws.as_ref().ok_or_else(|| {
-            let detail = format!("{} deployment without AWS settings", self.provider.name());
+            let detail = format!("{} deployment without AWS settings", self.provider.name);
             TransformError::InvalidRequest(detail)
         })
     }

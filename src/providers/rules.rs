@@ -204,8 +204,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    const ANTHROPIC: &[&str] = crate::providers::anthropic::PARAMS;
-    const OPENAI: &[&str] = crate::providers::openai::PARAMS;
+    fn allowed(provider: &str) -> &'static [&'static str] {
+        crate::providers::registry::find(provider).unwrap().params
+    }
 
     fn params(value: Value) -> Map<String, Value> {
         match value {
@@ -218,7 +219,7 @@ mod tests {
     fn allowlisted_params_are_admitted() {
         let p =
             params(json!({"temperature": 0.2, "max_tokens": 10, "stop": ["x"], "stream": false}));
-        assert_eq!(admit_params(ANTHROPIC, &p), Ok(()));
+        assert_eq!(admit_params(allowed("anthropic"), &p), Ok(()));
     }
 
     #[test]
@@ -235,7 +236,7 @@ mod tests {
                 continue;
             }
             let p = params(json!({ code.as_str(): true }));
-            let decline = admit_params(crate::providers::bedrock::PARAMS, &p).unwrap_err();
+            let decline = admit_params(allowed("bedrock"), &p).unwrap_err();
             assert_eq!(decline.code, code);
         }
     }
@@ -243,7 +244,7 @@ mod tests {
     #[test]
     fn unknown_params_decline_with_a_bounded_code() {
         let p = params(json!({"frobnicate": 1}));
-        let decline = admit_params(crate::providers::bedrock::PARAMS, &p).unwrap_err();
+        let decline = admit_params(allowed("bedrock"), &p).unwrap_err();
         assert_eq!(decline.code, DeclineCode::UnsupportedParam);
         assert!(decline.detail.contains("frobnicate"));
     }
@@ -251,8 +252,8 @@ mod tests {
     #[test]
     fn provider_specific_params_are_not_shared() {
         let p = params(json!({"seed": 1}));
-        assert!(admit_params(OPENAI, &p).is_ok());
-        assert!(admit_params(ANTHROPIC, &p).is_err());
+        assert!(admit_params(allowed("openai"), &p).is_ok());
+        assert!(admit_params(allowed("anthropic"), &p).is_err());
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //! definitions, `tool_choice`, an assistant turn's tool calls, and an answer's tool-use blocks
 //! as LiteLLM's tool calls. Each provider writes its own blocks from these.
 
+use bytes::Bytes;
 use serde_json::{Map, Value};
 
-use crate::model::{Decline, DeclineCode};
+use crate::model::{Content, ContentPart, Decline, DeclineCode, Message};
 use crate::wire::pyjson::python_json;
 
 /// The `function` of an OpenAI function tool (`{"type": "function", "function": {name,
@@ -136,4 +137,43 @@ pub fn read_tool_choice(choice: &Value, valid_name: fn(&str) -> bool) -> Option<
         "required" => Some(ToolChoice::Required),
         _ => None,
     }
+}
+
+/// A `tool` message's content, text only (LiteLLM moves images out of tool turns).
+pub enum ToolResultText<'a> {
+    Text(&'a Bytes),
+    Parts(Vec<&'a Bytes>),
+    Absent,
+}
+
+/// A `tool` message as both conversions read it: its `tool_call_id`, when the provider takes it
+/// as it is (`valid_id`), and its text.
+pub fn tool_result(
+    message: &Message,
+    valid_id: fn(&str) -> bool,
+) -> Result<(&str, ToolResultText<'_>), Decline> {
+    let id = message
+        .tool_call_id
+        .as_deref()
+        .filter(|id| valid_id(id))
+        .ok_or_else(|| {
+            Decline::new(DeclineCode::MessageField, "a tool_call_id LiteLLM rewrites")
+        })?;
+    let text = match &message.content {
+        Content::Text(text) => ToolResultText::Text(text),
+        Content::Parts(parts) => ToolResultText::Parts(
+            parts
+                .iter()
+                .map(|part| match part {
+                    ContentPart::Text(text) => Ok(text),
+                    ContentPart::Image(_) => Err(Decline::new(
+                        DeclineCode::ContentPart,
+                        "an image in a tool message",
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        Content::Absent => ToolResultText::Absent,
+    };
+    Ok((id, text))
 }

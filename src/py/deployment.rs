@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderName, HeaderValue};
 use pyo3::prelude::*;
 
 use super::errors::InvalidRequestError;
+use super::headers::header_list;
 use crate::http::sigv4::AwsCredentials;
 use crate::providers::{AwsAuth, AwsSettings, Credentials, Deployment as CoreDeployment, registry};
 
@@ -46,7 +46,7 @@ impl Deployment {
         let extra_headers = header_list(extra_headers.unwrap_or_default())?;
         // The provider says which credentials it takes; an AWS-hosted one needs a region
         // (the Python layer resolves it).
-        let aws = match (provider.credentials(), aws_region) {
+        let aws = match (provider.credentials, aws_region) {
             (Credentials::Aws, Some(region)) => {
                 // A Bedrock API key (`api_key`) replaces the AWS credentials, as in LiteLLM.
                 let auth = match api_key.take() {
@@ -89,7 +89,7 @@ impl Deployment {
 
     #[getter]
     fn provider(&self) -> &'static str {
-        self.inner.provider.name()
+        self.inner.provider.name
     }
 
     #[getter]
@@ -106,9 +106,7 @@ impl Deployment {
         // Never show keys: reprs end up in logs and tracebacks.
         format!(
             "Deployment(provider={:?}, model={:?}, api_base={:?})",
-            self.inner.provider.name(),
-            self.inner.model,
-            self.inner.api_base
+            self.inner.provider.name, self.inner.model, self.inner.api_base
         )
     }
 }
@@ -122,20 +120,4 @@ pub fn timeout_from_secs(seconds: f64) -> PyResult<Duration> {
                 "timeout must be a positive number of seconds, got {seconds}"
             ))
         })
-}
-
-/// Header pairs from Python, checked.
-pub fn header_list(headers: Vec<(String, String)>) -> PyResult<Vec<(HeaderName, HeaderValue)>> {
-    headers
-        .into_iter()
-        .map(|(name, value)| {
-            let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                InvalidRequestError::new_err(format!("invalid header name {name:?}"))
-            })?;
-            let value = HeaderValue::from_str(&value).map_err(|_| {
-                InvalidRequestError::new_err(format!("invalid value for header {name:?}"))
-            })?;
-            Ok((header_name, value))
-        })
-        .collect()
 }

@@ -6,7 +6,9 @@ mod deployment;
 mod errors;
 mod extract;
 mod gil;
+mod headers;
 mod lane;
+mod lane_types;
 mod prepare;
 mod stream;
 
@@ -23,7 +25,8 @@ mod _native {
     #[pymodule_export]
     use super::errors::{
         FastpathError, InternalError, InvalidRequestError, InvalidResponseError,
-        UpstreamConnectionError, UpstreamStatusError, UpstreamStreamError, UpstreamTimeoutError,
+        UpstreamConnectionError, UpstreamStatus, UpstreamStatusError, UpstreamStreamError,
+        UpstreamTimeoutError,
     };
     #[pymodule_export]
     use super::lane::{
@@ -31,6 +34,11 @@ mod _native {
         lane_learn_messages_headers, lane_messages_cost, lane_next_replays, lane_reasons,
         lane_replayed, lane_set_cooling, lane_set_groups, lane_set_key, lane_stop,
         lane_stream_tail, start_lane,
+    };
+    #[pymodule_export]
+    use super::lane_types::{
+        LaneCachePrices, LaneClaim, LaneCost, LaneDeployment, LaneMessages, LaneMessagesStreams,
+        LanePricing, LaneReplay, LaneStreams,
     };
     #[cfg(feature = "bench")]
     #[pymodule_export]

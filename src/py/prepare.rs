@@ -7,9 +7,10 @@ use std::time::Duration;
 use pyo3::prelude::*;
 
 use super::bridge::PreparedCall;
-use super::deployment::{Deployment, header_list, timeout_from_secs};
+use super::deployment::{Deployment, timeout_from_secs};
 use super::errors::{self, InvalidRequestError};
 use super::extract;
+use super::headers::header_list;
 use super::stream::{Payload, PreparedStream};
 use crate::call::ResponseShape;
 use crate::http::UpstreamRequest;
@@ -43,13 +44,7 @@ pub fn prepare_chat(
     params: &Bound<'_, PyAny>,
     timeout: Option<f64>,
 ) -> PyResult<Py<PyAny>> {
-    let extracted = extract::params(params).and_then(|params| {
-        Ok(ChatRequest {
-            messages: extract::messages(messages)?,
-            params,
-        })
-    });
-    let request = match extracted {
+    let request = match chat_request(messages, params) {
         Ok(request) => request,
         Err(decline) => return declined(py, decline),
     };
@@ -79,13 +74,7 @@ pub fn prepare_chat_stream(
     repeat_limit: usize,
     timeout: Option<f64>,
 ) -> PyResult<Py<PyAny>> {
-    let extracted = extract::params(params).and_then(|params| {
-        Ok(ChatRequest {
-            messages: extract::messages(messages)?,
-            params,
-        })
-    });
-    let request = match extracted {
+    let request = match chat_request(messages, params) {
         Ok(request) => request,
         Err(decline) => return declined(py, decline),
     };
@@ -101,16 +90,11 @@ pub fn prepare_chat_stream(
         repeat_limit,
     };
     let timeout = timeout.map(timeout_from_secs).transpose()?;
-    match providers::prepare_stream(&deployment.inner, &request, stream_options, options) {
-        Ok((mut upstream, transform)) => {
-            if let Some(timeout) = timeout {
-                upstream.timeout = timeout;
-            }
-            Ok(Py::new(py, PreparedStream::new(upstream, transform))?.into_any())
-        }
-        Err(Refusal::Declined(decline)) => declined(py, decline),
-        Err(Refusal::Invalid(err)) => Err(errors::transform_error_to_py(err)),
-    }
+    let outcome = providers::prepare_stream(&deployment.inner, &request, stream_options, options);
+    admitted(py, outcome, |(mut upstream, transform)| {
+        with_timeout(&mut upstream, timeout);
+        Ok(Py::new(py, PreparedStream::new(upstream, transform))?.into_any())
+    })
 }
 
 /// Admission and transform for a `/v1/messages` request, before any I/O: `fields` are the
@@ -143,12 +127,12 @@ pub fn prepare_messages(
         headers,
     };
     let timeout = timeout.map(timeout_from_secs).transpose()?;
-    match messages::prepare(&deployment.inner, request) {
-        Ok(prepared) => {
+    admitted(
+        py,
+        messages::prepare(&deployment.inner, request),
+        |prepared| {
             let mut upstream = prepared.upstream;
-            if let Some(timeout) = timeout {
-                upstream.timeout = timeout;
-            }
+            with_timeout(&mut upstream, timeout);
             let call = if stream {
                 let transform = messages::stream::transform(prepared.api);
                 let stream = match prepared.api {
@@ -166,10 +150,8 @@ pub fn prepare_messages(
                 .into_pyobject(py)?
                 .into_any()
                 .unbind())
-        }
-        Err(Refusal::Declined(decline)) => declined(py, decline),
-        Err(Refusal::Invalid(err)) => Err(errors::transform_error_to_py(err)),
-    }
+        },
+    )
 }
 
 /// Admission and transform for an embeddings request, before any I/O: returns a
@@ -206,18 +188,45 @@ fn prepared_or_declined(
     outcome: Result<(Vec<UpstreamRequest>, ResponseShape), Refusal>,
     timeout: Option<Duration>,
 ) -> PyResult<Py<PyAny>> {
-    match outcome {
-        Ok((mut requests, shape)) => {
-            if let Some(timeout) = timeout {
-                for upstream in &mut requests {
-                    upstream.timeout = timeout;
-                }
-            }
-            Ok(Py::new(py, PreparedCall::sequence(requests, shape))?.into_any())
+    admitted(py, outcome, |(mut requests, shape)| {
+        for upstream in &mut requests {
+            with_timeout(upstream, timeout);
         }
+        Ok(Py::new(py, PreparedCall::sequence(requests, shape))?.into_any())
+    })
+}
+
+/// An admission outcome as Python sees it: what `ready` makes of it, a `Declined`, or
+/// `InvalidRequestError`.
+fn admitted<T>(
+    py: Python<'_>,
+    outcome: Result<T, Refusal>,
+    ready: impl FnOnce(T) -> PyResult<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    match outcome {
+        Ok(value) => ready(value),
         Err(Refusal::Declined(decline)) => declined(py, decline),
         Err(Refusal::Invalid(err)) => Err(errors::transform_error_to_py(err)),
     }
+}
+
+/// The caller's timeout, when it gave one, over the deployment's.
+fn with_timeout(upstream: &mut UpstreamRequest, timeout: Option<Duration>) {
+    if let Some(timeout) = timeout {
+        upstream.timeout = timeout;
+    }
+}
+
+/// A chat request as Python hands it over, or why it stays on LiteLLM's path.
+fn chat_request(
+    messages: &Bound<'_, PyAny>,
+    params: &Bound<'_, PyAny>,
+) -> Result<ChatRequest, Decline> {
+    let params = extract::params(params)?;
+    Ok(ChatRequest {
+        messages: extract::messages(messages)?,
+        params,
+    })
 }
 
 /// A Bedrock Converse transcription: `audio` is raw audio (`bytes`, `bytearray`, any
@@ -256,9 +265,7 @@ pub fn prepare_transcription(
     };
     let mut upstream = transcription::build_transcription(&deployment.inner, &request)
         .map_err(errors::transform_error_to_py)?;
-    if let Some(timeout) = timeout.map(timeout_from_secs).transpose()? {
-        upstream.timeout = timeout;
-    }
+    with_timeout(&mut upstream, timeout.map(timeout_from_secs).transpose()?);
     Ok(PreparedCall::new(
         upstream,
         ResponseShape::Parsed(transcription::parse_transcription),
@@ -279,9 +286,7 @@ pub fn prepare_converse_body(
         .map_err(|why| InvalidRequestError::new_err(format!("body: {why}")))?;
     let mut upstream = transcription::prebuilt_request(&deployment.inner, body)
         .map_err(errors::transform_error_to_py)?;
-    if let Some(timeout) = timeout.map(timeout_from_secs).transpose()? {
-        upstream.timeout = timeout;
-    }
+    with_timeout(&mut upstream, timeout.map(timeout_from_secs).transpose()?);
     Ok(PreparedCall::new(
         upstream,
         ResponseShape::Parsed(transcription::parse_transcription),

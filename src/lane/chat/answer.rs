@@ -46,12 +46,7 @@ fn openai_body(completion: &Value, model_group: &str) -> Option<(Vec<u8>, Usage)
         return None;
     }
     let (usage, usage_json) = openai_usage(fields.get("usage")?)?;
-    let choices = fields
-        .get("choices")?
-        .as_array()?
-        .iter()
-        .map(choice)
-        .collect::<Option<Vec<_>>>()?;
+    let choices = written_choices(fields, choice)?;
     let mut body = Map::new();
     body.insert("id".into(), json!(id));
     body.insert("created".into(), json!(created));
@@ -93,12 +88,7 @@ fn converted_body(
         return None;
     }
     let (usage, usage_json) = converted_usage(fields.get("usage")?)?;
-    let choices = fields
-        .get("choices")?
-        .as_array()?
-        .iter()
-        .map(converted_choice)
-        .collect::<Option<Vec<_>>>()?;
+    let choices = written_choices(fields, converted_choice)?;
     let body = json!({
         "id": id,
         "created": created,
@@ -108,6 +98,19 @@ fn converted_body(
         "usage": usage_json,
     });
     Some((serde_json::to_vec(&body).ok()?, usage))
+}
+
+/// Every choice as `write` writes it; None when one is of a shape the lane does not write.
+fn written_choices(
+    fields: &Map<String, Value>,
+    write: fn(&Value) -> Option<Value>,
+) -> Option<Vec<Value>> {
+    fields
+        .get("choices")?
+        .as_array()?
+        .iter()
+        .map(write)
+        .collect()
 }
 
 fn converted_choice(value: &Value) -> Option<Value> {

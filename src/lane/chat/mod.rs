@@ -45,7 +45,7 @@ pub(super) async fn serve(request: ClientRequest<'_>) -> Served {
     match plan {
         Plan::Call(upstream) => {
             let shape = ResponseShape::ChatCompletion(Arc::clone(&head.deployment.deployment));
-            let answer_shape = head.deployment.deployment.provider.answer_shape();
+            let answer_shape = head.deployment.deployment.provider.answer_shape;
             let pricing = head.deployment.pricing;
             let model_group = head.model_group.clone();
             let write = |completion: &mut Completion| {

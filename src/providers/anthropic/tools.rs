@@ -9,9 +9,10 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::model::{Content, ContentPart, Decline, DeclineCode, Message};
+use crate::model::{Decline, DeclineCode, Message};
 use crate::providers::tools::{
-    ToolChoice, answer_tool_call, function_tool, read_tool_choice, tool_calls,
+    ToolChoice, ToolResultText, answer_tool_call, function_tool, read_tool_choice, tool_calls,
+    tool_result,
 };
 use crate::wire::body::Node;
 
@@ -281,29 +282,21 @@ pub fn tool_use_blocks(calls: &Value) -> Result<Vec<Node>, Decline> {
 
 /// A `tool` message as the `tool_result` block LiteLLM sends (text content only).
 pub fn tool_result_block(message: &Message) -> Result<Node, Decline> {
-    let id = message
-        .tool_call_id
-        .as_deref()
-        .filter(|id| is_valid_name(id))
-        .ok_or_else(|| decline(DeclineCode::MessageField, "a tool_call_id LiteLLM rewrites"))?;
-    let content = match &message.content {
-        Content::Text(text) => Node::Str(text.clone()),
-        Content::Parts(parts) => Node::Array(
+    let (id, text) = tool_result(message, is_valid_name)?;
+    let content = match text {
+        ToolResultText::Text(text) => Node::Str(text.clone()),
+        ToolResultText::Parts(parts) => Node::Array(
             parts
-                .iter()
-                .map(|part| match part {
-                    ContentPart::Text(text) => Ok(Node::object([
+                .into_iter()
+                .map(|text| {
+                    Node::object([
                         ("type", Node::from("text")),
                         ("text", Node::Str(text.clone())),
-                    ])),
-                    ContentPart::Image(_) => Err(decline(
-                        DeclineCode::ContentPart,
-                        "an image in a tool message",
-                    )),
+                    ])
                 })
-                .collect::<Result<Vec<_>, _>>()?,
+                .collect(),
         ),
-        Content::Absent => {
+        ToolResultText::Absent => {
             return Err(decline(
                 DeclineCode::MessageWithoutContent,
                 "a tool message without content",

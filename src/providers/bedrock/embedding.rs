@@ -57,21 +57,10 @@ pub fn build(
         Decline::new(DeclineCode::EmbeddingInput, "token ids for a Bedrock model")
     })?;
     let params = &request.params;
-    let model = deployment.model.clone();
     match family {
         Family::TitanV1 => {
             admit_params(&[], params)?;
-            let requests = texts
-                .iter()
-                .map(|text| titan_request(deployment, text, &Map::new()))
-                .collect::<Result<_, _>>()?;
-            Ok(EmbeddingCall {
-                requests,
-                answer: EmbeddingAnswer {
-                    model,
-                    read: parse_titan,
-                },
-            })
+            titan_call(deployment, &texts, &Map::new())
         }
         Family::TitanV2 => {
             admit_params(&["dimensions", "encoding_format", "normalize"], params)?;
@@ -98,17 +87,7 @@ pub fn build(
                     );
                 }
             }
-            let requests = texts
-                .iter()
-                .map(|text| titan_request(deployment, text, &options))
-                .collect::<Result<_, _>>()?;
-            Ok(EmbeddingCall {
-                requests,
-                answer: EmbeddingAnswer {
-                    model,
-                    read: parse_titan,
-                },
-            })
+            titan_call(deployment, &texts, &options)
         }
         Family::Cohere => {
             admit_params(
@@ -137,7 +116,7 @@ pub fn build(
             Ok(EmbeddingCall {
                 requests: vec![invoke(deployment, Value::Object(body))?],
                 answer: EmbeddingAnswer {
-                    model,
+                    model: deployment.model.clone(),
                     read: |model, answers| parse_cohere(model, one(answers)?),
                 },
             })
@@ -145,15 +124,28 @@ pub fn build(
     }
 }
 
-fn titan_request(
+/// Titan: one request per input, `{"inputText", ...options}`.
+fn titan_call(
     deployment: &Deployment,
-    text: &str,
+    texts: &[&str],
     options: &Map<String, Value>,
-) -> Result<UpstreamRequest, TransformError> {
-    let mut body = Map::with_capacity(1 + options.len());
-    body.insert("inputText".into(), Value::from(text));
-    body.extend(options.iter().map(|(k, v)| (k.clone(), v.clone())));
-    invoke(deployment, Value::Object(body))
+) -> Result<EmbeddingCall, Refusal> {
+    let requests = texts
+        .iter()
+        .map(|text| {
+            let mut body = Map::with_capacity(1 + options.len());
+            body.insert("inputText".into(), Value::from(*text));
+            body.extend(options.iter().map(|(k, v)| (k.clone(), v.clone())));
+            invoke(deployment, Value::Object(body))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(EmbeddingCall {
+        requests,
+        answer: EmbeddingAnswer {
+            model: deployment.model.clone(),
+            read: parse_titan,
+        },
+    })
 }
 
 fn invoke(deployment: &Deployment, body: Value) -> Result<UpstreamRequest, TransformError> {

@@ -8,111 +8,24 @@ pub mod transcription;
 
 use serde_json::{Map, Value, json};
 
-use super::chunks::StreamOptions;
-use super::embedding::EmbeddingCall;
 use super::error::{Refusal, TransformError};
-use super::provider::{
-    AnswerShape, ChatProvider, ChatStream, Credentials, Deployment, JsonSchemaForm, MessagesApi,
-    StreamAsk,
-};
-use super::rules::{integer_param, native_body_decline, number_param, stop_param};
+use super::provider::Deployment;
+use super::rules::{integer_param, number_param, stop_param};
 use super::turns::{BlockWriters, Turns};
+use super::usage::{TokenCounts, converted_usage};
 use crate::http::{RequestBody, UpstreamRequest};
-use crate::model::{ChatRequest, Content, ContentPart, Decline, DeclineCode, EmbeddingRequest};
+use crate::model::{ChatRequest, Decline, DeclineCode};
 use crate::wire::body::Node;
-use crate::wire::media::parse_data_url;
 
-/// Mapped into `inferenceConfig` and `toolConfig` like LiteLLM's `AmazonConverseConfig`.
-pub const PARAMS: &[&str] = &[
-    "temperature",
-    "top_p",
-    "max_tokens",
-    "max_completion_tokens",
-    "stop",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "response_format",
-];
-
-pub struct Bedrock;
-
-impl ChatProvider for Bedrock {
-    fn name(&self) -> &'static str {
-        "bedrock"
-    }
-
-    fn params(&self) -> &'static [&'static str] {
-        PARAMS
-    }
-
-    fn build_request(
-        &self,
-        deployment: &Deployment,
-        request: &ChatRequest,
-    ) -> Result<UpstreamRequest, Refusal> {
-        build_request(deployment, request)
-    }
-
-    fn parse_response(
-        &self,
-        deployment: &Deployment,
-        body: Value,
-    ) -> Result<Value, TransformError> {
-        parse_response(deployment, body)
-    }
-
-    fn answer_shape(&self) -> AnswerShape {
-        AnswerShape::Converted
-    }
-
-    /// A native output format for some models, LiteLLM's forced `json_tool_call` for others.
-    fn json_schema(&self) -> JsonSchemaForm {
-        JsonSchemaForm::PerModel
-    }
-
-    fn credentials(&self) -> Credentials {
-        Credentials::Aws
-    }
-
-    fn chat_stream(&self, model: String, options: StreamOptions) -> Option<ChatStream> {
-        Some(ChatStream {
-            transform: Box::new(stream::BedrockStream::new(model, options)),
-            // The `converse` body to `converse-stream`; LiteLLM never puts `stream` into it.
-            asked_by: StreamAsk::UrlSuffix("-stream"),
-        })
-    }
-
-    fn embeddings(
-        &self,
-        deployment: &Deployment,
-        request: &EmbeddingRequest,
-    ) -> Result<EmbeddingCall, Refusal> {
-        embedding::build(deployment, request)
-    }
-
-    fn messages_api(&self) -> Option<MessagesApi> {
-        Some(MessagesApi::BedrockInvoke)
-    }
-}
-
-const BLOCKS: BlockWriters = BlockWriters {
-    content: content_blocks,
-    tool_result: tools::tool_result_block,
-    tool_uses: tools::tool_use_blocks,
-};
-
-fn build_request(
+pub fn build_request(
     deployment: &Deployment,
     request: &ChatRequest,
 ) -> Result<UpstreamRequest, Refusal> {
     let params = &request.params;
-    if let Some(decline) = native_body_decline(&request.messages) {
-        return Err(decline.into());
-    }
-    let tool_config = tools::tool_config(params, &request.messages)?;
     // Images only reach the blocks from user turns (see `native_body_decline`).
-    let turns = Turns::new(&request.messages, &BLOCKS)?;
+    let (tool_config, turns) = Turns::checked(&request.messages, &BLOCKS, || {
+        tools::tool_config(params, &request.messages)
+    })?;
 
     let mut inference = Vec::new();
     // LiteLLM maps `max_completion_tokens` after `max_tokens`, so it wins when both are set.
@@ -143,46 +56,25 @@ fn build_request(
     )?)
 }
 
-fn text_block(text: &bytes::Bytes) -> Result<Node, TransformError> {
-    Ok(Node::object([("text", Node::Str(text.clone()))]))
-}
-
-fn content_blocks(content: &Content) -> Result<Vec<Node>, Refusal> {
-    let parts = match content {
-        Content::Text(text) => return Ok(vec![text_block(text)?]),
-        Content::Parts(parts) => parts,
-        // Tool-calling turns are declined before (`native_body_decline`).
-        Content::Absent => {
-            return Err(Decline::new(DeclineCode::MessageWithoutContent, "no content").into());
-        }
-    };
-    parts
-        .iter()
-        .map(|part| match part {
-            ContentPart::Text(text) => Ok(text_block(text)?),
-            ContentPart::Image(image) => {
-                // LiteLLM downloads http(s) images for Bedrock; that I/O stays in Python.
-                if !image.url.starts_with(b"data:") {
-                    return Err(
-                        Decline::new(DeclineCode::ImageUrlRemote, "non-data image URL").into(),
-                    );
-                }
-                let data_url = parse_data_url(&image.url)?;
-                let format = image_format(&data_url.media_type)?;
-                Ok(Node::object([(
-                    "image",
-                    Node::object([
-                        ("format", Node::from(format)),
-                        (
-                            "source",
-                            Node::object([("bytes", Node::Base64Text(data_url.data))]),
-                        ),
-                    ]),
-                )]))
-            }
-        })
-        .collect()
-}
+/// How this provider writes a turn's blocks.
+const BLOCKS: BlockWriters = BlockWriters {
+    text: |text| Node::object([("text", Node::Str(text.clone()))]),
+    image: |image| {
+        let format = image_format(&image.media_type)?;
+        Ok(Node::object([(
+            "image",
+            Node::object([
+                ("format", Node::from(format)),
+                (
+                    "source",
+                    Node::object([("bytes", Node::Base64Text(image.data))]),
+                ),
+            ]),
+        )]))
+    },
+    tool_result: tools::tool_result_block,
+    tool_uses: tools::tool_use_blocks,
+};
 
 /// Bedrock's image format from the data URL's media type; LiteLLM ignores media type parameters
 /// (`image/png;charset=utf-8`). Documents, videos and other types follow LiteLLM's own rules.
@@ -230,7 +122,7 @@ pub fn output_text(body: &Value) -> Result<String, TransformError> {
     Ok(text)
 }
 
-fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
+pub fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
     let invalid = |why: &str| TransformError::InvalidResponse(why.to_string());
     let text = output_text(&body)?;
     // LiteLLM reads both unconditionally: without them the call fails (no zero-cost answers).
@@ -265,35 +157,16 @@ fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, Transfo
     }))
 }
 
-/// Converse usage -> OpenAI usage: cache reads and writes count as prompt tokens.
+/// Converse usage -> OpenAI usage.
 pub fn convert_usage(usage: &Value) -> Value {
     let count = |key: &str| usage.get(key).and_then(Value::as_i64).unwrap_or(0);
-    let input = count("inputTokens");
-    let output = count("outputTokens");
-    let cache_read = count("cacheReadInputTokens");
-    let cache_write = count("cacheWriteInputTokens");
-    let prompt = input + cache_read + cache_write;
-    // LiteLLM reports Bedrock's own total, which excludes cache tokens.
-    let total = usage
-        .get("totalTokens")
-        .and_then(Value::as_i64)
-        .unwrap_or(prompt + output);
-    json!({
-        "prompt_tokens": prompt,
-        "completion_tokens": output,
-        "total_tokens": total,
-        "completion_tokens_details": {"reasoning_tokens": 0, "text_tokens": output},
-        "prompt_tokens_details": {
-            "audio_tokens": null,
-            "image_tokens": null,
-            "video_tokens": null,
-            "cache_write_tokens": cache_write,
-            "cached_tokens": cache_read,
-            "text_tokens": input,
-            "cache_creation_tokens": cache_write,
-        },
-        "cache_creation_input_tokens": cache_write,
-        "cache_read_input_tokens": cache_read,
+    converted_usage(TokenCounts {
+        input: count("inputTokens"),
+        output: count("outputTokens"),
+        cache_read: count("cacheReadInputTokens"),
+        cache_write: count("cacheWriteInputTokens"),
+        // LiteLLM reports Bedrock's own total, which excludes cache tokens.
+        total: usage.get("totalTokens").and_then(Value::as_i64),
     })
 }
 

@@ -76,8 +76,8 @@ pub fn prepare(
     deployment: &Deployment,
     request: MessagesRequest,
 ) -> Result<PreparedMessages, Refusal> {
-    let Some(api) = deployment.provider.messages_api() else {
-        let detail = format!("/v1/messages on {}", deployment.provider.name());
+    let Some(api) = deployment.provider.messages_api else {
+        let detail = format!("/v1/messages on {}", deployment.provider.name);
         return Err(Decline::new(DeclineCode::Provider, detail).into());
     };
     let bedrock = api == MessagesApi::BedrockInvoke;

@@ -7,91 +7,15 @@ pub mod stream;
 
 use serde_json::{Map, Value, json};
 
-use super::chunks::StreamOptions;
-use super::embedding::EmbeddingCall;
 use super::error::{Refusal, TransformError};
-use super::provider::{
-    AnswerShape, ChatProvider, ChatStream, Deployment, JsonSchemaForm, StreamAsk,
-};
+use super::provider::Deployment;
 use crate::http::{RequestBody, UpstreamRequest};
 use crate::model::{
-    ChatRequest, Content, ContentPart, Decline, DeclineCode, EmbeddingRequest, ImageUrl, Message,
-    Role,
+    ChatRequest, Content, ContentPart, Decline, DeclineCode, ImageUrl, Message, Role,
 };
 use crate::wire::body::Node;
 
-/// Forwarded as given, like LiteLLM's OpenAI handler does for non-o-series models (the tool and
-/// structured-output params after the checks in [`tool_params_decline`]).
-pub const PARAMS: &[&str] = &[
-    "temperature",
-    "top_p",
-    "max_tokens",
-    "max_completion_tokens",
-    "stop",
-    "presence_penalty",
-    "frequency_penalty",
-    "seed",
-    "user",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "response_format",
-];
-
-pub struct OpenAi;
-
-impl ChatProvider for OpenAi {
-    fn name(&self) -> &'static str {
-        "openai"
-    }
-
-    fn params(&self) -> &'static [&'static str] {
-        PARAMS
-    }
-
-    fn build_request(
-        &self,
-        deployment: &Deployment,
-        request: &ChatRequest,
-    ) -> Result<UpstreamRequest, Refusal> {
-        build_request(deployment, request)
-    }
-
-    fn parse_response(
-        &self,
-        deployment: &Deployment,
-        body: Value,
-    ) -> Result<Value, TransformError> {
-        parse_response(deployment, body)
-    }
-
-    fn answer_shape(&self) -> AnswerShape {
-        AnswerShape::OpenAi
-    }
-
-    fn json_schema(&self) -> JsonSchemaForm {
-        JsonSchemaForm::AsGiven
-    }
-
-    fn chat_stream(&self, model: String, options: StreamOptions) -> Option<ChatStream> {
-        Some(ChatStream {
-            transform: Box::new(stream::OpenAiStream::new(model, options)),
-            asked_by: StreamAsk::Body {
-                forward_options: true,
-            },
-        })
-    }
-
-    fn embeddings(
-        &self,
-        deployment: &Deployment,
-        request: &EmbeddingRequest,
-    ) -> Result<EmbeddingCall, Refusal> {
-        embedding::build(deployment, request)
-    }
-}
-
-fn build_request(
+pub fn build_request(
     deployment: &Deployment,
     request: &ChatRequest,
 ) -> Result<UpstreamRequest, Refusal> {
@@ -285,7 +209,7 @@ fn image_url_node(image: &ImageUrl) -> Result<Node, TransformError> {
 
 /// OpenAI already answers in the chat.completion shape; LiteLLM keeps every field and adds its
 /// `provider_specific_fields` (the message's `refusal` moves there).
-fn parse_response(_deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
+pub fn parse_response(_deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
     let invalid = || TransformError::InvalidResponse("missing 'choices' in chat completion".into());
     let Value::Object(mut body) = body else {
         return Err(invalid());
