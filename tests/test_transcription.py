@@ -56,6 +56,8 @@ def without_deliberate_differences(body: dict[str, Any]) -> dict[str, Any]:
         # What the proxy's form parsing hands LiteLLM: forwarded as given on both routes.
         {"temperature": "0.2"},
         {"response_format": "json"},
+        # What the proxy's rate limiter adds for a key with a tpm limit: LiteLLM ignores it.
+        {"max_tokens": 64},
     ],
 )
 async def test_upstream_body_and_response_match_litellm(
@@ -178,12 +180,56 @@ async def test_empty_audio_is_refused_like_litellm(upstream: RecordingUpstream, 
     assert litellm_fastpath.decline_counts() == {}
 
 
-async def test_upstream_429_is_final_and_a_rate_limit_error(upstream: RecordingUpstream) -> None:
-    upstream.enqueue(Reply(status=429, json={"message": "Too many requests"}))
-    with pytest.raises(litellm.RateLimitError) as raised:
-        await litellm.atranscription(file=named(AUDIO), rust=True, **bedrock_kwargs(upstream.url))
-    assert raised.value.status_code == 429
-    assert len(upstream.requests) == 1
+def _raised_by(error: BaseException) -> tuple[Any, ...]:
+    return (type(error), error.status_code, error.model, error.llm_provider)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(status=429, json={"message": "Too many requests"}),
+        Reply(status=500, json={"message": "boom"}),
+        Reply(status=400, body=b"not json"),
+    ],
+    ids=["429", "500", "400-text"],
+)
+async def test_upstream_statuses_raise_what_litellms_route_raises(
+    upstream: RecordingUpstream, reply: Reply
+) -> None:
+    """LiteLLM's own (Rust) transcription route raises an `APIError` of the provider's status,
+    whatever it is: the same class, status, message and model, after one request each."""
+    raised = []
+    for rust in (True, False):
+        upstream.enqueue(reply)
+        with pytest.raises(litellm.APIError) as error:
+            await litellm.atranscription(
+                file=named(AUDIO), rust=rust, **bedrock_kwargs(upstream.url)
+            )
+        raised.append((*_raised_by(error.value), str(error.value)))
+    assert raised[0] == raised[1]
+    assert raised[0][1] == reply.status
+    assert len(upstream.requests) == 2
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [Reply(action="disconnect"), Reply(body=b"not json")],
+    ids=["disconnect", "not-json"],
+)
+async def test_other_faults_raise_what_litellms_route_raises(
+    upstream: RecordingUpstream, reply: Reply
+) -> None:
+    """A fault without a status: the class, status and model LiteLLM's route gives it (each
+    names the cause in its own words)."""
+    raised = []
+    for rust in (True, False):
+        upstream.enqueue(reply)
+        with pytest.raises(litellm.APIConnectionError) as error:
+            await litellm.atranscription(
+                file=named(AUDIO), rust=rust, **bedrock_kwargs(upstream.url)
+            )
+        raised.append(_raised_by(error.value))
+    assert raised[0] == raised[1]
 
 
 async def test_disconnect_mid_upload_is_a_connection_error(upstream: RecordingUpstream) -> None:

@@ -16,6 +16,28 @@ def elapsed(start_time: datetime.datetime) -> float:
     return (datetime.datetime.now() - start_time).total_seconds()
 
 
+def bind_reservation(logging_obj: Any) -> None:
+    """As LiteLLM's async wrapper does before the call: the proxy's budget reservation for this
+    request is settled by the cost callback (not released unspent when the request ends)."""
+    if logging_obj is not None and not compat.is_internal_call.get():
+        compat.bind_budget_reservation_to_callbacks(logging_obj.litellm_params)
+
+
+def mark_dispatched(logging_obj: Any) -> None:
+    """What LiteLLM's `pre_call` stamps as a request goes to the provider: when (and, once, when
+    first). The proxy reads them: a failure after the handoff gets its input tokens estimated and
+    its deployment named in its spend row; latency metrics start there."""
+    if logging_obj is None:
+        return
+    details = logging_obj.model_call_details
+    if compat.LITELLM_LOGGING_NO_UPSTREAM_LLM_CALL in details:
+        return
+    now = datetime.datetime.now()
+    details["api_call_start_time"] = now
+    if details.get("first_api_call_start_time") is None:
+        details["first_api_call_start_time"] = now
+
+
 def record_api_window(logging_obj: Any, start_time: datetime.datetime) -> None:
     """The provider call's duration, from which LiteLLM derives `x-litellm-overhead-duration-ms`.
 
@@ -41,6 +63,9 @@ async def failed(
     """LiteLLM's exception for `err`, after LiteLLM's failure logging saw it."""
     exc = annotated(errors.to_litellm(err, route, elapsed(start_time)), kwargs)
     if logging_obj is not None:
+        if not compat.is_internal_call.get():
+            # Failure handlers never settle it: the proxy releases it when the request ends.
+            compat.unbind_budget_reservation_from_callbacks(logging_obj.litellm_params)
         end_time = datetime.datetime.now()
         tb = traceback.format_exc()
         logging_obj.failure_handler(exc, tb, start_time, end_time)

@@ -44,6 +44,23 @@ _PRIVATE: dict[str, tuple[str, str]] = {
         "_set_duration_in_model_call_details",
     ),
     "function_setup": ("litellm.utils", "function_setup"),
+    # The proxy's budget reservation: LiteLLM's wrapper hands it to the success callbacks (the
+    # cost callback settles it) and back on failure; unbound, the proxy releases it unspent.
+    "bind_budget_reservation_to_callbacks": (
+        "litellm.litellm_core_utils.core_helpers",
+        "bind_budget_reservation_to_callbacks",
+    ),
+    "unbind_budget_reservation_from_callbacks": (
+        "litellm.litellm_core_utils.core_helpers",
+        "unbind_budget_reservation_from_callbacks",
+    ),
+    "is_internal_call": ("litellm._internal_context", "is_internal_call"),
+    # Set on a logging object whose request never reached a provider (`pre_call` then stamps no
+    # handoff time).
+    "LITELLM_LOGGING_NO_UPSTREAM_LLM_CALL": (
+        "litellm.constants",
+        "LITELLM_LOGGING_NO_UPSTREAM_LLM_CALL",
+    ),
     # The fast lane: what the proxy answers with, and how it judges keys.
     "STATIC_SECURITY_HEADERS": (
         "litellm.proxy.middleware.security_headers_middleware",

@@ -15,7 +15,7 @@ import httpx
 import litellm
 
 from litellm_fastpath import _native, compat
-from litellm_fastpath.routing import EmbeddingRoute, MessagesRoute, Route
+from litellm_fastpath.routing import EmbeddingRoute, MessagesRoute, Route, TranscriptionRoute
 
 
 class _ProviderErrors:
@@ -25,6 +25,12 @@ class _ProviderErrors:
 
     def status_error(self, status: int, body: str, headers: dict[str, str]) -> Exception:
         raise NotImplementedError
+
+    def upstream_status(
+        self, status: int, body: str, headers: dict[str, str], route: Route
+    ) -> Exception:
+        """What a provider's error status becomes, once LiteLLM's mapping saw it."""
+        return _mapped(self.status_error(status, body, headers), route)
 
     def transport_error(self, message: str) -> Exception:
         """What LiteLLM's HTTP handler raises for a transport failure (no HTTP status)."""
@@ -163,6 +169,36 @@ class _BedrockMessagesErrors(_BedrockErrors):
         return _ProviderErrors.invalid_response(self, message, kind, route)
 
 
+class _BedrockTranscriptionErrors(_ProviderErrors):
+    """LiteLLM serves Bedrock transcriptions on its own Rust route (`litellm.rust_bridge`): a
+    provider status becomes an `APIError` of that status, whatever it is; any other fault a
+    `RuntimeError`, which its mapping (given the full model name) reports as an
+    `APIConnectionError`."""
+
+    def upstream_status(
+        self, status: int, body: str, headers: dict[str, str], route: Route
+    ) -> Exception:
+        return litellm.APIError(
+            status_code=status or 500,
+            message=f"litellm rust transcription: {body}",
+            llm_provider=route.provider,
+            # Its route names the model without the provider (`to_litellm` added it).
+            model=route.model.removeprefix(f"{route.provider}/"),
+        )
+
+    def transport_error(self, message: str) -> Exception:
+        return RuntimeError(f"upstream network error: {message}")
+
+    def timeout(self, route: Route, elapsed: float) -> Exception:
+        # Its HTTP client reports a request left unanswered as it reports a lost connection
+        # (worded so that LiteLLM's mapping does not read a timeout into it either).
+        message = f"error sending request: no answer after {round(elapsed, 3)} seconds"
+        return _mapped(self.transport_error(message), route)
+
+    def invalid_response(self, message: str, kind: str, route: Route) -> Exception:
+        return _mapped(RuntimeError(f"invalid response: {message}"), route)
+
+
 # One entry per provider the fast path serves (the Rust side has one folder each).
 _ERRORS: dict[str, _ProviderErrors] = {
     "openai": _OpenAIErrors(),
@@ -174,6 +210,7 @@ _MESSAGES_ERRORS: dict[str, _ProviderErrors] = {
     "anthropic": _AnthropicErrors(),
     "bedrock": _BedrockMessagesErrors(),
 }
+_TRANSCRIPTION_ERRORS: dict[str, _ProviderErrors] = {"bedrock": _BedrockTranscriptionErrors()}
 # Embedding handlers that report faults in their own way.
 _EMBEDDING_ERRORS: dict[str, _ProviderErrors] = {
     "openai": _OpenAIEmbeddingErrors(),
@@ -211,7 +248,11 @@ def invalid_param(name: str, why: str, route: Route) -> Exception:
 
 def to_litellm(err: _native.FastpathError, route: Route, elapsed: float = 0.0) -> Exception:
     registry = _EMBEDDING_ERRORS if isinstance(route, EmbeddingRoute) else _ERRORS
-    if isinstance(route, MessagesRoute):
+    if isinstance(route, TranscriptionRoute):
+        registry = _TRANSCRIPTION_ERRORS
+        # LiteLLM maps its transcription faults with the model's full name.
+        route = dataclasses.replace(route, model=f"{route.provider}/{route.model}")
+    elif isinstance(route, MessagesRoute):
         registry = _MESSAGES_ERRORS
         # LiteLLM's messages handler names the caller's model in its errors.
         route = dataclasses.replace(route, model=route.requested_model)
@@ -225,7 +266,7 @@ def to_litellm(err: _native.FastpathError, route: Route, elapsed: float = 0.0) -
                 f"the provider answered with a redirect (HTTP {status}); litellm_fastpath does "
                 "not follow redirects, so credentials never reach another URL"
             )
-        return _mapped(errors.status_error(status, body, headers), route)
+        return errors.upstream_status(status, body, headers, route)
     if isinstance(err, _native.UpstreamTimeoutError):
         return errors.timeout(route, elapsed)
     if isinstance(err, _native.UpstreamConnectionError):
@@ -235,7 +276,7 @@ def to_litellm(err: _native.FastpathError, route: Route, elapsed: float = 0.0) -
     if isinstance(err, _native.InvalidResponseError):
         message, kind = err.args
         return errors.invalid_response(message, kind, route)
-    return _mapped(errors.status_error(500, str(err), {}), route)
+    return errors.upstream_status(500, str(err), {}, route)
 
 
 # botocore's Bedrock model: the HTTP status of each stream exception (others: 400).

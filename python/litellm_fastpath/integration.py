@@ -255,6 +255,8 @@ async def _call_async(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]
         return await _start_stream(route, prepared, kwargs)
     start_time = datetime.datetime.now()
     logging_obj = _logging_obj(kwargs, route, prepared, start_time, kind.async_name)
+    calls.bind_reservation(logging_obj)
+    calls.mark_dispatched(logging_obj)
     # A request the fast lane served, replayed through the proxy: its outcome is known.
     call = lane.claimed_call() if lane.is_running() else None
     try:
@@ -283,6 +285,7 @@ def _call_sync(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     assert isinstance(prepared, _native.PreparedCall)  # sync streams were declined above
     start_time = datetime.datetime.now()
     logging_obj = _logging_obj(kwargs, route, prepared, start_time, kind.sync_name)
+    calls.mark_dispatched(logging_obj)
     try:
         body, provider_headers = prepared.send_blocking()
     except _native.FastpathError as err:
@@ -354,6 +357,8 @@ async def _start_stream(
     status raises here, before any chunk, as on LiteLLM's path)."""
     start_time = datetime.datetime.now()
     logging_obj = _logging_obj(kwargs, route, prepared, start_time, "acompletion", required=True)
+    calls.bind_reservation(logging_obj)
+    calls.mark_dispatched(logging_obj)
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
     # A stream the fast lane served, replayed through the proxy: it yields what the lane read.
@@ -413,8 +418,15 @@ def _litellm_params(
 ) -> dict[str, Any]:
     """What LiteLLM's logging reads from `litellm_params` (spend tracking keys live in metadata)."""
     # LiteLLM's handlers log the URL they post to for Anthropic and Bedrock, the configured
-    # base for OpenAI.
-    api_base = route.deployment.api_base if route.provider == "openai" else prepared.url
+    # base for OpenAI; its transcription entry point logs none (the spend row's `api_base` is
+    # empty), as it hands the base to its handler as an argument, not in `litellm_params`.
+    api_base: str | None
+    if isinstance(route, routing.TranscriptionRoute):
+        api_base = None
+    elif route.provider == "openai":
+        api_base = route.deployment.api_base
+    else:
+        api_base = prepared.url
     return {
         "metadata": kwargs.get("metadata") or {},
         "litellm_metadata": kwargs.get("litellm_metadata"),

@@ -447,6 +447,8 @@ async def call(kwargs: dict[str, Any], admitted: tuple[routing.MessagesRoute, An
     route, prepared, rewrote = admitted
     start_time = datetime.datetime.now()
     logging_obj = _logging_obj(kwargs, route, prepared, rewrote, start_time)
+    calls.bind_reservation(logging_obj)
+    calls.mark_dispatched(logging_obj)
     # A request the fast lane served, replayed through the proxy: its outcome is known.
     claimed = lane.claimed_call() if lane.is_running() else None
     if route.stream:

@@ -588,8 +588,10 @@ class MessagesRoute(Route):
 # Transcription kwargs the Rust path serves; every other non-bookkeeping kwarg declines.
 TRANSCRIPTION_PARAMS = frozenset({"language", "prompt", "temperature", "response_format"})
 _TRANSCRIPTION_RESPONSE_FORMATS = frozenset({"json", "text"})
-# `file` is the audio itself; `user` (the proxy fills it in) never reaches a Converse body.
-_TRANSCRIPTION_IGNORED = frozenset({"file", "user"})
+# `file` is the audio itself; `user` (the proxy fills it in) never reaches a Converse body, nor
+# does `max_tokens` (LiteLLM's transcription takes none: the proxy's v3 rate limiter caps the
+# output of every request of a key with a tpm limit that way).
+_TRANSCRIPTION_IGNORED = frozenset({"file", "user", "max_tokens"})
 _AUDIO_CONTENT_TYPES = {
     "audio/flac": "flac",
     "audio/mpeg": "mp3",

@@ -1,9 +1,11 @@
 //! Forwarding to the app behind the lane (the proxy's own uvicorn server, on a Unix socket):
-//! every request the lane does not answer goes there unchanged, upgrades included, on the client
-//! connection's own app connection.
+//! every request the lane does not answer goes there unchanged, on the client connection's own
+//! app connection; an upgraded one (WebSocket) is carried both ways until either side closes.
 
 use std::time::{Duration, Instant};
 
+use http::StatusCode;
+use http::header::UPGRADE;
 use http_body_util::BodyExt;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
@@ -44,6 +46,12 @@ async fn connect_app(app: &App) -> Result<AppSender, LaneError> {
 pub(super) async fn forward(lane: &Lane, slot: &AppSlot, request: Request<Body>) -> Response<Body> {
     let mut slot = slot.lock().await;
     let mut request = request;
+    // A WebSocket (or other) upgrade: once the app answers 101, both connections become one
+    // byte stream that the lane carries both ways until either side closes.
+    let mut client_upgrade = request
+        .headers()
+        .contains_key(UPGRADE)
+        .then(|| hyper::upgrade::on(&mut request));
     for _ in 0..2 {
         let stale = slot.as_ref().is_none_or(|app| {
             app.sender.is_closed() || app.used.elapsed() >= APP_CONNECTION_REUSE_LIMIT
@@ -66,7 +74,17 @@ pub(super) async fn forward(lane: &Lane, slot: &AppSlot, request: Request<Body>)
             continue;
         }
         match app.sender.try_send_request(request).await {
-            Ok(response) => return response.map(BodyExt::boxed),
+            Ok(mut response) => {
+                if response.status() == StatusCode::SWITCHING_PROTOCOLS
+                    && let Some(client_upgrade) = client_upgrade.take()
+                {
+                    let app_upgrade = hyper::upgrade::on(&mut response);
+                    // This app connection now belongs to the upgraded session.
+                    *slot = None;
+                    tokio::spawn(carry_upgraded(client_upgrade, app_upgrade));
+                }
+                return response.map(BodyExt::boxed);
+            }
             Err(mut failed) => {
                 *slot = None;
                 match failed.take_message() {
@@ -77,4 +95,13 @@ pub(super) async fn forward(lane: &Lane, slot: &AppSlot, request: Request<Body>)
         }
     }
     bad_gateway()
+}
+
+/// Carries an upgraded connection's bytes both ways until one side closes (the other side's
+/// write half is then shut down) or breaks (both are dropped, which closes the other).
+async fn carry_upgraded(client: hyper::upgrade::OnUpgrade, app: hyper::upgrade::OnUpgrade) {
+    let (Ok(client), Ok(app)) = tokio::join!(client, app) else {
+        return;
+    };
+    let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(app)).await;
 }

@@ -1,0 +1,193 @@
+"""A realtime (WebSocket) provider on loopback, for the proxy's `/v1/realtime` route.
+
+It speaks enough of OpenAI's realtime protocol for LiteLLM's relay: `session.created` on connect,
+`response.create` answered with `response.created`, audio deltas and `response.done` with usage,
+and anything else echoed back (text as a `mock.echo` event, binary as the same bytes). A client
+event `{"type": "mock.close", "code": N}` makes it close the session with code N. Every session's
+handshake headers, received frames and close code are recorded; the handshake can be delayed
+(a slow provider) or refused with an HTTP status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+USAGE = {
+    "total_tokens": 60,
+    "input_tokens": 20,
+    "output_tokens": 40,
+    "input_token_details": {"text_tokens": 20, "audio_tokens": 0, "cached_tokens": 0},
+    "output_token_details": {"text_tokens": 10, "audio_tokens": 30},
+}
+
+
+@dataclass
+class Session:
+    """One upstream session as the provider saw it."""
+
+    path: str
+    headers: dict[str, str]
+    received: list[str | bytes] = field(default_factory=list)
+    close_code: int | None = None
+    closed: bool = False
+
+
+class RealtimeUpstream:
+    """The mock in a thread of its own (its own event loop), started and stopped by the test."""
+
+    def __init__(self, handshake_delay_s: float = 0.0, audio_deltas: int = 3) -> None:
+        self.handshake_delay_s = handshake_delay_s
+        self.audio_deltas = audio_deltas
+        self.refuse_status: int | None = None
+        self.sessions: list[Session] = []
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: Server | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> RealtimeUpstream:
+        self._thread = threading.Thread(target=self._run, name="realtime-upstream", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the realtime mock did not start")
+        return self
+
+    def stop(self) -> None:
+        loop, server = self._loop, self._server
+        if loop is not None and server is not None:
+            loop.call_soon_threadsafe(server.close)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> RealtimeUpstream:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.sessions.clear()
+        self.refuse_status = None
+
+    def wait_closed(self, count: int, timeout: float = 10.0) -> list[Session]:
+        """The first `count` sessions once each has closed (the relay closes them after the
+        client: allow it a moment)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                sessions = list(self.sessions)
+            if len(sessions) >= count and all(s.closed for s in sessions[:count]):
+                return sessions
+            if time.monotonic() > deadline:
+                return sessions
+            time.sleep(0.02)
+
+    # -- the server, on its own loop ------------------------------------------------------
+
+    def _run(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        async with serve(
+            self._session, "127.0.0.1", 0, process_request=self._handshake, max_size=None
+        ) as server:
+            self._server = server
+            self.port = next(iter(server.sockets)).getsockname()[1]
+            self._ready.set()
+            await server.wait_closed()
+
+    async def _handshake(self, connection: ServerConnection, request: Request) -> Response | None:
+        if "websocket" not in request.headers.get("Upgrade", "").lower():
+            # Plain HTTP (the proxy asks an OpenAI-compatible base for `/v1/models` at startup).
+            return Response(404, "Not Found", Headers([("Content-Length", "0")]), b"")
+        if self.handshake_delay_s:
+            await asyncio.sleep(self.handshake_delay_s)
+        if self.refuse_status is not None:
+            body = json.dumps({"error": {"message": "refused by the mock"}}).encode()
+            return Response(
+                self.refuse_status,
+                "Refused",
+                Headers([("Content-Type", "application/json")]),
+                body,
+            )
+        return None
+
+    async def _session(self, connection: ServerConnection) -> None:
+        request = connection.request
+        assert request is not None
+        session = Session(
+            path=request.path, headers={k.lower(): v for k, v in request.headers.raw_items()}
+        )
+        with self._lock:
+            self.sessions.append(session)
+        model = request.path.partition("model=")[2].partition("&")[0] or "gpt-4o-realtime-preview"
+        try:
+            await connection.send(
+                _event("session.created", session={"id": "sess_mock", "model": model})
+            )
+            async for message in connection:
+                session.received.append(message)
+                if isinstance(message, bytes):
+                    await connection.send(message)
+                    continue
+                await self._answer(connection, json.loads(message))
+        except ConnectionClosed:
+            pass
+        finally:
+            session.close_code = connection.close_code
+            session.closed = True
+
+    async def _answer(self, connection: ServerConnection, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "mock.close":
+            await connection.close(code=int(event.get("code", 1000)), reason="mock closes")
+            return
+        if kind != "response.create":
+            await connection.send(_event("mock.echo", event=event))
+            return
+        response = {"id": "resp_mock", "object": "realtime.response", "status": "in_progress"}
+        await connection.send(_event("response.created", response=response))
+        chunk = base64.b64encode(bytes(range(256)) * 16).decode()
+        for index in range(self.audio_deltas):
+            await connection.send(
+                _event(
+                    "response.audio.delta",
+                    response_id="resp_mock",
+                    item_id="item_mock",
+                    output_index=0,
+                    content_index=0,
+                    delta=chunk,
+                    event_id=f"event_delta_{index}",
+                )
+            )
+        done = {**response, "status": "completed", "output": [], "usage": USAGE}
+        await connection.send(_event("response.done", response=done))
+
+
+def _event(kind: str, **fields: Any) -> str:
+    return json.dumps({"type": kind, "event_id": fields.pop("event_id", f"event_{kind}"), **fields})

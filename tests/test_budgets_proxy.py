@@ -1,0 +1,619 @@
+"""Budgets and rate limits through the real proxy, on LiteLLM's path and on the fast path (#29).
+
+Three proxies (arms) share one recording upstream and the same seeded keys, users and teams
+(`tests.spend_probe`): `plain` serves every model on LiteLLM's Python path, `rust` serves the
+same deployments with `rust: true`, `lane` adds `fastpath_lane: true`. Per route (chat and
+/v1/messages, whole and streamed, embeddings, Bedrock transcription), sequences of requests past
+a key, user or team budget, past an rpm or tpm limit, failing upstream, and for a key without
+limits (the lane serves those) must get the same answers request by request on every arm and
+leave LiteLLM's spend state (`spend_probe.snapshot`) the same: spend in the auth cache, the
+`spend:*` counters, reservations, queued spend-log rows and database updates, the v3 rate
+limiter's counters; with Redis (a few routes), the counters there too.
+
+LiteLLM's cost callback settles a request's budget reservation after the answer went out. The
+probe can hold it: meanwhile the reservation must stay held for that callback on every arm, so
+that requests still being settled count against a budget (what #29 found the fast path missing).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import hashlib
+import json
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from litellm_fastpath.mock_provider import (
+    anthropic_stream_events,
+    embedding_deployment_kwargs,
+    openai_stream_events,
+    stream_pieces,
+)
+from tests.conftest import deployment_kwargs, logged_proxy
+from tests.harness import ProxyProcess, RecordingUpstream, Reply, free_port
+from tests.proxy_logger import lane_counts
+from tests.test_transcription import AUDIO, bedrock_kwargs
+
+pytestmark = [pytest.mark.proxy, pytest.mark.slow]
+
+ARMS = ("plain", "rust", "lane")
+HI = [{"role": "user", "content": "hi"}]
+# Streams come from their own API base, whose replies the upstream serves as SSE.
+STREAM_BASE = "/stream"
+ROUTES = (
+    "chat",
+    "chat-stream",
+    "messages",
+    "messages-stream",
+    "embeddings",
+    "transcription",
+)
+# LiteLLM reserves nothing for a transcription: it cannot estimate what one will cost.
+RESERVED_ROUTES = tuple(route for route in ROUTES if route != "transcription")
+# Routes also tried with Redis: one answered whole, one streamed.
+REDIS_ROUTES = frozenset({"chat", "messages-stream"})
+# Routes the fast lane serves itself (for keys without budgets or limits).
+LANE_ROUTES = frozenset({"chat", "chat-stream", "messages", "messages-stream"})
+# Headers that differ on every request, or by arm.
+VOLATILE_HEADERS = frozenset(
+    {
+        "date",
+        "content-length",
+        "x-litellm-call-id",
+        "x-litellm-response-duration-ms",
+        "x-litellm-overhead-duration-ms",
+        "x-litellm-callback-duration-ms",
+        "llm_provider-date",
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-reset-tokens",
+        "reset_at",  # a rate limit's window end, a clock
+    }
+)
+FASTPATH_HEADERS = frozenset({"x-litellm-rust", "x-litellm-fastpath"})
+_IDS = re.compile(rb'"id": ?"[^"]*"')
+_CREATED = re.compile(rb'"created": ?\d+')
+_RESETS_AT = re.compile(rb"Limit resets at: [0-9: -]+ UTC")
+SETTLE_TIMEOUT_S = 20.0
+# What a snapshot taken while the cost callback is held is compared on (the rate limiter's own
+# post-call work is not held, and may or may not have run by then).
+IN_FLIGHT = ("open_reservations", "spend_counters")
+# `tests.spend_probe`'s routes (a module for the proxy's process: importing it here would start
+# its startup task in the test's).
+SEED_PATH = "/spend-probe/seed"
+SETTLEMENT_PATH = "/spend-probe/settlement"
+SNAPSHOT_PATH = "/spend-probe/snapshot"
+
+
+@dataclass
+class Arm:
+    name: str
+    proxy: ProxyProcess
+    log: Path
+    # Answers with a 2xx status so far: each one's cost callback must have run before the
+    # arm's spend state is settled.
+    successes: int = 0
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the client saw, minus what differs per request."""
+
+    status: int
+    body: Any
+    headers: dict[str, str]
+    fastpath: bool = field(compare=False)
+
+
+def route_models(upstream: RecordingUpstream, rust: bool) -> list[dict[str, Any]]:
+    """One model group per route, each with a fixed id (the spend rows name it)."""
+    stream_url = f"{upstream.url}{STREAM_BASE}"
+    params = {
+        "chat": deployment_kwargs("openai", upstream.url),
+        "chat-stream": deployment_kwargs("openai", stream_url),
+        "messages": deployment_kwargs("anthropic", upstream.url),
+        "messages-stream": deployment_kwargs("anthropic", stream_url),
+        "embeddings": embedding_deployment_kwargs("openai", upstream.url),
+        "transcription": bedrock_kwargs(upstream.url),
+    }
+    return [
+        {
+            "model_name": route,
+            "litellm_params": {**litellm_params, **({"rust": True} if rust else {})},
+            "model_info": {"id": f"{route}-deployment"},
+        }
+        for route, litellm_params in params.items()
+    ]
+
+
+def stream_replies(upstream: RecordingUpstream) -> None:
+    sse = {"Content-Type": "text/event-stream"}
+    openai = openai_stream_events("gpt-4o-mini", stream_pieces(3), include_usage=True)
+    anthropic = anthropic_stream_events("claude-sonnet-4-5", stream_pieces(3))
+    upstream.set_default(
+        f"{STREAM_BASE}/chat/completions", Reply(body=b"".join(openai), headers=sse)
+    )
+    upstream.set_default(f"{STREAM_BASE}/v1/messages", Reply(body=b"".join(anthropic), headers=sse))
+
+
+@contextlib.contextmanager
+def running_arms(
+    upstream: RecordingUpstream,
+    tmp_path_factory: pytest.TempPathFactory,
+    env: Callable[[str], dict[str, str]],
+) -> Iterator[dict[str, Arm]]:
+    """The three proxies, started at once, each with `env(arm name)` in its environment."""
+    stream_replies(upstream)
+    started: dict[str, Arm] = {}
+    for name in ARMS:
+        log = tmp_path_factory.mktemp(name) / "events.jsonl"
+        log.touch()
+        settings = {"fastpath_lane": True} if name == "lane" else {}
+        proxy = logged_proxy(
+            route_models(upstream, rust=name != "plain"),
+            log,
+            callbacks=("tests.spend_probe.probe",),
+            env=env(name),
+            **settings,
+        )
+        started[name] = Arm(name, proxy, log)
+    try:
+        on_each(started, lambda arm: arm.proxy.start())
+        on_each(started, wait_for_probe)
+        yield started
+        lane_log = started["lane"].proxy.log_text()
+        assert "replay was declined by the fast path" not in lane_log
+    finally:
+        for arm in started.values():
+            arm.proxy.stop()
+            arm.proxy._cleanup_tmp()
+
+
+@pytest.fixture(scope="module")
+def memory_arms(
+    e2e_upstream: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Arm]]:
+    """The arms as a single proxy runs: LiteLLM's counters in the worker's memory."""
+    with running_arms(e2e_upstream, tmp_path_factory, lambda name: {}) as arms:
+        yield arms
+
+
+class RedisServer:
+    """A throwaway `redis-server` on a free loopback port, keeping nothing on disk."""
+
+    def __init__(self, executable: str) -> None:
+        self.port = free_port()
+        no_disk = ("--save", "", "--appendonly", "no")
+        self._proc = subprocess.Popen(
+            [executable, "--port", str(self.port), "--bind", "127.0.0.1", *no_disk],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + 10
+        while not self._answers_ping():
+            assert self._proc.poll() is None, "redis-server exited"
+            assert time.monotonic() < deadline, "redis-server did not answer"
+            time.sleep(0.05)
+
+    def _answers_ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as conn:
+                conn.sendall(b"PING\r\n")
+                return conn.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        self._proc.terminate()
+        self._proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def redis_arms(
+    e2e_upstream: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Arm]]:
+    """The arms with Redis, as proxies behind one load balancer run: LiteLLM keeps its budget
+    counters and rate limiter windows there (each arm its own server, so that they compare)."""
+    executable = shutil.which("redis-server")
+    if executable is None:
+        pytest.skip("redis-server is not installed (.ci/run installs it)")
+    servers = {name: RedisServer(executable) for name in ARMS}
+    try:
+        for server in servers.values():
+            server.wait_ready()
+
+        def env(name: str) -> dict[str, str]:
+            return {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(servers[name].port)}
+
+        with running_arms(e2e_upstream, tmp_path_factory, env) as arms:
+            for arm in arms.values():
+                assert snapshot(arm, frozenset())["redis_counters"] is not None, arm.name
+            yield arms
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.fixture
+def arms(request: pytest.FixtureRequest) -> dict[str, Arm]:
+    """The arms of the backend a test case names (`memory`, `redis`)."""
+    return request.getfixturevalue(f"{request.param}_arms")  # type: ignore[no-any-return]
+
+
+def cases(routes: tuple[str, ...]) -> list[Any]:
+    """(`arms` backend, route) for every route, and with Redis for a few (the spend code is the
+    same for every route; Redis changes where LiteLLM keeps its counters)."""
+    return [
+        *(pytest.param("memory", route, id=route) for route in routes),
+        *(pytest.param("redis", r, id=f"redis-{r}") for r in routes if r in REDIS_ROUTES),
+    ]
+
+
+def on_each(arms: dict[str, Arm], work: Callable[[Arm], Any]) -> dict[str, Any]:
+    """`work` on every arm at once (each arm is its own proxy)."""
+    with concurrent.futures.ThreadPoolExecutor(len(arms)) as pool:
+        futures = {name: pool.submit(work, arm) for name, arm in arms.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def wait_for_probe(arm: Arm) -> None:
+    """The probe adds its routes just after startup."""
+    deadline = time.monotonic() + 30
+    while arm.proxy.get(SNAPSHOT_PATH).status_code != 200:
+        assert time.monotonic() < deadline, arm.proxy.log_text()[-3000:]
+        time.sleep(0.05)
+
+
+def snapshot(arm: Arm, names: frozenset[str]) -> dict[str, Any]:
+    """The arm's spend state about `names` (key hashes, user and team ids); see
+    `tests.spend_probe.snapshot`."""
+    response = arm.proxy.get(f"{SNAPSHOT_PATH}?about={','.join(sorted(names))}")
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def about(state: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot without its worker-wide counts (arms run different numbers of requests for
+    the calibration)."""
+    return {k: v for k, v in state.items() if k not in ("all_open_reservations", "post_call_work")}
+
+
+def hold_settlement(arm: Arm, hold: bool) -> None:
+    response = arm.proxy.post(SETTLEMENT_PATH, json={"hold": hold})
+    assert response.json() == {"held": hold}
+
+
+def settled(arm: Arm, names: frozenset[str]) -> dict[str, Any]:
+    """The arm's spend state about `names` once every answer's post-call work ran: no
+    reservation left open, a cost callback per answer, nothing still running."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while True:
+        state = snapshot(arm, names)
+        work = state["post_call_work"]
+        if (
+            not state["all_open_reservations"]
+            and work["cost_callback"]["finished"] >= arm.successes
+            and all(w["started"] == w["finished"] for w in work.values())
+        ):
+            return about(state)
+        assert time.monotonic() < deadline, (arm.name, arm.successes, state)
+        time.sleep(0.05)
+
+
+def seed(arms: dict[str, Arm], **objects: dict[str, dict[str, Any]]) -> None:
+    for arm in arms.values():
+        assert arm.proxy.post(SEED_PATH, json=objects).status_code == 200
+
+
+def send(arm: Arm, route: str, key: str) -> Answer:
+    headers = {"Authorization": f"Bearer {key}"}
+    if route == "transcription":
+        response = arm.proxy.post(
+            "/v1/audio/transcriptions",
+            files={"file": ("speech.wav", AUDIO, "audio/wav")},
+            data={"model": route},
+            headers=headers,
+        )
+    elif route == "embeddings":
+        response = arm.proxy.post(
+            "/embeddings", json={"model": route, "input": "hi"}, headers=headers
+        )
+    else:
+        path = "/chat/completions" if route.startswith("chat") else "/v1/messages"
+        body = {"model": route, "messages": HI, "max_tokens": 16}
+        if route.endswith("-stream"):
+            body["stream"] = True
+        response = arm.proxy.post(path, json=body, headers=headers)
+    if 200 <= response.status_code < 300:
+        arm.successes += 1
+    return answer(response)
+
+
+def answer(response: httpx.Response) -> Answer:
+    content = _CREATED.sub(b'"created":0', _IDS.sub(b'"id":"X"', response.content))
+    content = _RESETS_AT.sub(b"Limit resets at: T", content)
+    try:
+        body: Any = json.loads(content)
+    except ValueError:
+        body = content.decode()
+    headers = {
+        k: v
+        for k, v in response.headers.items()
+        if k not in VOLATILE_HEADERS and k not in FASTPATH_HEADERS
+    }
+    return Answer(response.status_code, body, headers, "x-litellm-fastpath" in response.headers)
+
+
+def token_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def without_local_copies(state: dict[str, Any]) -> dict[str, Any]:
+    """With Redis the worker's `spend:*` entries are copies of the counters there, holding
+    whichever write landed last when callbacks settle together: only Redis's count then."""
+    if state["redis_counters"] is None:
+        return state
+    return {k: v for k, v in state.items() if k != "spend_counters"}
+
+
+@dataclass
+class Sequence:
+    """One key's requests on one route: what each arm answered and what its state became."""
+
+    answers: dict[str, list[Answer]] = field(default_factory=dict)
+    in_flight: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    final: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def run_sequence(
+    arms: dict[str, Arm], route: str, key: str, count: int, names: frozenset[str]
+) -> Sequence:
+    """`count` requests one after the other; each answer's state is looked at while its cost
+    callback is held, then once it settled."""
+
+    def on_arm(arm: Arm) -> tuple[list[Answer], list[dict[str, Any]], dict[str, Any]]:
+        answers, in_flight = [], []
+        for _ in range(count):
+            hold_settlement(arm, True)
+            try:
+                answers.append(send(arm, route, key))
+                state = snapshot(arm, names)
+                in_flight.append({k: state[k] for k in IN_FLIGHT})
+            finally:
+                hold_settlement(arm, False)
+            settled(arm, names)
+        return answers, in_flight, settled(arm, names)
+
+    sequence = Sequence()
+    for name, (answers, in_flight, final) in on_each(arms, on_arm).items():
+        sequence.answers[name] = answers
+        sequence.in_flight[name] = in_flight
+        sequence.final[name] = final
+    return sequence
+
+
+def differences(actual: Any, expected: Any, path: str = "") -> list[str]:
+    """Where two JSON-like values differ, one line per leaf (for readable failures)."""
+    if isinstance(actual, dict) and isinstance(expected, dict):
+        return [
+            line
+            for k in sorted(actual.keys() | expected.keys(), key=str)
+            for line in differences(
+                actual.get(k, "<absent>"), expected.get(k, "<absent>"), f"{path}.{k}"
+            )
+        ]
+    if isinstance(actual, list) and isinstance(expected, list) and len(actual) == len(expected):
+        return [
+            line
+            for i, (a, e) in enumerate(zip(actual, expected, strict=True))
+            for line in differences(a, e, f"{path}[{i}]")
+        ]
+    return [] if actual == expected else [f"{path}: {actual!r} != {expected!r}"]
+
+
+def comparable(answers: list[Answer]) -> list[dict[str, Any]]:
+    return [{"status": a.status, "body": a.body, "headers": a.headers} for a in answers]
+
+
+def assert_same(actual: Any, expected: Any, what: str) -> None:
+    found = differences(actual, expected)
+    assert not found, f"{what}:\n" + "\n".join(found[:40])
+
+
+def assert_alike(sequence: Sequence, route: str) -> None:
+    plain = sequence.answers["plain"]
+    for name in ARMS[1:]:
+        assert_same(comparable(sequence.answers[name]), comparable(plain), f"{name} answers")
+        assert_same(sequence.in_flight[name], sequence.in_flight["plain"], f"{name} in flight")
+        assert_same(sequence.final[name], sequence.final["plain"], f"{name} settled")
+    # Served by Rust on the fast path's arms, by LiteLLM's Python on the plain arm.
+    for name, answers in sequence.answers.items():
+        for reply in answers:
+            if reply.status == 200:
+                assert reply.fastpath == (name != "plain"), (name, route)
+
+
+# -- calibration ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def per_request(memory_arms: dict[str, Arm]) -> dict[str, dict[str, float]]:
+    """Per route, on LiteLLM's path: what one request costs and how many tokens it counts (from
+    the spend row LiteLLM queued for it), and what LiteLLM reserves for it (0: nothing)."""
+    plain = memory_arms["plain"]
+    found: dict[str, dict[str, float]] = {}
+    for route in ROUTES:
+        key = f"sk-calibrate-{route}"
+        seed({"plain": plain}, keys={key: {"max_budget": 1000.0}})
+        names = frozenset({token_hash(key)})
+        hold_settlement(plain, True)
+        try:
+            assert send(plain, route, key).status == 200
+            reserved = snapshot(plain, names)["open_reservations"]
+        finally:
+            hold_settlement(plain, False)
+        [row] = settled(plain, names)["spend_logs"]
+        # LiteLLM prices Bedrock transcriptions by audio duration, which Bedrock's answer lacks.
+        assert (row["spend"] > 0 and row["total_tokens"] > 0) == (route != "transcription"), row
+        found[route] = {
+            "cost": row["spend"],
+            "tokens": row["total_tokens"],
+            "reserved": reserved[0]["reserved_cost"] if reserved else 0.0,
+        }
+    return found
+
+
+# -- the sequences ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("arms", "route"), cases(ROUTES), indirect=["arms"])
+@pytest.mark.parametrize("owner", ["key", "user", "team"])
+def test_past_a_budget_every_arm_answers_and_bills_alike(
+    arms: dict[str, Arm], per_request: dict[str, dict[str, float]], route: str, owner: str
+) -> None:
+    """A budget that fits a few requests: every arm serves the same ones, refuses the rest with
+    the same error, and leaves the same spend behind."""
+    key = f"sk-{owner}-budget-{route}"
+    cost = per_request[route]["cost"]
+    # Free requests cannot use a budget up: there it starts used up.
+    budget = {"max_budget": 2.5 * cost} if cost else {"max_budget": 1e-6, "spend": 1e-6}
+    user, team = f"user-{route}", f"team-{route}"
+    if owner == "key":
+        seed(arms, keys={key: budget})
+        names = {token_hash(key)}
+    elif owner == "user":
+        seed(arms, keys={key: {"user_id": user}}, users={user: budget})
+        names = {token_hash(key), user}
+    else:
+        seed(arms, keys={key: {"team_id": team}}, teams={team: budget})
+        names = {token_hash(key), team}
+    sequence = run_sequence(arms, route, key, 5, frozenset(names))
+    statuses = [a.status for a in sequence.answers["plain"]]
+    assert (statuses[0] == 200 or not cost) and statuses[-1] >= 400, statuses
+    assert_alike(sequence, route)
+
+
+@pytest.mark.parametrize(("arms", "route"), cases(RESERVED_ROUTES), indirect=["arms"])
+def test_requests_still_being_settled_count_against_the_budget(
+    arms: dict[str, Arm], per_request: dict[str, dict[str, float]], route: str
+) -> None:
+    """While LiteLLM's cost callback has not settled earlier answers, their reservations still
+    hold the budget: a key cannot be served past it by asking quickly."""
+    key = f"sk-quick-{route}"
+    seed(arms, keys={key: {"max_budget": 2.5 * per_request[route]["reserved"]}})
+    names = frozenset({token_hash(key)})
+
+    def on_arm(arm: Arm) -> tuple[list[Answer], dict[str, Any], dict[str, Any]]:
+        hold_settlement(arm, True)
+        try:
+            answers = [send(arm, route, key) for _ in range(4)]
+            state = snapshot(arm, names)
+        finally:
+            hold_settlement(arm, False)
+        return answers, {k: state[k] for k in IN_FLIGHT}, settled(arm, names)
+
+    results = on_each(arms, on_arm)
+    sequence = Sequence(
+        answers={name: r[0] for name, r in results.items()},
+        in_flight={name: [r[1]] for name, r in results.items()},
+        final={name: without_local_copies(r[2]) for name, r in results.items()},
+    )
+    assert [a.status for a in sequence.answers["plain"]] == [200, 200, 200, 422]
+    assert_alike(sequence, route)
+
+
+@pytest.mark.parametrize(("arms", "route"), cases(ROUTES), indirect=["arms"])
+@pytest.mark.parametrize("limit", ["rpm", "tpm"])
+def test_past_a_rate_limit_every_arm_answers_and_counts_alike(
+    arms: dict[str, Arm], per_request: dict[str, dict[str, float]], route: str, limit: str
+) -> None:
+    key = f"sk-{limit}-{route}"
+    tokens = per_request[route]["tokens"]
+    if limit == "rpm":
+        fields = {"rpm_limit": 2}
+    else:
+        # Free of tokens (transcriptions), the limit is never reached: every request is served.
+        fields = {"tpm_limit": int(2.5 * tokens) or 1}
+    seed(arms, keys={key: fields})
+    sequence = run_sequence(arms, route, key, 4, frozenset({token_hash(key)}))
+    statuses = [a.status for a in sequence.answers["plain"]]
+    assert statuses[0] == 200 and (429 in statuses) == bool(limit == "rpm" or tokens), statuses
+    assert_alike(sequence, route)
+
+
+@pytest.mark.parametrize(("arms", "route"), cases(ROUTES), indirect=["arms"])
+def test_keys_without_limits_are_billed_alike(arms: dict[str, Arm], route: str) -> None:
+    """A key with nothing to enforce: the lane serves it (chat and /v1/messages) and LiteLLM
+    bills the replay; every arm's spend rows, counters and queued updates are the same."""
+    key = f"sk-unlimited-{route}"
+    seed(arms, keys={key: {}})
+    served_before = lane_counts(arms["lane"].log).get("served", 0)
+    sequence = run_sequence(arms, route, key, 3, frozenset({token_hash(key)}))
+    assert [a.status for a in sequence.answers["plain"]] == [200] * 3
+    assert_alike(sequence, route)
+    if route in LANE_ROUTES:
+        # The key's first request teaches the lane its verdict; the lane serves the others.
+        assert lane_counts(arms["lane"].log).get("served", 0) >= served_before + 2
+
+
+UPSTREAM_PATHS = {
+    "chat": "/chat/completions",
+    "chat-stream": f"{STREAM_BASE}/chat/completions",
+    "messages": "/v1/messages",
+    "messages-stream": f"{STREAM_BASE}/v1/messages",
+    "embeddings": "/v1/embeddings",
+    "transcription": "/converse",
+}
+
+
+def upstream_error(route: str) -> Reply:
+    """A provider's 500 in its own error shape."""
+    if route.startswith("messages"):
+        error: dict[str, Any] = {"type": "error", "error": {"type": "api_error", "message": "boom"}}
+    elif route == "transcription":
+        error = {"message": "boom"}
+    else:
+        error = {"error": {"message": "boom", "type": "server_error", "param": None, "code": None}}
+    return Reply(status=500, json=error)
+
+
+@pytest.mark.parametrize(("arms", "route"), cases(ROUTES), indirect=["arms"])
+def test_a_failed_request_gives_its_reservation_back(
+    arms: dict[str, Arm],
+    e2e_upstream: RecordingUpstream,
+    per_request: dict[str, dict[str, float]],
+    route: str,
+) -> None:
+    """The provider fails: the same error on every arm, the same spend row for it, the
+    request's reservation released (no cost callback settles a failure) and the budget whole
+    for the next request."""
+    key = f"sk-failing-{route}"
+    seed(arms, keys={key: {"max_budget": 2.5 * (per_request[route]["cost"] or 1e-6)}})
+    names = frozenset({token_hash(key)})
+    sequence = Sequence()
+    # One arm at a time, the error the upstream's answer for as long as it is asked (LiteLLM's
+    # OpenAI embeddings ask again, through the SDK's retries; the fast path never does).
+    for name, arm in arms.items():
+        e2e_upstream.set_default(UPSTREAM_PATHS[route], upstream_error(route))
+        try:
+            sequence.answers[name] = [send(arm, route, key)]
+        finally:
+            e2e_upstream.set_default(UPSTREAM_PATHS[route], None)
+            stream_replies(e2e_upstream)
+        sequence.in_flight[name] = [settled(arm, names)]
+        sequence.answers[name].append(send(arm, route, key))
+        sequence.final[name] = settled(arm, names)
+    assert [a.status for a in sequence.answers["plain"]] == [500, 200]
+    assert_alike(sequence, route)
