@@ -47,7 +47,7 @@ VOLATILE_HEADERS = {
     "llm_provider-date",
 }
 FASTPATH_HEADERS = {"x-litellm-rust", "x-litellm-fastpath"}
-# What the proxy logs when the lane and the fast path disagree on a request (`lane.py`).
+# What the proxy logs when the lane and the fast path disagree on a request (`claims.py`).
 REPLAY_DECLINED = "replay was declined by the fast path"
 
 
