@@ -212,30 +212,13 @@ pub async fn pump(
         transform.finish(&mut chunks)
     }
     .await;
+    // The last chunks (before a failure too: they still reach the client), then the end.
+    if !chunks.is_empty() && tx.send(Piece::Chunks(chunks)).await.is_err() {
+        return;
+    }
     let outcome = match outcome {
-        Ok(answer) => {
-            if !chunks.is_empty()
-                && tx
-                    .send(Piece::Chunks(std::mem::take(&mut chunks)))
-                    .await
-                    .is_err()
-            {
-                return;
-            }
-            Piece::End(answer)
-        }
-        Err(err) => {
-            // Chunks produced before the failure still reach the client, then the error.
-            if !chunks.is_empty()
-                && tx
-                    .send(Piece::Chunks(std::mem::take(&mut chunks)))
-                    .await
-                    .is_err()
-            {
-                return;
-            }
-            Piece::Failed(err)
-        }
+        Ok(answer) => Piece::End(answer),
+        Err(err) => Piece::Failed(err),
     };
     if stopped {
         // The caller is gone: close the connection before handing over the end.

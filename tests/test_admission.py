@@ -359,15 +359,15 @@ async def test_a_lane_replay_the_fast_path_declines_never_calls_the_provider(
     that the fast path declines raises instead of reaching LiteLLM's own provider call, since
     the lane called the provider once already. (The lane declining such shapes itself is
     tested through the proxy; this is what happens if the two ever disagree.)"""
-    from litellm_fastpath import lane
+    from litellm_fastpath import claims
 
-    monkeypatch.setattr(lane, "_running", True)
-    lane._claimed_call.set([object()])
+    monkeypatch.setattr(claims, "_running", True)
+    claims._claimed_call.set([object()])
     declined = {**deployment_kwargs("openai", upstream.url), "messages": HELLO, "n": 2}
     with pytest.raises(Exception, match="not calling the provider"):
         await litellm.acompletion(**declined, rust=True)
     assert upstream.requests == []
-    assert lane.claimed_call() is None
+    assert claims.claimed_call() is None
     # Outside a replay, the same call takes LiteLLM's path as before.
     await litellm.acompletion(**declined, rust=True)
     assert len(upstream.requests) == 1

@@ -109,7 +109,7 @@ def test_pyproject_pins_the_tested_range() -> None:
 
 
 def _modules_outside_compat() -> list[Path]:
-    modules = sorted(p for p in PACKAGE.glob("*.py") if p.name != "compat.py")
+    modules = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "compat.py")
     assert modules, PACKAGE
     return modules
 

@@ -37,7 +37,7 @@ def test_docs_table_lists_exactly_the_codes() -> None:
 def test_python_layer_uses_only_known_codes() -> None:
     known = set(_native.decline_codes())
     used: set[str] = set()
-    for path in (ROOT / "python" / "litellm_fastpath").glob("*.py"):
+    for path in (ROOT / "python" / "litellm_fastpath").rglob("*.py"):
         used.update(re.findall(r'Decline\(\s*"([a-z_]+)"', path.read_text()))
     used.update(routing._OWN_DECLINE_CODES)
     assert used, "no decline codes found: the pattern is stale"

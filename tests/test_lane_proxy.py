@@ -50,7 +50,7 @@ VOLATILE_HEADERS = BASE_VOLATILE | {
     "x-litellm-model-group",
     "x-litellm-key-spend",
 }
-# What the proxy logs when the lane and the fast path disagree on a request (`lane.py`).
+# What the proxy logs when the lane and the fast path disagree on a request (`claims.py`).
 REPLAY_DECLINED = "replay was declined by the fast path"
 
 

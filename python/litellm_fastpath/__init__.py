@@ -12,8 +12,8 @@ from litellm_fastpath._native import __version__
 
 if TYPE_CHECKING:
     from litellm_fastpath.compat import UntestedLiteLLMWarning
+    from litellm_fastpath.declines import decline_counts, reset_decline_counts
     from litellm_fastpath.integration import install, is_installed, uninstall
-    from litellm_fastpath.routing import decline_counts, reset_decline_counts
 
 __all__ = [
     "UntestedLiteLLMWarning",
@@ -30,8 +30,8 @@ _LAZY = {
     "install": "integration",
     "is_installed": "integration",
     "uninstall": "integration",
-    "decline_counts": "routing",
-    "reset_decline_counts": "routing",
+    "decline_counts": "declines",
+    "reset_decline_counts": "declines",
     "UntestedLiteLLMWarning": "compat",
 }
 

@@ -13,10 +13,20 @@ __all__ = [
     "InternalError",
     "InvalidRequestError",
     "InvalidResponseError",
+    "LaneCachePrices",
+    "LaneClaim",
+    "LaneCost",
+    "LaneDeployment",
+    "LaneMessages",
+    "LaneMessagesStreams",
+    "LanePricing",
+    "LaneReplay",
+    "LaneStreams",
     "PreparedCall",
     "PreparedStream",
     "StreamHandle",
     "UpstreamConnectionError",
+    "UpstreamStatus",
     "UpstreamStatusError",
     "UpstreamStreamError",
     "UpstreamTimeoutError",
@@ -30,6 +40,7 @@ __all__ = [
     "lane_learn_messages_headers",
     "lane_messages_cost",
     "lane_next_replays",
+    "lane_reasons",
     "lane_replayed",
     "lane_set_cooling",
     "lane_set_groups",
@@ -54,6 +65,15 @@ class UpstreamConnectionError(FastpathError): ...
 class InvalidResponseError(FastpathError): ...
 class UpstreamStreamError(FastpathError): ...
 class InternalError(FastpathError): ...
+
+@final
+class UpstreamStatus:
+    @property
+    def status(self) -> int: ...
+    @property
+    def body(self) -> str: ...
+    @property
+    def headers(self) -> dict[str, str]: ...
 
 @final
 class Deployment:
@@ -173,6 +193,7 @@ def prepare_messages(
     timeout: float | None = None,
 ) -> tuple[PreparedCall | PreparedStream, bool] | Declined: ...
 def decline_codes() -> list[str]: ...
+def lane_reasons() -> list[str]: ...
 def start_lane(
     listen_fd: int, app_socket: str, shared_socket: bool, keep_alive_timeout: float | None
 ) -> None: ...
@@ -180,13 +201,115 @@ def lane_stop() -> None: ...
 def lane_configure(
     enabled: bool, headers: list[tuple[str, str]], openai_headers: list[str]
 ) -> None: ...
-def lane_set_groups(groups: dict[str, list[tuple[Any, ...]]]) -> None: ...
+
+@final
+class LaneCachePrices:
+    def __new__(cls, *, read: float, write_5m: float, write_1h: float) -> LaneCachePrices: ...
+    @property
+    def read(self) -> float: ...
+    @property
+    def write_5m(self) -> float: ...
+    @property
+    def write_1h(self) -> float: ...
+
+@final
+class LanePricing:
+    def __new__(
+        cls,
+        *,
+        input: float,
+        output: float,
+        cache_read: float | None = None,
+        anthropic_cache: LaneCachePrices | None = None,
+    ) -> LanePricing: ...
+    @property
+    def input(self) -> float: ...
+    @property
+    def output(self) -> float: ...
+    @property
+    def cache_read(self) -> float | None: ...
+    @property
+    def anthropic_cache(self) -> LaneCachePrices | None: ...
+
+@final
+class LaneStreams:
+    def __new__(cls, *, timeout: float, asks_usage: bool) -> LaneStreams: ...
+
+@final
+class LaneMessagesStreams:
+    def __new__(cls, *, timeout: float, held: bool) -> LaneMessagesStreams: ...
+
+@final
+class LaneMessages:
+    def __new__(
+        cls,
+        deployment: Deployment,
+        *,
+        headers: list[tuple[str, str]],
+        versioned_headers: list[tuple[str, str]],
+        timeout: float,
+        streams: LaneMessagesStreams | None = None,
+        api_base: str | None = None,
+    ) -> LaneMessages: ...
+
+@final
+class LaneDeployment:
+    def __new__(
+        cls,
+        deployment: Deployment,
+        *,
+        id: str,
+        params: dict[str, Any],
+        timeout: float,
+        headers: list[tuple[str, str]],
+        pricing: LanePricing | None = None,
+        streams: LaneStreams | None = None,
+        messages: LaneMessages | None = None,
+        weight: float | None = None,
+    ) -> LaneDeployment: ...
+
+@final
+class LaneReplay:
+    @property
+    def path(self) -> str: ...
+    @property
+    def headers(self) -> list[tuple[str, str]]: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def client(self) -> tuple[str, int] | None: ...
+    @property
+    def server(self) -> tuple[str, int] | None: ...
+    @property
+    def ticket(self) -> str: ...
+
+@final
+class LaneClaim:
+    @property
+    def deployment_id(self) -> str: ...
+    @property
+    def call_id_added(self) -> bool: ...
+    @property
+    def call(self) -> PreparedCall | PreparedStream: ...
+
+@final
+class LaneCost:
+    @property
+    def total(self) -> float: ...
+    @property
+    def input(self) -> float: ...
+    @property
+    def output(self) -> float: ...
+    @property
+    def cache_read(self) -> float: ...
+    @property
+    def cache_creation(self) -> float: ...
+
+def lane_set_groups(groups: dict[str, list[LaneDeployment]]) -> None: ...
 def lane_learn_messages_headers(
     deployment_id: str, key: str, headers: list[tuple[str, str]]
 ) -> None: ...
-def lane_messages_cost(
-    usage_json: str, input: float, output: float, cache: tuple[float, float, float] | None
-) -> tuple[float, float, float, float, float] | None: ...
+def lane_messages_cost(usage_json: str, pricing: LanePricing) -> LaneCost | None: ...
 def lane_set_cooling(groups: list[str]) -> None: ...
 def lane_set_key(
     key_hash: str,
@@ -196,7 +319,7 @@ def lane_set_key(
     spend: float,
 ) -> None: ...
 def lane_forget_group_lists() -> None: ...
-def lane_claim(ticket: str) -> tuple[str, bool, PreparedCall | PreparedStream] | None: ...
+def lane_claim(ticket: str) -> LaneClaim | None: ...
 def lane_stream_tail(ticket: str, tail: bytes) -> None: ...
 def lane_counts() -> dict[str, int]: ...
 def lane_backlog() -> int: ...

@@ -1,19 +1,63 @@
 """What every fast-path call does around the provider call, as LiteLLM's `client` wrapper does
-it: record the call's window for LiteLLM's overhead header, stamp the answer's metadata, and
-report the success or failure through LiteLLM's logging."""
+it: set up LiteLLM's logging object, make the call (or take the outcome the fast lane claimed for
+a request it served), record the call's window for LiteLLM's overhead header, stamp the answer's
+metadata, and report the success or failure through LiteLLM's logging."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import traceback
-from collections.abc import Mapping
-from typing import Any
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from litellm_fastpath import _native, compat, errors, routing
+from litellm_fastpath import _native, claims, compat, errors, routing
+from litellm_fastpath.bridge import settle
+from litellm_fastpath.declines import Decline, record_decline
+
+RouteT = TypeVar("RouteT", bound=routing.Route)
+PreparedT = TypeVar("PreparedT")
+
+
+def admitted(
+    decision: RouteT | Decline, prepare: Callable[[RouteT], PreparedT | _native.Declined]
+) -> tuple[RouteT, PreparedT] | None:
+    """A routing decision, then Rust's admission and transform of the call (`prepare`): the
+    route and the prepared call, or None when either declines (counted and logged; LiteLLM's
+    path serves the call). A call Rust finds malformed raises LiteLLM's 400 before any I/O."""
+    if isinstance(decision, Decline):
+        record_decline(decision)
+        return None
+    try:
+        prepared = prepare(decision)
+    except _native.InvalidRequestError as err:
+        raise errors.bad_request(err, decision) from None
+    if isinstance(prepared, _native.Declined):
+        record_decline(prepared)
+        return None
+    return decision, prepared
 
 
 def elapsed(start_time: datetime.datetime) -> float:
     return (datetime.datetime.now() - start_time).total_seconds()
+
+
+def logging_obj(
+    kwargs: dict[str, Any], call_type: str, start_time: datetime.datetime, required: bool = False
+) -> Any:
+    """LiteLLM's logging object for this call: the proxy's, or one built as LiteLLM's `client`
+    wrapper builds it when callbacks exist (or the call needs one: LiteLLM's stream wrapper
+    does). Without callbacks nobody reads it, so the SDK fast path builds none (None)."""
+    found = kwargs.get("litellm_logging_obj")
+    if found is None:
+        if not required and not compat.callbacks_configured():
+            return None
+        # What LiteLLM's own wrapper does before building its logging object.
+        kwargs.setdefault("litellm_call_id", str(uuid.uuid4()))
+        found, _ = compat.function_setup(call_type, compat.Rules(), start_time, **kwargs)
+        kwargs["litellm_logging_obj"] = found
+    return found
 
 
 def bind_reservation(logging_obj: Any) -> None:
@@ -45,6 +89,34 @@ def record_api_window(logging_obj: Any, start_time: datetime.datetime) -> None:
     `start_time`."""
     if logging_obj is not None:
         compat.set_duration_in_model_call_details(logging_obj, start_time, datetime.datetime.now())
+
+
+async def start(
+    prepared: _native.PreparedCall | _native.PreparedStream,
+    route: routing.Route,
+    kwargs: Mapping[str, Any],
+    logging_obj: Any,
+    start_time: datetime.datetime,
+) -> tuple[Any, Any]:
+    """Starts the provider call on the Rust runtime and awaits its first result: its handle,
+    and a call's answer (its body and the provider's headers) or a stream's headers (once the
+    provider answered 2xx: an error status raises here, before any chunk, as on LiteLLM's path);
+    or LiteLLM's exception, once LiteLLM's failure logging saw it. Cancelling the awaiting task
+    aborts the call in Rust. For a request the fast lane served, replayed through the proxy,
+    the call is the lane's: its outcome, or the stream it read."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    handle = (claims.claimed_call() or prepared).start(loop, future, settle)
+    try:
+        result = await future
+    except BaseException as err:
+        handle.cancel()
+        if isinstance(err, _native.FastpathError):
+            record_api_window(logging_obj, start_time)
+            raise await failed(err, route, kwargs, logging_obj, start_time) from None
+        raise
+    record_api_window(logging_obj, start_time)
+    return handle, result
 
 
 def annotated(exc: Exception, kwargs: Mapping[str, Any]) -> Exception:

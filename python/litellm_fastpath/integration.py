@@ -8,19 +8,28 @@ error comes from the one provider request Rust made; nothing is retried through 
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import datetime
+import functools
 import traceback
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import litellm
 
-from litellm_fastpath import _native, calls, compat, errors, lane, messages, routing, streaming
-from litellm_fastpath.bridge import await_call, settle
+from litellm_fastpath import (
+    _native,
+    calls,
+    claims,
+    compat,
+    errors,
+    messages,
+    providers,
+    routing,
+    streaming,
+)
+from litellm_fastpath.declines import Decline, record_decline
 
 FASTPATH_HEADERS = {"x-litellm-rust": "true", "x-litellm-fastpath": _native.__version__}
 
@@ -55,95 +64,74 @@ def uninstall() -> None:
 
 
 def _admit_chat(kwargs: dict[str, Any]) -> tuple[routing.Route, Prepared] | None:
-    """The routing decision; None means "LiteLLM's Python path". Raises on malformed input."""
-    decision = routing.route(kwargs)
-    if isinstance(decision, routing.Decline):
-        routing.record_decline(decision)
-        return None
-    non_finite = routing.non_finite_param(decision.params)
+    """The routing decision and Rust's admission; None means "LiteLLM's Python path". Raises
+    on malformed input."""
+    return calls.admitted(routing.route(kwargs), functools.partial(_prepare_chat, kwargs))
+
+
+def _prepare_chat(kwargs: dict[str, Any], route: routing.Route) -> Prepared | _native.Declined:
+    non_finite = routing.non_finite_param(route.params)
     if non_finite is not None:
         # LiteLLM would put NaN/Infinity into the JSON body (or fail converting it).
-        raise errors.invalid_param(non_finite, "must be a finite number", decision)
-    if isinstance(decision, routing.StreamRoute):
-        return _prepared(
-            decision,
-            _native.prepare_chat_stream,
+        raise errors.invalid_param(non_finite, "must be a finite number", route)
+    if isinstance(route, routing.StreamRoute):
+        return _native.prepare_chat_stream(
+            route.deployment,
             kwargs.get("messages"),
-            decision.params,
-            stream_options=decision.stream_options,
-            strip_usage=decision.strip_usage,
+            route.params,
+            stream_options=route.stream_options,
+            strip_usage=route.strip_usage,
             repeat_limit=litellm.REPEATED_STREAMING_CHUNK_LIMIT,
-            timeout=decision.timeout,
+            timeout=route.timeout,
         )
-    return _prepared(
-        decision, _native.prepare_chat, kwargs.get("messages"), decision.params, decision.timeout
+    return _native.prepare_chat(
+        route.deployment, kwargs.get("messages"), route.params, route.timeout
     )
-
-
-def _prepared(
-    decision: routing.Route, prepare: Callable[..., Any], *args: Any, **options: Any
-) -> tuple[routing.Route, Any] | None:
-    """Runs Rust's admission and transform: the call, None when declined, a 400 when malformed."""
-    try:
-        prepared = prepare(decision.deployment, *args, **options)
-    except _native.InvalidRequestError as err:
-        raise errors.bad_request(err, decision) from None
-    if isinstance(prepared, _native.Declined):
-        routing.record_decline(prepared)
-        return None
-    return decision, prepared
 
 
 def _admit_transcription(
     kwargs: dict[str, Any],
-) -> tuple[routing.Route, _native.PreparedCall] | None:
-    decision = routing.route_transcription(kwargs)
-    if isinstance(decision, routing.Decline):
-        routing.record_decline(decision)
-        return None
-    audio = decision.audio
+) -> tuple[routing.TranscriptionRoute, _native.PreparedCall] | None:
+    return calls.admitted(routing.route_transcription(kwargs), _prepare_transcription)
+
+
+def _prepare_transcription(route: routing.TranscriptionRoute) -> _native.PreparedCall:
+    audio = route.audio
     if memoryview(audio.data).nbytes == 0:
         # LiteLLM's native route refuses an empty file before any I/O, with these words.
         raise litellm.APIConnectionError(
             message="missing required field: audio.data",
-            model=decision.model,
-            llm_provider="bedrock",
+            model=route.model,
+            llm_provider=route.provider,
         )
-    if audio.audio_format not in _BEDROCK_AUDIO_FORMATS:
-        # LiteLLM's wording, as a 400: the caller sent a file Bedrock cannot take.
+    transcription = providers.PROVIDERS[route.provider].transcription
+    assert transcription is not None  # routed by it
+    if audio.audio_format not in transcription.audio_formats:
+        # The caller sent a file the provider cannot take.
         raise litellm.BadRequestError(
-            message=f"Unsupported Bedrock audio format for file {audio.filename!r}",
-            model=decision.model,
-            llm_provider="bedrock",
+            message=transcription.unsupported_audio.format(filename=audio.filename),
+            model=route.model,
+            llm_provider=route.provider,
         )
-    try:
-        prepared = _native.prepare_transcription(
-            decision.deployment,
-            audio.data,
-            audio.audio_format,
-            language=decision.params.get("language"),
-            prompt=decision.params.get("prompt"),
-            temperature=decision.params.get("temperature"),
-            timeout=decision.timeout,
-        )
-    except _native.InvalidRequestError as err:
-        raise errors.bad_request(err, decision) from None
-    return decision, prepared
-
-
-_BEDROCK_AUDIO_FORMATS = frozenset({"wav", "mp3", "flac", "ogg"})
+    return _native.prepare_transcription(
+        route.deployment,
+        audio.data,
+        audio.audio_format,
+        language=route.params.get("language"),
+        prompt=route.params.get("prompt"),
+        temperature=route.params.get("temperature"),
+        timeout=route.timeout,
+    )
 
 
 def _admit_embedding(
     kwargs: dict[str, Any],
-) -> tuple[routing.Route, _native.PreparedCall] | None:
-    decision = routing.route_embedding(kwargs)
-    if isinstance(decision, routing.Decline):
-        routing.record_decline(decision)
-        return None
-    return _prepared(
-        decision, _native.prepare_embedding, decision.input, decision.params, decision.timeout
-    )
+) -> tuple[routing.EmbeddingRoute, _native.PreparedCall] | None:
+    return calls.admitted(routing.route_embedding(kwargs), _prepare_embedding)
+
+
+def _prepare_embedding(route: routing.EmbeddingRoute) -> _native.PreparedCall | _native.Declined:
+    return _native.prepare_embedding(route.deployment, route.input, route.params, route.timeout)
 
 
 def _chat_response(
@@ -170,36 +158,11 @@ def _embedding_response(
     body: dict[str, Any], provider_headers: Mapping[str, str], route: routing.Route
 ) -> Any:
     assert isinstance(route, routing.EmbeddingRoute)
-    if route.provider == "openai":
-        # LiteLLM's OpenAI handler: the SDK's dump of the answer, converted by LiteLLM.
-        response = compat.convert_to_model_response_object(
-            response_object=body,
-            model_response_object=litellm.EmbeddingResponse(),
-            response_type="embedding",
-            _response_headers=dict(provider_headers),
-        )
-        headers = compat.process_response_headers(dict(provider_headers))
-    else:
-        data = body["data"]
-        if route.model.startswith("amazon.titan"):
-            # LiteLLM's Titan transforms build `Embedding` objects; Cohere's keeps dicts.
-            data = [compat.Embedding(**item) for item in data]
-        usage = body["usage"]
-        if usage is None:
-            # No billed units in the answer: LiteLLM counts the input's tokens itself.
-            tokens = sum(len(compat.get_encoding().encode(text)) for text in _texts(route.input))
-            usage = {"prompt_tokens": tokens, "completion_tokens": 0, "total_tokens": tokens}
-        response = litellm.EmbeddingResponse(
-            model=body["model"], data=data, usage=litellm.Usage(**usage)
-        )
-        # LiteLLM's Bedrock embedding handler passes no provider headers on.
-        headers = {}
+    embeddings = providers.PROVIDERS[route.provider].embeddings
+    assert embeddings is not None  # routed by it
+    response, headers = embeddings.response(body, provider_headers, route.model, route.input)
     response._hidden_params["additional_headers"] = {**headers, **FASTPATH_HEADERS}
     return response
-
-
-def _texts(value: Any) -> list[str]:
-    return [value] if isinstance(value, str) else list(value)
 
 
 @dataclass(frozen=True)
@@ -233,38 +196,30 @@ def _normalize(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> di
     return kwargs
 
 
-def _no_second_call() -> None:
-    """LiteLLM's path is about to call the provider: never for a request the lane served."""
-    if lane.is_running():
-        lane.refuse_second_call()
-
-
 async def _call_async(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     original = _originals[kind.async_name]
     if kwargs.pop("rust", False) is not True:
-        _no_second_call()
+        # LiteLLM's path is about to call the provider: never for a request the lane served.
+        claims.refuse_second_call()
         return await original(*args, **kwargs)
     kwargs = _normalize(kind, args, kwargs)
     admitted = kind.admit(kwargs)
     if admitted is None:
-        _no_second_call()
+        claims.refuse_second_call()
         return await original(**kwargs)
     route, prepared = admitted
-    if isinstance(prepared, _native.PreparedStream):
-        assert isinstance(route, routing.StreamRoute)
-        return await _start_stream(route, prepared, kwargs)
     start_time = datetime.datetime.now()
-    logging_obj = _logging_obj(kwargs, route, prepared, start_time, kind.async_name)
+    streamed = isinstance(prepared, _native.PreparedStream)
+    # LiteLLM's stream wrapper needs a logging object.
+    logging_obj = _logging_obj(kwargs, route, prepared, start_time, kind.async_name, streamed)
     calls.bind_reservation(logging_obj)
     calls.mark_dispatched(logging_obj)
-    # A request the fast lane served, replayed through the proxy: its outcome is known.
-    call = lane.claimed_call() if lane.is_running() else None
-    try:
-        body, provider_headers = await await_call(call or prepared)
-    except _native.FastpathError as err:
-        calls.record_api_window(logging_obj, start_time)
-        raise await calls.failed(err, route, kwargs, logging_obj, start_time) from None
-    calls.record_api_window(logging_obj, start_time)
+    if isinstance(prepared, _native.PreparedStream):
+        assert isinstance(route, routing.StreamRoute)
+        return await _start_stream(route, prepared, kwargs, logging_obj, start_time)
+    _handle, (body, provider_headers) = await calls.start(
+        prepared, route, kwargs, logging_obj, start_time
+    )
     response = kind.response(body, provider_headers, route)
     return _succeeded(response, route, kwargs, logging_obj, start_time)
 
@@ -275,7 +230,7 @@ def _call_sync(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
         return original(*args, **kwargs)
     if kwargs.get("stream") is True:
         # Synchronous streams stay on LiteLLM's path (its sync wrapper iterates in this thread).
-        routing.record_decline(routing.Decline("stream", "a synchronous stream"))
+        record_decline(Decline("stream", "a synchronous stream"))
         return original(*args, **kwargs)
     kwargs = _normalize(kind, args, kwargs)
     admitted = kind.admit(kwargs)
@@ -328,13 +283,13 @@ async def anthropic_messages(*args: Any, **kwargs: Any) -> Any:
     imports its callbacks first)."""
     original = _originals["anthropic_messages"]
     if kwargs.pop("rust", False) is not True:
-        _no_second_call()
+        claims.refuse_second_call()
         return await original(*args, **kwargs)
     for name, value in zip(messages.POSITIONAL, args, strict=False):
         kwargs[name] = value
     admitted = messages.admit(kwargs)
     if admitted is None:
-        _no_second_call()
+        claims.refuse_second_call()
         return await original(**kwargs)
     return await messages.call(kwargs, admitted)
 
@@ -351,28 +306,15 @@ _WRAPPERS: dict[str, Callable[..., Any]] = {
 
 
 async def _start_stream(
-    route: routing.StreamRoute, prepared: _native.PreparedStream, kwargs: dict[str, Any]
+    route: routing.StreamRoute,
+    prepared: _native.PreparedStream,
+    kwargs: dict[str, Any],
+    logging_obj: Any,
+    start_time: datetime.datetime,
 ) -> streaming.FastStream:
-    """Opens the stream: returns once the provider answered 2xx with its headers (an error
-    status raises here, before any chunk, as on LiteLLM's path)."""
-    start_time = datetime.datetime.now()
-    logging_obj = _logging_obj(kwargs, route, prepared, start_time, "acompletion", required=True)
-    calls.bind_reservation(logging_obj)
-    calls.mark_dispatched(logging_obj)
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-    # A stream the fast lane served, replayed through the proxy: it yields what the lane read.
-    claimed = lane.claimed_call() if lane.is_running() else None
-    handle = (claimed or prepared).start(loop, future, settle)
-    try:
-        provider_headers = await future
-    except asyncio.CancelledError:
-        handle.cancel()
-        raise
-    except _native.FastpathError as err:
-        calls.record_api_window(logging_obj, start_time)
-        raise await calls.failed(err, route, kwargs, logging_obj, start_time) from None
-    calls.record_api_window(logging_obj, start_time)
+    """Opens the stream and wraps it in LiteLLM's stream wrapper, once the provider answered
+    2xx with its headers."""
+    handle, provider_headers = await calls.start(prepared, route, kwargs, logging_obj, start_time)
     logging_obj.stream = True
     logging_obj.model_call_details["stream"] = True
     stream = streaming.FastStream(
@@ -391,18 +333,10 @@ def _logging_obj(
     call_type: str,
     required: bool = False,
 ) -> Any:
-    """LiteLLM's logging object for this call: the proxy's, or a new one when callbacks exist
-    (or the call needs one: LiteLLM's stream wrapper does).
-
-    Without callbacks nobody reads it, so the SDK fast path skips building one."""
-    logging_obj = kwargs.get("litellm_logging_obj")
+    """LiteLLM's logging object for this call (`calls.logging_obj`), told about the call."""
+    logging_obj = calls.logging_obj(kwargs, call_type, start_time, required)
     if logging_obj is None:
-        if not required and not compat.callbacks_configured():
-            return None
-        # What LiteLLM's own wrapper does before building its logging object.
-        kwargs.setdefault("litellm_call_id", str(uuid.uuid4()))
-        logging_obj, _ = compat.function_setup(call_type, compat.Rules(), start_time, **kwargs)
-        kwargs["litellm_logging_obj"] = logging_obj
+        return None
     logging_obj.update_environment_variables(
         model=route.model,
         user=kwargs.get("user"),
@@ -417,16 +351,16 @@ def _litellm_params(
     kwargs: Mapping[str, Any], route: routing.Route, prepared: Prepared
 ) -> dict[str, Any]:
     """What LiteLLM's logging reads from `litellm_params` (spend tracking keys live in metadata)."""
-    # LiteLLM's handlers log the URL they post to for Anthropic and Bedrock, the configured
-    # base for OpenAI; its transcription entry point logs none (the spend row's `api_base` is
+    # LiteLLM's handlers log the URL they post to or the configured base (the provider table
+    # says which); its transcription entry point logs none (the spend row's `api_base` is
     # empty), as it hands the base to its handler as an argument, not in `litellm_params`.
     api_base: str | None
     if isinstance(route, routing.TranscriptionRoute):
         api_base = None
-    elif route.provider == "openai":
-        api_base = route.deployment.api_base
-    else:
+    elif providers.PROVIDERS[route.provider].logs_url:
         api_base = prepared.url
+    else:
+        api_base = route.deployment.api_base
     return {
         "metadata": kwargs.get("metadata") or {},
         "litellm_metadata": kwargs.get("litellm_metadata"),

@@ -17,15 +17,16 @@ import asyncio
 import datetime
 import functools
 import json
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
 
 import httpx
 import litellm
 
-from litellm_fastpath import _native, calls, compat, errors, lane, routing
-from litellm_fastpath.bridge import await_call, settle
+from litellm_fastpath import _native, calls, claims, compat, errors, routing
+from litellm_fastpath.bridge import settle
+from litellm_fastpath.declines import Decline
+from litellm_fastpath.providers import PROVIDERS, Messages
 
 # `anthropic_messages`'s positional parameters, in order.
 POSITIONAL = ("max_tokens", "messages", "model")
@@ -101,14 +102,14 @@ def _skills_hook_idle(kwargs: Mapping[str, Any]) -> bool:
 _IDLE_HOOKS = {"SkillsInjectionHook": _skills_hook_idle}
 
 
-def _hook_decline(kwargs: Mapping[str, Any]) -> routing.Decline | None:
+def _hook_decline(kwargs: Mapping[str, Any]) -> Decline | None:
     """A configured hook or setting that makes LiteLLM treat the request in Python."""
     if litellm.modify_params or litellm.max_budget or litellm.cache is not None:
-        return routing.Decline("messages_hook", "modify_params, max_budget or a cache is set")
+        return Decline("messages_hook", "modify_params, max_budget or a cache is set")
     if getattr(litellm, "enable_anthropic_prompt_caching", False) or getattr(
         litellm, "enable_prompt_caching", False
     ):
-        return routing.Decline("messages_hook", "prompt caching injection is on")
+        return Decline("messages_hook", "prompt caching injection is on")
     for callback in litellm.callbacks:
         if not isinstance(callback, compat.CustomLogger):
             continue
@@ -116,17 +117,17 @@ def _hook_decline(kwargs: Mapping[str, Any]) -> routing.Decline | None:
         if idle is not None and idle(kwargs):
             continue
         if any(_overrides(callback, name) for name in _REQUEST_HOOKS):
-            return routing.Decline("messages_hook", f"{type(callback).__name__} hook")
+            return Decline("messages_hook", f"{type(callback).__name__} hook")
     return None
 
 
-def _caller_headers(kwargs: Mapping[str, Any], provider: str) -> dict[str, str] | routing.Decline:
+def _caller_headers(kwargs: Mapping[str, Any], provider: str) -> dict[str, str] | Decline:
     """LiteLLM's merge: forwarded `headers` < `extra_headers` < provider-specific headers."""
     merged: dict[str, Any] = {}
     for source in (kwargs.get("headers"), kwargs.get("extra_headers")):
         if source:
             if not isinstance(source, Mapping):
-                return routing.Decline("extra_headers", "headers are not a mapping")
+                return Decline("extra_headers", "headers are not a mapping")
             merged.update(source)
     specific = kwargs.get("provider_specific_header")
     if specific:
@@ -136,11 +137,22 @@ def _caller_headers(kwargs: Mapping[str, Any], provider: str) -> dict[str, str] 
             )
         )
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in merged.items()):
-        return routing.Decline("extra_headers", "a header that is not text")
+        return Decline("extra_headers", "a header that is not text")
     if any(k.lower() in ("x-api-key", "authorization") for k in merged):
         # The caller's own credential (or OAuth token) replaces the deployment's.
-        return routing.Decline("credentials", "the caller sends its own credential")
+        return Decline("credentials", "the caller sends its own credential")
     return merged
+
+
+# The providers `/v1/messages` runs in Rust for, from the provider table.
+_MESSAGING = [name for name, entry in PROVIDERS.items() if entry.messages]
+
+
+def _api(provider: str) -> Messages:
+    """The provider's `/v1/messages` entry (of a provider it routes to)."""
+    api = PROVIDERS[provider].messages
+    assert api is not None
+    return api
 
 
 def _config(provider: str, model: str) -> Any:
@@ -191,7 +203,7 @@ def _litellm_headers(
     filtered its way), from its own functions."""
     config = _config(provider, model)
     headers = dict(caller)
-    if provider == "anthropic":
+    if _api(provider).merges_betas:
         # Adding the credential merges (dedupes, sorts) the caller's betas.
         betas = compat.merge_anthropic_beta_headers(headers.get("anthropic-beta"), None)
         if betas:
@@ -203,24 +215,24 @@ def _litellm_headers(
     return tuple(headers.items())
 
 
-def _metadata(value: Any) -> dict[str, Any] | routing.Decline | None:
+def _metadata(value: Any) -> dict[str, Any] | Decline | None:
     """LiteLLM's `validate_anthropic_api_metadata`: only `user_id` goes to the provider."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        return routing.Decline("messages_param", "metadata is not an object")
+        return Decline("messages_param", "metadata is not an object")
     user_id = value.get("user_id")
     if user_id is not None and not isinstance(user_id, str):
-        return routing.Decline("messages_param", "metadata.user_id is not a string")
+        return Decline("messages_param", "metadata.user_id is not a string")
     return {} if user_id is None else {"user_id": user_id}
 
 
-def route_messages(kwargs: Mapping[str, Any]) -> routing.MessagesRoute | routing.Decline:
+def route_messages(kwargs: Mapping[str, Any]) -> routing.MessagesRoute | Decline:
     """Decides whether an `anthropic_messages` call can take the fast path."""
-    split = routing._provider_and_model(
-        kwargs, ("anthropic", "bedrock"), "/v1/messages runs in Rust for anthropic and bedrock"
+    split = routing.provider_and_model(
+        kwargs, _MESSAGING, f"/v1/messages runs in Rust for {', '.join(_MESSAGING)}"
     )
-    if isinstance(split, routing.Decline):
+    if isinstance(split, Decline):
         return split
     provider, upstream_model = split
     hook = _hook_decline(kwargs)
@@ -230,36 +242,32 @@ def route_messages(kwargs: Mapping[str, Any]) -> routing.MessagesRoute | routing
         if value is None or name in _HANDLED or name in routing.DEPLOYMENT_KWARGS:
             continue
         if name in _DECLINED_FIELDS:
-            return routing.Decline("messages_param", f"field {name!r}")
+            return Decline("messages_param", f"field {name!r}")
         if name in routing.BEHAVIOUR_KWARGS and value:
-            code = name if name in routing._OWN_DECLINE_CODES else "litellm_option"
-            return routing.Decline(code, f"kwarg {name!r}")
+            return routing.behaviour_decline(name)
     max_tokens = kwargs.get("max_tokens")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
         # LiteLLM's own error (or its coercion) for a missing or odd max_tokens.
-        return routing.Decline("messages_param", "max_tokens is not an integer")
+        return Decline("messages_param", "max_tokens is not an integer")
     stream = kwargs.get("stream")
     if stream not in (None, True, False) or ("stream" in kwargs and stream is None):
         # An explicit `stream=None` leaves `stream` out of LiteLLM's body (absent: `false`).
-        return routing.Decline("stream", "stream is not a boolean")
-    if provider == "bedrock":
-        if upstream_model.startswith("invoke/"):
-            upstream_model = upstream_model.removeprefix("invoke/")
-        if "claude" not in upstream_model or "/" in upstream_model:
-            # Converse, Mantle, Claude Platform, ARNs: other LiteLLM routes.
-            return routing.Decline("bedrock_route", "not a Bedrock Invoke Claude model")
+        return Decline("stream", "stream is not a boolean")
+    api = _api(provider)
     # LiteLLM's messages handler: a deployment's `stream_timeout` wins for streams.
     stream_timeout = kwargs.get("stream_timeout") if stream is True else None
-    timeout = routing._timeout(kwargs if stream_timeout is None else {"timeout": stream_timeout})
-    if isinstance(timeout, routing.Decline):
+    timeout = routing.call_timeout(
+        kwargs if stream_timeout is None else {"timeout": stream_timeout}
+    )
+    if isinstance(timeout, Decline):
         return timeout
     # Extra headers join LiteLLM's header merge below, not the deployment's fixed headers.
     settings = {k: v for k, v in kwargs.items() if k != "extra_headers"}
-    deployment = routing._deployment(provider, upstream_model, settings, _MESSAGES_SETTINGS)
-    if isinstance(deployment, routing.Decline):
+    deployment = routing.resolve_deployment(provider, upstream_model, settings, api.settings)
+    if isinstance(deployment, Decline):
         return deployment
     metadata = _metadata(kwargs.get("metadata"))
-    if isinstance(metadata, routing.Decline):
+    if isinstance(metadata, Decline):
         return metadata
     small = {
         name: kwargs[name]
@@ -269,25 +277,25 @@ def route_messages(kwargs: Mapping[str, Any]) -> routing.MessagesRoute | routing
     try:
         small_json = json.dumps({"max_tokens": max_tokens, **small}, allow_nan=False)
     except (TypeError, ValueError):
-        return routing.Decline("param_type", "thinking or sampling params JSON cannot hold")
+        return Decline("param_type", "thinking or sampling params JSON cannot hold")
     changed = _litellm_params_as_sent(
         provider, deployment.model, small_json, kwargs.get("drop_params") is True
     )
     if changed is not None:
-        return routing.Decline("messages_param", f"LiteLLM rewrites {', '.join(changed)} here")
+        return Decline("messages_param", f"LiteLLM rewrites {', '.join(changed)} here")
     caller = _caller_headers(kwargs, provider)
-    if isinstance(caller, routing.Decline):
+    if isinstance(caller, Decline):
         return caller
-    if provider == "bedrock" and any(k.lower() == "anthropic-beta" for k in caller):
-        return routing.Decline("messages_param", "anthropic-beta for Bedrock")
+    if not api.merges_betas and any(k.lower() == "anthropic-beta" for k in caller):
+        return Decline("messages_param", f"anthropic-beta for {provider}")
     headers = _litellm_headers(
         provider,
         deployment.model,
         tuple(caller.items()),
         json.dumps(small.get("thinking"), sort_keys=True),
     )
-    if lane.is_running() and not kwargs.get("headers") and not kwargs.get("extra_headers"):
-        lane.learn_messages_headers(kwargs, {"max_tokens": max_tokens, **small}, caller, headers)
+    if not kwargs.get("headers") and not kwargs.get("extra_headers"):
+        claims.learn_messages_headers(kwargs, {"max_tokens": max_tokens, **small}, caller, headers)
     fields: list[tuple[str, Any]] = [
         ("messages", kwargs.get("messages")),
         ("max_tokens", max_tokens),
@@ -309,6 +317,7 @@ def route_messages(kwargs: Mapping[str, Any]) -> routing.MessagesRoute | routing
         model=deployment.model,
         params={},
         timeout=timeout,
+        errors=api.errors,
         requested_model=str(kwargs.get("model")),
         stream=stream is True,
         fields=tuple(fields),
@@ -317,56 +326,26 @@ def route_messages(kwargs: Mapping[str, Any]) -> routing.MessagesRoute | routing
     )
 
 
-def _anthropic_settings(
-    model: str, kwargs: Mapping[str, Any]
-) -> routing.Settings | routing.Decline:
-    api_key = kwargs.get("api_key") or routing._env("ANTHROPIC_API_KEY")
-    if not api_key:
-        return routing.Decline("credentials", "no Anthropic API key")
-    return model, {
-        "api_key": api_key,
-        "api_base": kwargs.get("api_base")
-        or routing._env("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"),
-    }
-
-
-def _bedrock_settings(model: str, kwargs: Mapping[str, Any]) -> routing.Settings | routing.Decline:
-    settings = routing._aws_settings(kwargs)
-    if isinstance(settings, routing.Decline):
-        return settings
-    settings["aws_endpoint"] = (
-        kwargs.get("api_base")
-        or kwargs.get("aws_bedrock_runtime_endpoint")
-        or routing._env("AWS_BEDROCK_RUNTIME_ENDPOINT")
-    )
-    return model, settings
-
-
-_MESSAGES_SETTINGS = {"anthropic": _anthropic_settings, "bedrock": _bedrock_settings}
-
-
 def admit(kwargs: dict[str, Any]) -> tuple[routing.MessagesRoute, Any, bool] | None:
     """The route, the prepared call or stream and whether LiteLLM's block rules dropped
     anything; None when LiteLLM's path serves the call."""
-    decision = route_messages(kwargs)
-    if isinstance(decision, routing.Decline):
-        routing.record_decline(decision)
+    admitted = calls.admitted(route_messages(kwargs), _prepare)
+    if admitted is None:
         return None
-    try:
-        prepared = _native.prepare_messages(
-            decision.deployment,
-            list(decision.fields),
-            list(decision.headers),
-            stream=decision.stream,
-            timeout=decision.timeout,
-        )
-    except _native.InvalidRequestError as err:
-        raise errors.bad_request(err, decision) from None
-    if isinstance(prepared, _native.Declined):
-        routing.record_decline(prepared)
-        return None
-    call, rewrote = prepared
-    return decision, call, rewrote
+    route, (call, rewrote) = admitted
+    return route, call, rewrote
+
+
+def _prepare(
+    route: routing.MessagesRoute,
+) -> tuple[_native.PreparedCall | _native.PreparedStream, bool] | _native.Declined:
+    return _native.prepare_messages(
+        route.deployment,
+        list(route.fields),
+        list(route.headers),
+        stream=route.stream,
+        timeout=route.timeout,
+    )
 
 
 def _logged_messages(route: routing.MessagesRoute, rewrote: bool) -> Any:
@@ -386,17 +365,11 @@ def _logging_obj(
     rewrote: bool,
     start_time: datetime.datetime,
 ) -> Any:
-    """LiteLLM's logging object, set up as its `client` wrapper and messages handler set it up
-    (none without callbacks outside the proxy: nobody would read it)."""
-    logging_obj = kwargs.get("litellm_logging_obj")
+    """LiteLLM's logging object (`calls.logging_obj`), set up as its messages handler sets it
+    up."""
+    logging_obj = calls.logging_obj(kwargs, "anthropic_messages", start_time)
     if logging_obj is None:
-        if not compat.callbacks_configured():
-            return None
-        kwargs.setdefault("litellm_call_id", str(uuid.uuid4()))
-        logging_obj, _ = compat.function_setup(
-            "anthropic_messages", compat.Rules(), start_time, **kwargs
-        )
-        kwargs["litellm_logging_obj"] = logging_obj
+        return None
     logging_obj.model_call_details["agentic_loop_params"] = {
         "model": route.requested_model,
         "custom_llm_provider": route.provider,
@@ -417,7 +390,7 @@ def _logging_obj(
     logging_obj.stream = route.stream
     body = dict(route.fields)
     body["messages"] = _logged_messages(route, rewrote)
-    if route.provider == "anthropic":
+    if _api(route.provider).body_names_model:
         body["model"] = route.model
         body["stream"] = route.stream
     logging_obj.model_call_details.update(body)
@@ -449,16 +422,11 @@ async def call(kwargs: dict[str, Any], admitted: tuple[routing.MessagesRoute, An
     logging_obj = _logging_obj(kwargs, route, prepared, rewrote, start_time)
     calls.bind_reservation(logging_obj)
     calls.mark_dispatched(logging_obj)
-    # A request the fast lane served, replayed through the proxy: its outcome is known.
-    claimed = lane.claimed_call() if lane.is_running() else None
     if route.stream:
-        return await _start_stream(route, claimed or prepared, kwargs, logging_obj, start_time)
-    try:
-        body, provider_headers = await await_call(claimed or prepared)
-    except _native.FastpathError as err:
-        calls.record_api_window(logging_obj, start_time)
-        raise await calls.failed(err, route, kwargs, logging_obj, start_time) from None
-    calls.record_api_window(logging_obj, start_time)
+        return await _start_stream(route, prepared, kwargs, logging_obj, start_time)
+    _handle, (body, provider_headers) = await calls.start(
+        prepared, route, kwargs, logging_obj, start_time
+    )
     raw = cast(bytes, body)  # a `/v1/messages` call answers with the provider's bytes
     answer = _answer(raw, route)
     if kwargs.get("proxy_server_request") is not None:
@@ -640,18 +608,7 @@ async def _start_stream(
     logging_obj: Any,
     start_time: datetime.datetime,
 ) -> AsyncIterator[bytes]:
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-    handle = prepared.start(loop, future, settle)
-    try:
-        provider_headers = await future
-    except BaseException as err:
-        handle.cancel()
-        if isinstance(err, _native.FastpathError):
-            calls.record_api_window(logging_obj, start_time)
-            raise await calls.failed(err, route, kwargs, logging_obj, start_time) from None
-        raise
-    calls.record_api_window(logging_obj, start_time)
+    handle, provider_headers = await calls.start(prepared, route, kwargs, logging_obj, start_time)
     if logging_obj is not None:
         logging_obj.model_call_details["stream"] = True
     stream = MessagesStream(handle, route, logging_obj, provider_headers, start_time)

@@ -7,21 +7,18 @@ else is declined with a reason (counted, and logged at debug level) and LiteLLM 
 
 from __future__ import annotations
 
-import functools
 import io
-import logging
 import math
 import os
 import re
-import threading
-from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from litellm_fastpath import _native, compat
-
-logger = logging.getLogger("litellm_fastpath")
+from litellm_fastpath.declines import Decline
+from litellm_fastpath.errors import Call
+from litellm_fastpath.providers import PROVIDERS, Served, Settings
 
 # Keys LiteLLM, the router and the proxy add for their own bookkeeping. They never change what
 # the provider receives, so the Rust path may ignore them (logging still sees them).
@@ -151,41 +148,12 @@ _MAX_TIMEOUT_S = 1e9
 
 
 @dataclass(frozen=True, slots=True)
-class Decline:
-    code: str
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """An admitted call: where it goes and what LiteLLM calls the model and provider."""
+class Route(Call):
+    """An admitted call: where it goes and with which params, what LiteLLM calls the model and
+    provider, and how LiteLLM's handler for its provider and route reports faults."""
 
     deployment: _native.Deployment
-    provider: str
-    model: str
     params: dict[str, Any]
-    timeout: float
-
-
-_counts: Counter[str] = Counter()
-_counts_lock = threading.Lock()
-
-
-def record_decline(decline: Decline | _native.Declined) -> None:
-    with _counts_lock:
-        _counts[decline.code] += 1
-    logger.debug("fast path declined: %s (%s)", decline.code, decline.detail)
-
-
-def decline_counts() -> dict[str, int]:
-    """How many calls each decline reason sent to LiteLLM's Python path, in this process."""
-    with _counts_lock:
-        return dict(_counts)
-
-
-def reset_decline_counts() -> None:
-    with _counts_lock:
-        _counts.clear()
 
 
 def _split_provider(model: str, custom_llm_provider: str | None) -> tuple[str, str] | None:
@@ -195,12 +163,12 @@ def _split_provider(model: str, custom_llm_provider: str | None) -> tuple[str, s
         if prefix == custom_llm_provider and rest:
             return custom_llm_provider, rest
         return custom_llm_provider, model
-    if rest and prefix in _PROVIDER_SETTINGS:
+    if rest and prefix in PROVIDERS:
         return prefix, rest
     return None
 
 
-def _provider_and_model(
+def provider_and_model(
     kwargs: Mapping[str, Any], served: Collection[str] | None, why: str
 ) -> tuple[str, str] | Decline:
     """(provider, upstream model) of the call's `model`, when the route serves that provider
@@ -214,15 +182,8 @@ def _provider_and_model(
     return split
 
 
-def _env(*names: str) -> str | None:
-    for name in names:
-        value = os.environ.get(name)
-        if value:
-            return value
-    return None
-
-
-def _timeout(kwargs: Mapping[str, Any]) -> float | Decline:
+def call_timeout(kwargs: Mapping[str, Any]) -> float | Decline:
+    """The call's timeout in seconds, LiteLLM's default when it sets none."""
     value = kwargs.get("timeout") or kwargs.get("request_timeout")
     if value is None:
         import litellm
@@ -261,163 +222,35 @@ def _extra_headers(kwargs: Mapping[str, Any]) -> list[tuple[str, str]] | Decline
     return list(headers.items())
 
 
-# LiteLLM rewrites max_tokens and system messages for these OpenAI families.
-_OPENAI_REWRITTEN_MODELS = ("o1", "o3", "o4", "gpt-5")
-# LiteLLM's last resort when neither the call nor the environment names a region.
-_BEDROCK_DEFAULT_REGION = "us-west-2"
-
-
-@functools.cache
-def _anthropic_default_max_tokens(model: str) -> int | None:
-    """LiteLLM sends the model map's output limit when the caller sets no max_tokens."""
-    value = compat.AnthropicConfig.get_max_tokens_for_model(model)
-    return int(value) if isinstance(value, (int, float)) else None
-
-
-@functools.cache
-def _is_bedrock_converse(model: str) -> bool:
-    """Whether LiteLLM sends `bedrock/<model>` to Converse (rather than Invoke)."""
-    return compat.BedrockModelInfo.get_bedrock_route(model) == "converse"
-
-
-# A provider's settings: (upstream model id, `_native.Deployment` keyword arguments), resolved
-# with LiteLLM's precedence, or why the fast path cannot serve the deployment.
-Settings = tuple[str, dict[str, Any]]
-
-
-def _openai_endpoint_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
-    """API key and base of an OpenAI-compatible deployment, with LiteLLM's precedence."""
-    api_key = kwargs.get("api_key") or _env("OPENAI_API_KEY")
-    if not api_key:
-        return Decline("credentials", "no OpenAI API key")
-    api_base = (
-        kwargs.get("api_base")
-        or kwargs.get("base_url")
-        or _env("OPENAI_BASE_URL", "OPENAI_API_BASE")
-    )
-    return model, {"api_key": api_key, "api_base": api_base}
-
-
-def _openai_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
-    resolved = _openai_endpoint_settings(model, kwargs)
-    if not isinstance(resolved, Decline) and model.startswith(_OPENAI_REWRITTEN_MODELS):
-        # LiteLLM rewrites params and system messages for these families' chat calls.
-        return Decline("model_specific", f"OpenAI model family of {model!r}")
-    return resolved
-
-
-def _anthropic_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
-    api_key = kwargs.get("api_key") or _env("ANTHROPIC_API_KEY")
-    if not api_key:
-        return Decline("credentials", "no Anthropic API key")
-    return model, {
-        "api_key": api_key,
-        "api_base": kwargs.get("api_base") or _env("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"),
-        "default_max_tokens": _anthropic_default_max_tokens(model),
-    }
-
-
-def _aws_settings(kwargs: Mapping[str, Any]) -> dict[str, Any] | Decline:
-    """Bedrock credentials and region, with LiteLLM's precedence."""
-    # A Bedrock API key wins over AWS credentials (LiteLLM's `bedrock_bearer_token`).
-    api_key = kwargs.get("api_key")
-    bearer_token = (api_key if api_key is not None else _env("AWS_BEARER_TOKEN_BEDROCK")) or None
-    access_key = kwargs.get("aws_access_key_id") or _env("AWS_ACCESS_KEY_ID")
-    secret_key = kwargs.get("aws_secret_access_key") or _env("AWS_SECRET_ACCESS_KEY")
-    if bearer_token is None and not (access_key and secret_key):
-        # Instance profiles, SSO, web identity: botocore's chain stays in Python.
-        return Decline("credentials", "no static AWS credentials")
-    return {
-        "api_key": bearer_token,
-        "aws_access_key_id": access_key,
-        "aws_secret_access_key": secret_key,
-        "aws_session_token": kwargs.get("aws_session_token") or _env("AWS_SESSION_TOKEN"),
-        "aws_region": kwargs.get("aws_region_name")
-        or _env("AWS_REGION_NAME", "AWS_REGION")
-        or _BEDROCK_DEFAULT_REGION,
-    }
-
-
-def _bedrock_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
-    if model.startswith("converse/"):
-        model = model.removeprefix("converse/")
-    elif not _is_bedrock_converse(model):
-        return Decline("bedrock_route", "not a Converse model")
-    if "/" in model:
-        # Region segments, ARNs and inference profiles: LiteLLM re-derives region and id.
-        return Decline("bedrock_route", "model id with a path segment")
-    settings = _aws_settings(kwargs)
-    if isinstance(settings, Decline):
-        return settings
-    settings["aws_endpoint"] = (
-        kwargs.get("aws_bedrock_runtime_endpoint")
-        or _env("AWS_BEDROCK_RUNTIME_ENDPOINT")
-        or kwargs.get("api_base")
-    )
-    return model, settings
-
-
-def _bedrock_embedding_settings(model: str, kwargs: Mapping[str, Any]) -> Settings | Decline:
-    # Which embedding models and ids are served is decided in Rust (providers/bedrock).
-    settings = _aws_settings(kwargs)
-    if isinstance(settings, Decline):
-        return settings
-    # LiteLLM's embedding handler puts `api_base` first, unlike its Converse handler.
-    settings["aws_endpoint"] = (
-        kwargs.get("api_base")
-        or kwargs.get("aws_bedrock_runtime_endpoint")
-        or _env("AWS_BEDROCK_RUNTIME_ENDPOINT")
-    )
-    return model, settings
-
-
-# One entry per provider the fast path serves (the Rust side has one folder each).
-_PROVIDER_SETTINGS: dict[str, Callable[[str, Mapping[str, Any]], Settings | Decline]] = {
-    "openai": _openai_settings,
-    "anthropic": _anthropic_settings,
-    "bedrock": _bedrock_settings,
-}
-
-# The embedding deployments the fast path serves, per provider.
-_EMBEDDING_SETTINGS: dict[str, Callable[[str, Mapping[str, Any]], Settings | Decline]] = {
-    "openai": _openai_endpoint_settings,
-    "bedrock": _bedrock_embedding_settings,
-}
-
 _deployments: dict[tuple[Any, ...], _native.Deployment] = {}
 _MAX_CACHED_DEPLOYMENTS = 1024
 
 
-def _deployment(
-    provider: str,
-    model: str,
-    kwargs: Mapping[str, Any],
-    settings_by_provider: Mapping[
-        str, Callable[[str, Mapping[str, Any]], Settings | Decline]
-    ] = _PROVIDER_SETTINGS,
+def resolve_deployment(
+    provider: str, model: str, kwargs: Mapping[str, Any], settings: Settings | None
 ) -> _native.Deployment | Decline:
-    """Resolves credentials and endpoints the way LiteLLM does, for the providers we serve."""
-    provider_settings = settings_by_provider.get(provider)
-    if provider_settings is None:
+    """Resolves credentials and endpoints the way LiteLLM does, with the route's `settings` for
+    the provider (None: the route does not serve it)."""
+    if settings is None:
         return Decline("provider", f"provider {provider!r}")
     extra_headers = _extra_headers(kwargs)
     if isinstance(extra_headers, Decline):
         return extra_headers
-    resolved = provider_settings(model, kwargs)
+    resolved = settings(model, kwargs)
     if isinstance(resolved, Decline):
         return resolved
-    model, settings = resolved
-    api_key = settings.get("api_key")
+    model, arguments = resolved
+    api_key = arguments.get("api_key")
     if api_key is not None and not _HEADER_VALUE.fullmatch(api_key):
         return Decline("credentials", "an API key a header cannot carry")
-    settings["extra_headers"] = extra_headers
-    key = (provider, model, *sorted((k, repr(v)) for k, v in settings.items()))
+    arguments["extra_headers"] = extra_headers
+    key = (provider, model, *sorted((k, repr(v)) for k, v in arguments.items()))
     cached = _deployments.get(key)
     if cached is None:
         if len(_deployments) >= _MAX_CACHED_DEPLOYMENTS:
             _deployments.clear()
         try:
-            cached = _native.Deployment(provider, model, **settings)
+            cached = _native.Deployment(provider, model, **arguments)
         except _native.InvalidRequestError as err:
             # Settings Rust cannot use as given: LiteLLM applies its own rules to them.
             return Decline("deployment", str(err))
@@ -438,8 +271,7 @@ def request_params(
             continue
         if name in BEHAVIOUR_KWARGS:
             if value:
-                code = name if name in _OWN_DECLINE_CODES else "litellm_option"
-                return Decline(code, f"kwarg {name!r}")
+                return behaviour_decline(name)
             continue
         params[name] = value
     stop = params.get("stop")
@@ -450,6 +282,12 @@ def request_params(
             # LiteLLM's `validate_openai_optional_params`: providers take four at most.
             params["stop"] = stop[:4]
     return params
+
+
+def behaviour_decline(name: str) -> Decline:
+    """The decline of a call that sets a LiteLLM option changing LiteLLM's own behaviour."""
+    code = name if name in _OWN_DECLINE_CODES else "litellm_option"
+    return Decline(code, f"kwarg {name!r}")
 
 
 def non_finite_param(params: Mapping[str, Any]) -> str | None:
@@ -477,8 +315,6 @@ class StreamRoute(Route):
     strip_usage: bool
 
 
-# Streamed chat: what the fast path serves so far.
-_STREAM_PROVIDERS = frozenset({"openai", "anthropic", "bedrock"})
 _STREAM_KWARGS = frozenset({"stream", "stream_options"})
 
 
@@ -498,39 +334,28 @@ def _stream_options(kwargs: Mapping[str, Any]) -> dict[str, Any] | Decline | Non
 def _structured_output_decline(
     provider: str, model: str, params: Mapping[str, Any]
 ) -> Decline | None:
-    """`json_schema` takes one of two forms in LiteLLM, by model: Rust builds Bedrock's forced
-    `json_tool_call` (models without native structured output that accept a forced tool choice)
-    and Anthropic's `output_format` (models with native structured output)."""
+    """`json_schema` takes a form per model in LiteLLM for some providers: served when it is the
+    form Rust builds for the provider (its table entry says)."""
     response_format = params.get("response_format")
-    if provider == "openai" or not isinstance(response_format, Mapping):
+    served = PROVIDERS[provider].chat.json_schema
+    if served is None or not isinstance(response_format, Mapping):
         return None
-    if response_format.get("type") != "json_schema":
+    if response_format.get("type") != "json_schema" or served(model):
         return None
-    import litellm
-
-    native = litellm.utils.supports_native_structured_output(
-        model=model, custom_llm_provider=provider
-    )
-    if provider == "anthropic":
-        served = native
-    else:
-        forced = litellm.utils.supports_tool_choice(model=model, custom_llm_provider=provider)
-        served = not native and forced
-    if not served:
-        return Decline("response_format", f"json_schema for this {provider} model")
-    return None
+    return Decline("response_format", f"json_schema for this {provider} model")
 
 
 def route(kwargs: Mapping[str, Any]) -> Route | Decline:
     """Decides whether a call's kwargs (already without `rust`) can take the fast path."""
-    split = _provider_and_model(kwargs, None, "model {model!r} has no supported provider prefix")
+    split = provider_and_model(kwargs, None, "model {model!r} has no supported provider prefix")
     if isinstance(split, Decline):
         return split
     provider, upstream_model = split
+    entry = PROVIDERS.get(provider)
 
     streamed = kwargs.get("stream") is True
     if streamed:
-        if provider not in _STREAM_PROVIDERS:
+        if entry is None or not entry.chat.streams:
             return Decline("stream", f"streaming from {provider}")
         import litellm
 
@@ -542,32 +367,58 @@ def route(kwargs: Mapping[str, Any]) -> Route | Decline:
     params = request_params(kwargs, _STREAM_KWARGS if streamed else frozenset())
     if isinstance(params, Decline):
         return params
-    timeout = _timeout(kwargs)
-    if isinstance(timeout, Decline):
-        return timeout
-    deployment = _deployment(provider, upstream_model, kwargs)
-    if isinstance(deployment, Decline):
-        return deployment
-    structured = _structured_output_decline(provider, deployment.model, params)
-    if structured is not None:
-        return structured
+    chat = entry.chat if entry is not None else None
+    routed: Route | Decline
     if streamed:
-        return StreamRoute(
-            deployment=deployment,
-            provider=provider,
-            model=upstream_model,
-            params=params,
-            timeout=timeout,
+        routed = _route(
+            StreamRoute,
+            provider,
+            upstream_model,
+            kwargs,
+            chat,
+            params,
             stream_options=stream_options,
             strip_usage=kwargs.get("_litellm_strip_stream_usage") is True,
         )
-    return Route(
+    else:
+        routed = _route(Route, provider, upstream_model, kwargs, chat, params)
+    if isinstance(routed, Decline):
+        return routed
+    structured = _structured_output_decline(provider, routed.deployment.model, params)
+    return routed if structured is None else structured
+
+
+RouteT = TypeVar("RouteT", bound=Route)
+
+
+def _route(
+    kind: type[RouteT],
+    provider: str,
+    model: str,
+    kwargs: Mapping[str, Any],
+    served: Served | None,
+    params: dict[str, Any],
+    **fields: Any,
+) -> RouteT | Decline:
+    """The route of a call the provider's entry `served` serves (None: the route does not
+    serve the provider): its timeout, and its deployment resolved as LiteLLM resolves it. The
+    route names the model as LiteLLM does (e.g. `converse/<id>`): logging and errors use it."""
+    timeout = call_timeout(kwargs)
+    if isinstance(timeout, Decline):
+        return timeout
+    settings = served.settings if served is not None else None
+    deployment = resolve_deployment(provider, model, kwargs, settings)
+    if isinstance(deployment, Decline):
+        return deployment
+    assert served is not None  # resolved with its settings
+    return kind(
         deployment=deployment,
         provider=provider,
-        # LiteLLM's name for the model (e.g. `converse/<id>`): logging and errors use it.
-        model=upstream_model,
+        model=model,
         params=params,
         timeout=timeout,
+        errors=served.errors,
+        **fields,
     )
 
 
@@ -583,6 +434,11 @@ class MessagesRoute(Route):
     headers: tuple[tuple[str, str], ...]
     # What LiteLLM passes as its optional params (logging reads them).
     optional_params: dict[str, Any]
+
+    @property
+    def error_model(self) -> str:
+        # LiteLLM's messages handler names the caller's model in its errors.
+        return self.requested_model
 
 
 # Transcription kwargs the Rust path serves; every other non-bookkeeping kwarg declines.
@@ -613,9 +469,14 @@ class AudioSource:
 
 @dataclass(frozen=True, slots=True)
 class TranscriptionRoute(Route):
-    """An admitted transcription: a Bedrock route plus the audio to send."""
+    """An admitted transcription: a route plus the audio to send."""
 
     audio: AudioSource
+
+    @property
+    def error_model(self) -> str:
+        # LiteLLM maps its transcription faults with the model's full name.
+        return f"{self.provider}/{self.model}"
 
 
 def _file_like_content(file: Any) -> bytes | bytearray | memoryview:
@@ -668,16 +529,33 @@ def _audio_format(filename: str) -> str:
     )
 
 
-def route_transcription(kwargs: Mapping[str, Any]) -> TranscriptionRoute | Decline:
-    """Decides whether a `litellm.atranscription` call can take the fast path."""
-    split = _provider_and_model(
-        kwargs, ("bedrock",), "transcription runs in Rust for Bedrock models only"
+# The providers each route serves besides chat, from the provider table.
+_TRANSCRIBING = [name for name, entry in PROVIDERS.items() if entry.transcription]
+_EMBEDDING = [name for name, entry in PROVIDERS.items() if entry.embeddings]
+
+
+def _served_call(
+    kwargs: Mapping[str, Any], route: str, served: list[str], ignored: frozenset[str]
+) -> tuple[str, str, dict[str, Any]] | Decline:
+    """(provider, upstream model, params) of a call to a route that the providers `served`
+    serve, or why it stays on LiteLLM's path."""
+    split = provider_and_model(
+        kwargs, served, f"{route} in Rust for {', '.join(served)} models only"
     )
     if isinstance(split, Decline):
         return split
-    params = request_params(kwargs, ignored=_TRANSCRIPTION_IGNORED)
+    params = request_params(kwargs, ignored=ignored)
     if isinstance(params, Decline):
         return params
+    return (*split, params)
+
+
+def route_transcription(kwargs: Mapping[str, Any]) -> TranscriptionRoute | Decline:
+    """Decides whether a `litellm.atranscription` call can take the fast path."""
+    call = _served_call(kwargs, "transcription", _TRANSCRIBING, _TRANSCRIPTION_IGNORED)
+    if isinstance(call, Decline):
+        return call
+    provider, upstream_model, params = call
     unsupported = next((name for name in params if name not in TRANSCRIPTION_PARAMS), None)
     if unsupported is not None:
         return Decline("unsupported_param", f"param {unsupported!r}")
@@ -698,20 +576,8 @@ def route_transcription(kwargs: Mapping[str, Any]) -> TranscriptionRoute | Decli
     audio = audio_source(kwargs.get("file"))
     if isinstance(audio, Decline):
         return audio
-    timeout = _timeout(kwargs)
-    if isinstance(timeout, Decline):
-        return timeout
-    deployment = _deployment("bedrock", split[1], kwargs)
-    if isinstance(deployment, Decline):
-        return deployment
-    return TranscriptionRoute(
-        deployment=deployment,
-        provider="bedrock",
-        model=split[1],
-        params=params,
-        timeout=timeout,
-        audio=audio,
-    )
+    served = PROVIDERS[provider].transcription
+    return _route(TranscriptionRoute, provider, upstream_model, kwargs, served, params, audio=audio)
 
 
 # `input` is the payload itself; `aembedding` is LiteLLM's own async marker.
@@ -728,30 +594,15 @@ class EmbeddingRoute(Route):
 def route_embedding(kwargs: Mapping[str, Any]) -> EmbeddingRoute | Decline:
     """Decides whether a `litellm.aembedding` call can take the fast path (the input and
     params are checked in Rust)."""
-    split = _provider_and_model(
-        kwargs, _EMBEDDING_SETTINGS, "embeddings run in Rust for OpenAI and Bedrock models only"
-    )
-    if isinstance(split, Decline):
-        return split
-    provider, upstream_model = split
-    params = request_params(kwargs, ignored=_EMBEDDING_IGNORED)
-    if isinstance(params, Decline):
-        return params
+    call = _served_call(kwargs, "embeddings", _EMBEDDING, _EMBEDDING_IGNORED)
+    if isinstance(call, Decline):
+        return call
+    provider, upstream_model, params = call
     if "encoding_format" not in params and os.environ.get(
         "LITELLM_DEFAULT_EMBEDDING_ENCODING_FORMAT"
     ):
         return Decline("litellm_option", "LITELLM_DEFAULT_EMBEDDING_ENCODING_FORMAT")
-    timeout = _timeout(kwargs)
-    if isinstance(timeout, Decline):
-        return timeout
-    deployment = _deployment(provider, upstream_model, kwargs, _EMBEDDING_SETTINGS)
-    if isinstance(deployment, Decline):
-        return deployment
-    return EmbeddingRoute(
-        deployment=deployment,
-        provider=provider,
-        model=upstream_model,
-        params=params,
-        timeout=timeout,
-        input=kwargs.get("input"),
+    served = PROVIDERS[provider].embeddings
+    return _route(
+        EmbeddingRoute, provider, upstream_model, kwargs, served, params, input=kwargs.get("input")
     )

@@ -23,6 +23,7 @@ import litellm
 
 from litellm_fastpath import _native, compat, errors
 from litellm_fastpath.bridge import settle
+from litellm_fastpath.providers import PROVIDERS
 from litellm_fastpath.routing import StreamRoute
 
 # Iterator hooks known to pass chat chunks through untouched (LiteLLM's default proxy hook).
@@ -64,14 +65,8 @@ def proxy_stream_hooks_idle() -> bool:
 def _litellm_usage(provider: str, answer: dict[str, Any]) -> Any:
     """The answer's usage as LiteLLM's stream parser for `provider` converts the provider's."""
     usage = answer.get("usage")
-    if usage is None or provider == "openai":
-        return usage
-    if provider == "anthropic":
-        reasoning = answer["choices"][0]["delta"].get("reasoning_content") or None
-        return compat.AnthropicConfig().calculate_usage(
-            usage_object=usage, reasoning_content=reasoning
-        )
-    return compat.AmazonConverseConfig().transform_usage(usage)
+    convert = PROVIDERS[provider].chat.stream_usage
+    return usage if usage is None or convert is None else convert(usage, answer)
 
 
 class FastStream(compat.CustomStreamWrapper):

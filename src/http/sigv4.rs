@@ -219,6 +219,21 @@ mod tests {
     /// 2024-06-20T12:00:00Z.
     const BOTO_TIME: u64 = 1_718_884_800;
 
+    /// A GET of `url` signed as the AWS test suite signs it (service `service`, its time).
+    fn suite_get(url: &str, token: Option<&str>) -> Vec<(HeaderName, HeaderValue)> {
+        let out = sign(
+            "GET",
+            url,
+            &HeaderMap::new(),
+            EMPTY_SHA,
+            "us-east-1",
+            "service",
+            &creds(token),
+            at(SUITE_TIME),
+        );
+        out.unwrap()
+    }
+
     fn get(out: &[(HeaderName, HeaderValue)], name: &str) -> Option<String> {
         out.iter()
             .find(|(n, _)| n == name)
@@ -227,17 +242,7 @@ mod tests {
 
     #[test]
     fn aws_suite_get_vanilla() {
-        let out = sign(
-            "GET",
-            "https://example.amazonaws.com/",
-            &HeaderMap::new(),
-            EMPTY_SHA,
-            "us-east-1",
-            "service",
-            &creds(None),
-            at(SUITE_TIME),
-        )
-        .unwrap();
+        let out = suite_get("https://example.amazonaws.com/", None);
         assert_eq!(get(&out, "x-amz-date").unwrap(), "20150830T123600Z");
         assert_eq!(
             get(&out, "authorization").unwrap(),
@@ -252,17 +257,7 @@ mod tests {
     #[test]
     fn aws_suite_get_vanilla_with_session_token() {
         let token = "6e86291e8372ff2a2260956d9b8aae1d763fbf315fa00fa31553b73ebf194267";
-        let out = sign(
-            "GET",
-            "https://example.amazonaws.com/",
-            &HeaderMap::new(),
-            EMPTY_SHA,
-            "us-east-1",
-            "service",
-            &creds(Some(token)),
-            at(SUITE_TIME),
-        )
-        .unwrap();
+        let out = suite_get("https://example.amazonaws.com/", Some(token));
         assert_eq!(get(&out, "x-amz-security-token").unwrap(), token);
         assert!(
             out.iter()
@@ -384,28 +379,8 @@ mod tests {
 
     #[test]
     fn non_default_port_is_in_host() {
-        let a = sign(
-            "GET",
-            "https://example.amazonaws.com:8443/",
-            &HeaderMap::new(),
-            EMPTY_SHA,
-            "us-east-1",
-            "service",
-            &creds(None),
-            at(SUITE_TIME),
-        )
-        .unwrap();
-        let b = sign(
-            "GET",
-            "https://example.amazonaws.com:443/",
-            &HeaderMap::new(),
-            EMPTY_SHA,
-            "us-east-1",
-            "service",
-            &creds(None),
-            at(SUITE_TIME),
-        )
-        .unwrap();
+        let a = suite_get("https://example.amazonaws.com:8443/", None);
+        let b = suite_get("https://example.amazonaws.com:443/", None);
         assert_ne!(get(&a, "authorization"), get(&b, "authorization"));
         assert!(
             get(&b, "authorization")

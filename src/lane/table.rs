@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
+use super::cost::Pricing;
 use crate::providers::Deployment;
 
 /// One deployment of a lane group, with what the proxy says about it in its headers.
@@ -33,7 +34,7 @@ pub struct LaneDeployment {
 
 /// A deployment's `/v1/messages` calls as LiteLLM makes them, worked out by the Python layer
 /// from LiteLLM's own functions for requests without thinking, sampling params or betas.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct LaneMessages {
     pub deployment: Arc<Deployment>,
     /// The headers LiteLLM sends besides the credential (`anthropic-version`, betas).
@@ -67,25 +68,6 @@ pub struct LaneStreams {
 pub enum StreamUsage {
     AsAsked,
     AlwaysAsked,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Pricing {
-    pub input_per_token: f64,
-    pub output_per_token: f64,
-    /// Cached prompt tokens (OpenAI's), when LiteLLM prices them at one rate of their own.
-    pub cache_read_per_token: Option<f64>,
-    /// Anthropic's prompt cache on `/v1/messages`, when LiteLLM's cost of an answer that reads
-    /// or writes it is exactly the lane's (checked against LiteLLM when the group is loaded).
-    pub anthropic_cache: Option<CachePrices>,
-}
-
-/// Per token: cache reads, and cache writes that live 5 minutes or 1 hour.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct CachePrices {
-    pub read: f64,
-    pub write_5m: f64,
-    pub write_1h: f64,
 }
 
 /// A model group the lane serves: every deployment in it is one the lane can call.
@@ -158,7 +140,7 @@ pub struct Table {
     cooling: RwLock<Arc<HashSet<String>>>,
     keys: RwLock<HashMap<String, Verdict>>,
     /// `/v1/messages` headers LiteLLM chose for a deployment (by id) and a request's thinking,
-    /// sampling params and client headers (by `messages::decision_key`): what the fast path
+    /// sampling params and client headers (by the Messages route's `decision_key`): what the fast path
     /// learned on the proxy's path, for the lane to reuse.
     messages_headers: RwLock<HashMap<(String, String), Arc<MessagesHeaders>>>,
     settings: RwLock<Arc<Settings>>,

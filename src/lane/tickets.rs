@@ -1,4 +1,5 @@
-//! Tickets: a provider call's outcome, held for the proxy's replay of the request to claim once.
+//! Tickets: a provider call's outcome, held for the proxy's replay of the request to claim once,
+//! and the call id the request goes by.
 
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
@@ -7,10 +8,61 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::Outcome;
+use crate::call::{CallError, Completion};
+use crate::stream::Piece;
 
+/// The header that carries a ticket to the proxy. Stripped from every client request.
+/// Not `x-litellm-*`: the proxy leaves those out of the headers its hooks see.
+pub const TICKET_HEADER: &str = "x-fastpath-lane-ticket";
 /// Unclaimed tickets (a replay that never reached the provider step) are dropped after this.
 const TICKET_LIFETIME: Duration = Duration::from_secs(600);
+/// The proxy takes a caller's call id up to this length (`MAX_LITELLM_CALL_ID_LEN`).
+const MAX_CALL_ID_LEN: usize = 256;
+
+/// A provider call's outcome, as a ticket holds it.
+#[derive(Debug)]
+pub enum Outcome {
+    Call(Result<Completion, CallError>),
+    Stream(StreamOutcome),
+}
+
+/// A stream the lane opened: the provider's headers (or the error that kept it from opening),
+/// then what the replay's stream wrapper needs of it: the first chunk, and the end (the
+/// assembled answer, or the failure).
+#[derive(Debug)]
+pub struct StreamOutcome {
+    pub opened: Result<http::HeaderMap, CallError>,
+    pub pieces: Vec<Piece>,
+    /// The pieces are the provider's bytes (`/v1/messages`), not chunks.
+    pub raw: bool,
+}
+
+/// The call id a request goes by: the client's (`x-litellm-call-id`, as the proxy takes it) or
+/// one the lane chose (`added`: the proxy's record of the client's headers should not show it).
+#[derive(Clone, Debug)]
+pub struct CallId {
+    pub id: String,
+    pub added: bool,
+}
+
+impl CallId {
+    pub fn of(headers: &http::HeaderMap) -> CallId {
+        let given = headers
+            .get("x-litellm-call-id")
+            .and_then(|value| value.to_str().ok())
+            .filter(|id| !id.is_empty() && id.len() <= MAX_CALL_ID_LEN);
+        match given {
+            Some(id) => CallId {
+                id: id.to_string(),
+                added: false,
+            },
+            None => CallId {
+                id: uuid4(),
+                added: true,
+            },
+        }
+    }
+}
 
 /// What the proxy's replay gets for a ticket.
 #[derive(Debug)]
@@ -26,8 +78,7 @@ pub struct Ticket {
 /// A ticket as the lane sends it along.
 pub struct Issued {
     pub id: String,
-    pub call_id: String,
-    pub call_id_added: bool,
+    pub call_id: CallId,
 }
 
 #[derive(Default)]
@@ -36,7 +87,7 @@ pub struct Tickets {
 }
 
 impl Tickets {
-    pub fn issue(&self, deployment_id: &str, call_id: (String, bool), outcome: Outcome) -> Issued {
+    pub fn issue(&self, deployment_id: &str, call_id: CallId, outcome: Outcome) -> Issued {
         let id = random_hex(4);
         let now = Instant::now();
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
@@ -49,16 +100,12 @@ impl Tickets {
                 now,
                 Ticket {
                     deployment_id: deployment_id.to_string(),
-                    call_id_added: call_id.1,
+                    call_id_added: call_id.added,
                     outcome,
                 },
             ),
         );
-        Issued {
-            id,
-            call_id: call_id.0,
-            call_id_added: call_id.1,
-        }
+        Issued { id, call_id }
     }
 
     pub fn claim(&self, id: &str) -> Option<Ticket> {

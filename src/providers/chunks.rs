@@ -34,6 +34,76 @@ pub struct StreamOptions {
     pub repeat_limit: usize,
 }
 
+/// The tool calls of a stream whose blocks LiteLLM's parser turns into them (Anthropic's,
+/// Bedrock's): a tool block opens a call (indexes count tool blocks from 0), its argument
+/// pieces follow, and a block whose pieces were all empty closes with arguments `{}`.
+pub struct ToolCallDeltas {
+    index: i64,
+    /// The open tool block: how many argument pieces came, and whether all were empty.
+    open: Option<(usize, bool)>,
+}
+
+impl Default for ToolCallDeltas {
+    fn default() -> Self {
+        ToolCallDeltas {
+            index: -1,
+            open: None,
+        }
+    }
+}
+
+impl ToolCallDeltas {
+    /// A tool block starts: the delta that opens its call.
+    pub fn start(&mut self, id: Option<&Value>, name: Option<&Value>) -> Value {
+        self.index += 1;
+        self.open = Some((0, true));
+        with_tool_call(json!({
+            "id": id,
+            "type": "function",
+            "function": {"name": name, "arguments": ""},
+            "index": self.index,
+        }))
+    }
+
+    /// Another block starts.
+    pub fn other_block(&mut self) {
+        self.open = None;
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// A piece of the call's arguments: its delta.
+    pub fn arguments(&mut self, piece: &str) -> Value {
+        if let Some((pieces, empty)) = &mut self.open {
+            *pieces += 1;
+            *empty &= piece.is_empty();
+        }
+        self.arguments_delta(piece)
+    }
+
+    /// A block ends: the `{}` of a tool block whose argument pieces were all empty.
+    pub fn close(&mut self) -> Option<Value> {
+        match self.open.take() {
+            Some((pieces, true)) if pieces > 0 => Some(self.arguments_delta("{}")),
+            _ => None,
+        }
+    }
+
+    fn arguments_delta(&self, piece: &str) -> Value {
+        with_tool_call(json!({
+            "function": {"arguments": piece},
+            "type": "function",
+            "index": self.index,
+        }))
+    }
+}
+
+fn with_tool_call(call: Value) -> Value {
+    json!({"content": "", "tool_calls": [call]})
+}
+
 /// A tool call being assembled from its deltas (for the logged answer).
 #[derive(Default)]
 struct ToolCall {

@@ -1,5 +1,6 @@
-//! Embeddings: request -> the upstream requests LiteLLM would send, 2xx answers -> the dict the
-//! Python layer turns into LiteLLM's `EmbeddingResponse`.
+//! Embeddings, what every provider shares: the call (the upstream requests LiteLLM would send,
+//! and how its 2xx answers become the dict the Python layer turns into LiteLLM's
+//! `EmbeddingResponse`), and the param rules. Each provider builds its own (`embeddings`).
 //!
 //! Vectors keep every float bit for bit: `serde_json` parses with `float_roundtrip` (correctly
 //! rounded, as Python's `json` does) and the binding layer hands Python the same `f64`s.
@@ -7,9 +8,10 @@
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
-use super::{Deployment, Refusal, TransformError, bedrock, json_object, openai};
+use super::error::TransformError;
+use super::parts::json_object;
 use crate::http::UpstreamRequest;
-use crate::model::{Decline, DeclineCode, EmbeddingRequest};
+use crate::model::{Decline, DeclineCode};
 
 /// An admitted embeddings call: its upstream requests and how to read the answers.
 #[derive(Debug)]
@@ -20,15 +22,12 @@ pub struct EmbeddingCall {
     pub answer: EmbeddingAnswer,
 }
 
-/// How a call's 2xx bodies (one per request, in order) become the embedding response.
+/// How a call's 2xx bodies (one per request, in order) become the embedding response: the
+/// provider's reader, and the model it names.
 #[derive(Clone, Debug)]
-pub enum EmbeddingAnswer {
-    /// OpenAI's own shape, as the OpenAI SDK builds it (`CreateEmbeddingResponse.model_dump()`).
-    OpenAi,
-    /// Amazon Titan: one vector per body; usage from `inputTextTokenCount`.
-    Titan { model: String },
-    /// Cohere on Bedrock: every vector in one body; usage from `meta.billed_units` when given.
-    Cohere { model: String },
+pub struct EmbeddingAnswer {
+    pub model: String,
+    pub read: fn(model: &str, answers: Vec<Value>) -> Result<Value, TransformError>,
 }
 
 impl EmbeddingAnswer {
@@ -37,45 +36,18 @@ impl EmbeddingAnswer {
             .iter()
             .map(json_object)
             .collect::<Result<Vec<_>, _>>()?;
-        match self {
-            EmbeddingAnswer::OpenAi => openai::embedding::parse(one(objects)?),
-            EmbeddingAnswer::Titan { model } => bedrock::embedding::parse_titan(model, objects),
-            EmbeddingAnswer::Cohere { model } => {
-                bedrock::embedding::parse_cohere(model, one(objects)?)
-            }
-        }
+        (self.read)(&self.model, objects)
     }
 }
 
-fn one(mut objects: Vec<Value>) -> Result<Value, TransformError> {
-    match objects.len() {
-        1 => Ok(objects.remove(0)),
+/// The one answer of a call that sends one request.
+pub(crate) fn one(mut answers: Vec<Value>) -> Result<Value, TransformError> {
+    match answers.len() {
+        1 => Ok(answers.remove(0)),
         n => Err(TransformError::InvalidResponse(format!(
             "expected one answer, got {n}"
         ))),
     }
-}
-
-/// Admission plus the transform, before any I/O: the upstream requests, or why not.
-pub fn prepare(
-    deployment: &Deployment,
-    request: &EmbeddingRequest,
-) -> Result<EmbeddingCall, Refusal> {
-    let mut call = match deployment.provider.as_str() {
-        "openai" => openai::embedding::build(deployment, request)?,
-        "bedrock" => bedrock::embedding::build(deployment, request)?,
-        other => {
-            return Err(Decline::new(
-                DeclineCode::Provider,
-                format!("embeddings for provider {other:?}"),
-            )
-            .into());
-        }
-    };
-    for upstream in &mut call.requests {
-        super::append_extra_headers(&mut upstream.headers, &deployment.extra_headers);
-    }
-    Ok(call)
 }
 
 /// Params outside `allowed` decline (LiteLLM forwards, drops or rejects them per model).

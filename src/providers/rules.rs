@@ -199,108 +199,14 @@ pub fn type_name(value: &Value) -> &'static str {
     }
 }
 
-/// The `function` of an OpenAI function tool (`{"type": "function", "function": {name,
-/// description?, parameters?, strict?}}` and nothing else) whose name the provider takes as it
-/// is; None for any other shape (LiteLLM renames or rewrites those).
-pub fn function_tool(
-    tool: &Value,
-    valid_name: fn(&str) -> bool,
-) -> Option<(&str, &Map<String, Value>)> {
-    let object = tool.as_object()?;
-    if object.len() != 2 || object.get("type").and_then(Value::as_str) != Some("function") {
-        return None;
-    }
-    let function = object.get("function")?.as_object()?;
-    if function
-        .keys()
-        .any(|key| !["name", "description", "parameters", "strict"].contains(&key.as_str()))
-    {
-        return None;
-    }
-    let name = function
-        .get("name")
-        .and_then(Value::as_str)
-        .filter(|name| valid_name(name))?;
-    Some((name, function))
-}
-
-/// One assistant tool call as the Anthropic and Bedrock transforms read it: `arguments` parsed
-/// the way LiteLLM parses them (empty means `{}`).
-pub struct ToolCall<'a> {
-    pub id: &'a str,
-    pub name: &'a str,
-    pub input: Value,
-}
-
-/// An assistant turn's `tool_calls`, with ids and names the provider takes as they are
-/// (`valid_id`, `valid_name`): LiteLLM rewrites the others, repairs or empties arguments that
-/// are not a JSON object and drops repeated ids; those calls decline.
-pub fn tool_calls<'a>(
-    calls: &'a Value,
-    valid_id: fn(&str) -> bool,
-    valid_name: fn(&str) -> bool,
-) -> Result<Vec<ToolCall<'a>>, Decline> {
-    let unusual = |why: &str| Decline::new(DeclineCode::MessageField, why.to_string());
-    let calls = calls
-        .as_array()
-        .ok_or_else(|| unusual("tool_calls is not a list"))?;
-    let mut parsed: Vec<ToolCall<'a>> = Vec::with_capacity(calls.len());
-    for call in calls {
-        let id = call
-            .get("id")
-            .and_then(Value::as_str)
-            .filter(|id| valid_id(id))
-            .ok_or_else(|| unusual("a tool call id LiteLLM rewrites"))?;
-        if parsed.iter().any(|seen| seen.id == id) {
-            return Err(unusual("a repeated tool call id"));
-        }
-        let function = call
-            .get("function")
-            .ok_or_else(|| unusual("a tool call without function"))?;
-        let name = function
-            .get("name")
-            .and_then(Value::as_str)
-            .filter(|name| valid_name(name))
-            .ok_or_else(|| unusual("a tool name LiteLLM rewrites"))?;
-        let input = match function.get("arguments") {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(Value::String(text)) if text.trim().is_empty() => Value::Object(Map::new()),
-            Some(Value::String(text)) => serde_json::from_str::<Value>(text)
-                .ok()
-                .filter(Value::is_object)
-                .ok_or_else(|| unusual("tool call arguments that are not a JSON object"))?,
-            Some(_) => return Err(unusual("tool call arguments that are not a string")),
-        };
-        parsed.push(ToolCall { id, name, input });
-    }
-    Ok(parsed)
-}
-
-/// A tool-use block of an answer as LiteLLM's tool call: `index` is the block's position in the
-/// answer's content, `arguments` Python's `json.dumps` of the input (Anthropic and Bedrock).
-pub fn answer_tool_call(
-    index: usize,
-    id: Option<&Value>,
-    name: Option<&Value>,
-    input: Option<&Value>,
-) -> Value {
-    let empty = Value::Object(Map::new());
-    let arguments = crate::wire::pyjson::python_json(input.unwrap_or(&empty));
-    serde_json::json!({
-        "index": index,
-        "function": {"arguments": arguments, "name": name},
-        "id": id,
-        "type": "function",
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
-    const ANTHROPIC: &[&str] = crate::providers::anthropic::PARAMS;
-    const OPENAI: &[&str] = crate::providers::openai::PARAMS;
+    fn allowed(provider: &str) -> &'static [&'static str] {
+        crate::providers::registry::find(provider).unwrap().params
+    }
 
     fn params(value: Value) -> Map<String, Value> {
         match value {
@@ -313,7 +219,7 @@ mod tests {
     fn allowlisted_params_are_admitted() {
         let p =
             params(json!({"temperature": 0.2, "max_tokens": 10, "stop": ["x"], "stream": false}));
-        assert_eq!(admit_params(ANTHROPIC, &p), Ok(()));
+        assert_eq!(admit_params(allowed("anthropic"), &p), Ok(()));
     }
 
     #[test]
@@ -330,7 +236,7 @@ mod tests {
                 continue;
             }
             let p = params(json!({ code.as_str(): true }));
-            let decline = admit_params(crate::providers::bedrock::PARAMS, &p).unwrap_err();
+            let decline = admit_params(allowed("bedrock"), &p).unwrap_err();
             assert_eq!(decline.code, code);
         }
     }
@@ -338,7 +244,7 @@ mod tests {
     #[test]
     fn unknown_params_decline_with_a_bounded_code() {
         let p = params(json!({"frobnicate": 1}));
-        let decline = admit_params(crate::providers::bedrock::PARAMS, &p).unwrap_err();
+        let decline = admit_params(allowed("bedrock"), &p).unwrap_err();
         assert_eq!(decline.code, DeclineCode::UnsupportedParam);
         assert!(decline.detail.contains("frobnicate"));
     }
@@ -346,8 +252,8 @@ mod tests {
     #[test]
     fn provider_specific_params_are_not_shared() {
         let p = params(json!({"seed": 1}));
-        assert!(admit_params(OPENAI, &p).is_ok());
-        assert!(admit_params(ANTHROPIC, &p).is_err());
+        assert!(admit_params(allowed("openai"), &p).is_ok());
+        assert!(admit_params(allowed("anthropic"), &p).is_err());
     }
 
     #[test]

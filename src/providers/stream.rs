@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use crate::http::client::TransportError;
-use crate::providers::TransformError;
+use crate::providers::error::TransformError;
 use crate::wire::eventstream::EventStreamError;
 use crate::wire::sse::{SseError, SseEvent};
 

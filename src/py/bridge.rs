@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::PyBytes;
 
 use super::errors::{InternalError, call_error_to_py, panic_to_py, transport_error_to_py};
 use super::gil;
+use super::headers::headers_to_py;
 use crate::call::{self, CallError, Completion, ResponseShape};
 use crate::http::UpstreamRequest;
 use crate::http::client::Transport;
@@ -77,20 +78,6 @@ fn completion_to_py(py: Python<'_>, completion: Completion) -> PyResult<Py<PyAny
     };
     let headers = headers_to_py(py, &completion.headers)?;
     Ok((body, headers).into_pyobject(py)?.into_any().unbind())
-}
-
-/// Response headers as a dict (values that are not text are left out).
-pub fn headers_to_py<'py>(
-    py: Python<'py>,
-    headers: &http::HeaderMap,
-) -> PyResult<Bound<'py, PyDict>> {
-    let dict = PyDict::new(py);
-    for (name, value) in headers {
-        if let Ok(value) = value.to_str() {
-            dict.set_item(name.as_str(), value)?;
-        }
-    }
-    Ok(dict)
 }
 
 /// Runs `value` with the GIL on the GIL thread and hands the outcome to asyncio.

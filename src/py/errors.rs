@@ -28,7 +28,7 @@ create_exception!(
     _native,
     UpstreamStatusError,
     FastpathError,
-    "The provider answered with a non-2xx status. args: (message, status, body, headers)."
+    "The provider answered with a non-2xx status. args: (message, UpstreamStatus)."
 );
 create_exception!(
     _native,
@@ -61,6 +61,15 @@ create_exception!(
     "A bug in litellm-fastpath (a caught panic); the worker keeps running."
 );
 
+/// A provider's non-2xx answer, as `UpstreamStatusError` carries it: the status, the body
+/// (text, truncated) and the headers (those that are text).
+#[pyclass(frozen, get_all, module = "litellm_fastpath._native")]
+pub struct UpstreamStatus {
+    status: u16,
+    body: String,
+    headers: Py<PyDict>,
+}
+
 /// Upstream error bodies are quoted in messages, but only this much of them.
 const MAX_QUOTED_BODY: usize = 4096;
 
@@ -90,13 +99,18 @@ pub fn call_error_to_py(py: Python<'_>, err: CallError) -> PyErr {
                     let _ = header_dict.set_item(name.as_str(), value);
                 }
             }
-            let body = truncated_body(&body);
-            UpstreamStatusError::new_err((
-                format!("provider returned HTTP {status}"),
+            let answer = UpstreamStatus {
                 status,
-                body,
-                header_dict.unbind(),
-            ))
+                body: truncated_body(&body),
+                headers: header_dict.unbind(),
+            };
+            match Py::new(py, answer) {
+                Ok(answer) => UpstreamStatusError::new_err((
+                    format!("provider returned HTTP {status}"),
+                    answer,
+                )),
+                Err(err) => err,
+            }
         }
         CallError::Transport(err) => transport_error_to_py(err),
         CallError::Signing(err) => InvalidRequestError::new_err(err.to_string()),

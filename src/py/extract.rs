@@ -103,18 +103,32 @@ pub fn messages(value: &Bound<'_, PyAny>) -> Result<Vec<Message>, Decline> {
     Ok(out)
 }
 
-fn message(item: &Bound<'_, PyAny>, index: usize) -> Result<Message, Decline> {
-    let dict = item
+/// The fields of an object the caller sent (a dict with string keys), in order, each as it is
+/// read; `at` names where the object is, `expected` what it must be.
+fn object_fields<'py>(
+    value: &Bound<'py, PyAny>,
+    at: impl Fn() -> String,
+    expected: &str,
+) -> Result<impl Iterator<Item = Result<(PyBackedStr, Bound<'py, PyAny>), Decline>>, Decline> {
+    let dict = value
         .cast::<PyDict>()
-        .map_err(|_| malformed(format!("messages[{index}] must be an object")))?;
+        .map_err(|_| malformed(format!("{} {expected}", at())))?;
+    Ok(dict.iter().map(move |(key, value)| {
+        let key: PyBackedStr = key
+            .extract()
+            .map_err(|_| malformed(format!("{} has a non-string key", at())))?;
+        Ok((key, value))
+    }))
+}
+
+fn message(item: &Bound<'_, PyAny>, index: usize) -> Result<Message, Decline> {
     let mut role = None;
     let mut content = None;
     let mut tool_calls = None;
     let mut tool_call_id = None;
-    for (key, value) in dict.iter() {
-        let key: PyBackedStr = key
-            .extract()
-            .map_err(|_| malformed(format!("messages[{index}] has a non-string key")))?;
+    let at = move || format!("messages[{index}]");
+    for field in object_fields(item, at, "must be an object")? {
+        let (key, value) = field?;
         match &*key {
             "role" => {
                 let name: PyBackedStr = value
@@ -298,16 +312,12 @@ fn image_url(value: &Bound<'_, PyAny>, at: &dyn Fn() -> String) -> Result<ImageU
             format: None,
         });
     }
-    let dict = value
-        .cast::<PyDict>()
-        .map_err(|_| malformed(format!("{}.image_url must be a string or an object", at())))?;
     let mut url = None;
     let mut detail = None;
     let mut format = None;
-    for (key, item) in dict.iter() {
-        let key: PyBackedStr = key
-            .extract()
-            .map_err(|_| malformed(format!("{}.image_url has a non-string key", at())))?;
+    let image_at = || format!("{}.image_url", at());
+    for field in object_fields(value, image_at, "must be a string or an object")? {
+        let (key, item) = field?;
         let text = |name: &str| -> Result<String, Decline> {
             item.extract::<String>()
                 .map_err(|_| malformed(format!("{}.image_url.{name} must be a string", at())))

@@ -5,17 +5,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
-use serde_json::{Map, Value};
+use pyo3::types::PyList;
 
-use super::_native::Deployment;
 use super::bridge::{PreparedCall, settle_later};
 use super::errors::{InvalidRequestError, transport_error_to_py};
+use super::headers::header_list;
+use super::lane_types::{LaneClaim, LaneCost, LaneDeployment, LanePricing, LaneReplay};
 use super::stream::{Payload, PreparedStream};
-use crate::lane::{
-    self, App, CachePrices, Group, Lane, LaneDeployment, LaneMessages, LaneStreams,
-    MessagesStreams, Pricing, Settings, StreamUsage, Verdict,
-};
+use crate::lane::{self, App, Group, Lane, Settings, Verdict};
+use crate::model::LaneReason;
 use crate::runtime;
 
 struct Running {
@@ -113,177 +111,53 @@ pub fn lane_configure(
     Ok(())
 }
 
-/// One deployment, as Python hands it over.
-type Entry<'py> = (
-    Py<Deployment>,
-    String,
-    Option<f64>,
-    Bound<'py, PyDict>,
-    f64,
-    Vec<(String, String)>,
-    Option<PricingEntry>,
-    Option<(bool, f64)>,
-    Option<MessagesEntry>,
-);
-
-/// Per token: input, output, OpenAI's cached input (None: answers with it go to the proxy),
-/// and Anthropic's cache read, 5-minute and 1-hour write (None: likewise).
-type PricingEntry = (f64, f64, Option<f64>, Option<(f64, f64, f64)>);
-
-/// A deployment's `/v1/messages` calls: (deployment, headers, headers with the client's
-/// `anthropic-version`, timeout, streams, API base): streams (timeout, whether the router holds
-/// their frames until content), None when they go to the proxy; the API base the proxy names
-/// on streams, if any.
-type MessagesEntry = (
-    Py<Deployment>,
-    Vec<(String, String)>,
-    Vec<(String, String)>,
-    f64,
-    Option<(f64, bool)>,
-    Option<String>,
-);
-
-/// Replaces the groups the lane serves: `{group: [(deployment, id, weight, params, timeout,
-/// headers, pricing, streams, messages)]}`; `pricing`: per input, output and cached token
-/// (None: cached tokens go to the proxy); `streams`: None when the lane leaves the
-/// deployment's streams to the proxy, else whether the proxy adds `include_usage` to every
-/// stream of it, and the streams' timeout; `messages`: None when its `/v1/messages` requests
-/// go to the proxy (see `MessagesEntry`).
+/// Replaces the groups the lane serves: `{group: [deployment]}`.
 #[pyfunction]
-pub fn lane_set_groups(
-    py: Python<'_>,
-    groups: HashMap<String, Vec<Bound<'_, PyAny>>>,
-) -> PyResult<()> {
+pub fn lane_set_groups(groups: HashMap<String, Vec<Bound<'_, LaneDeployment>>>) -> PyResult<()> {
     let lane = running()?;
     let mut table = HashMap::new();
     for (name, entries) in groups {
-        let mut deployments = Vec::with_capacity(entries.len());
-        let mut weights = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let (deployment, id, weight, params, timeout, headers, pricing, streams, messages): Entry<
-                '_,
-            > = entry.extract()?;
-            let params: Map<String, Value> = pythonize::depythonize(params.as_any())
-                .map_err(|err| InvalidRequestError::new_err(format!("params: {err}")))?;
-            let positive = |seconds: f64| seconds > 0.0 && seconds.is_finite();
-            if !positive(timeout)
-                || streams.is_some_and(|(_, timeout)| !positive(timeout))
-                || messages.as_ref().is_some_and(|entry| {
-                    !positive(entry.3) || entry.4.is_some_and(|(timeout, _)| !positive(timeout))
-                })
-            {
-                return Err(InvalidRequestError::new_err("timeout must be positive"));
-            }
-            weights.push(weight);
-            deployments.push(Arc::new(LaneDeployment {
-                id,
-                deployment: Arc::clone(&deployment.bind(py).get().inner),
-                params,
-                timeout: Duration::from_secs_f64(timeout),
-                headers,
-                pricing: pricing.map(|(input, output, cache_read, anthropic_cache)| Pricing {
-                    input_per_token: input,
-                    output_per_token: output,
-                    cache_read_per_token: cache_read,
-                    anthropic_cache: anthropic_cache.map(|(read, write_5m, write_1h)| {
-                        CachePrices {
-                            read,
-                            write_5m,
-                            write_1h,
-                        }
-                    }),
-                }),
-                streams: streams.map(|(always, timeout)| LaneStreams {
-                    usage: if always {
-                        StreamUsage::AlwaysAsked
-                    } else {
-                        StreamUsage::AsAsked
-                    },
-                    timeout: Duration::from_secs_f64(timeout),
-                }),
-                messages: messages.map(|entry| lane_messages(py, entry)).transpose()?,
-            }));
-        }
-        if deployments.is_empty() {
+        if entries.is_empty() {
             continue;
         }
-        let weights = if weights.iter().all(Option::is_some) {
-            weights.into_iter().flatten().collect()
-        } else {
-            Vec::new()
+        let deployments = entries
+            .iter()
+            .map(|entry| Arc::clone(&entry.get().inner))
+            .collect();
+        let weights: Option<Vec<f64>> = entries.iter().map(|entry| entry.get().weight).collect();
+        let group = Group {
+            deployments,
+            weights: weights.unwrap_or_default(),
         };
-        table.insert(
-            name,
-            Arc::new(Group {
-                deployments,
-                weights,
-            }),
-        );
+        table.insert(name, Arc::new(group));
     }
     lane.table.set_groups(table);
     Ok(())
 }
 
-fn lane_messages(py: Python<'_>, entry: MessagesEntry) -> PyResult<LaneMessages> {
-    let (deployment, headers, versioned_headers, timeout, streams, api_base) = entry;
-    Ok(LaneMessages {
-        deployment: Arc::clone(&deployment.bind(py).get().inner),
-        headers: super::header_list(headers)?,
-        versioned_headers: super::header_list(versioned_headers)?,
-        timeout: Duration::from_secs_f64(timeout),
-        streams: streams.map(|(timeout, held)| MessagesStreams {
-            timeout: Duration::from_secs_f64(timeout),
-            held,
-        }),
-        api_base,
-    })
-}
-
 /// What LiteLLM sends on a `/v1/messages` call to the deployment `deployment_id` for requests
-/// of one kind (`key`: see `lane::messages::decision_key`): the headers besides the credential.
+/// of one kind (`key`: see the lane's `messages::request::decision_key`): the headers besides the credential.
 #[pyfunction]
 pub fn lane_learn_messages_headers(
     deployment_id: String,
     key: String,
     headers: Vec<(String, String)>,
 ) -> PyResult<()> {
-    let headers = super::header_list(headers)?;
+    let headers = header_list(headers)?;
     running()?
         .table
         .learn_messages_headers(deployment_id, key, headers);
     Ok(())
 }
 
-/// The lane's cost of an Anthropic answer whose `usage` is `usage_json`, at these prices per
-/// token (input, output, and cache read, 5-minute and 1-hour write, None when the lane leaves
-/// cache use to the proxy): `(total, input, output, cache read, cache creation)` as the proxy's
-/// headers split it, or None for a usage the lane leaves to the proxy. For the Python layer's check against LiteLLM's own cost.
+/// The lane's cost of an Anthropic answer whose `usage` is `usage_json`, at these prices (the
+/// Anthropic cache's, None when the lane leaves cache use to the proxy), or None for a usage
+/// the lane leaves to the proxy. For the Python layer's check against LiteLLM's own cost.
 #[pyfunction]
-pub fn lane_messages_cost(
-    usage_json: &str,
-    input: f64,
-    output: f64,
-    cache: Option<(f64, f64, f64)>,
-) -> Option<(f64, f64, f64, f64, f64)> {
+pub fn lane_messages_cost(usage_json: &str, pricing: &LanePricing) -> Option<LaneCost> {
     let usage: serde_json::Value = serde_json::from_str(usage_json).ok()?;
-    let pricing = Pricing {
-        input_per_token: input,
-        output_per_token: output,
-        cache_read_per_token: None,
-        anthropic_cache: cache.map(|(read, write_5m, write_1h)| CachePrices {
-            read,
-            write_5m,
-            write_1h,
-        }),
-    };
-    let cost = lane::messages::usage(&usage)?.cost(pricing)?;
-    Some((
-        cost.total,
-        cost.input,
-        cost.output,
-        cost.cache_read,
-        cost.cache_creation,
-    ))
+    let cost = lane::MessagesUsage::read(&usage)?.cost(pricing.pricing())?;
+    Some(LaneCost::from(cost))
 }
 
 /// The groups whose deployments the router is cooling down (the proxy serves them meanwhile).
@@ -325,11 +199,9 @@ pub fn lane_forget_group_lists() -> PyResult<()> {
     Ok(())
 }
 
-/// The outcome behind a ticket, once: `(deployment_id, call_id_added, call)`, where `call` is
-/// a `PreparedCall` (or, for a stream, a `PreparedStream`) that yields the provider's answer or
-/// error without calling it again.
+/// The outcome behind a ticket, once.
 #[pyfunction]
-pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<Py<PyAny>>> {
+pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<LaneClaim>> {
     let Some(ticket) = running()?.claim(ticket) else {
         return Ok(None);
     };
@@ -350,12 +222,11 @@ pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<Py<PyAny>>> {
             .into_any()
         }
     };
-    Ok(Some(
-        (ticket.deployment_id, ticket.call_id_added, call)
-            .into_pyobject(py)?
-            .into_any()
-            .unbind(),
-    ))
+    Ok(Some(LaneClaim {
+        deployment_id: ticket.deployment_id,
+        call_id_added: ticket.call_id_added,
+        call,
+    }))
 }
 
 /// The end of the proxy's answer to a stream's replay (everything after its first chunk's
@@ -367,8 +238,7 @@ pub fn lane_stream_tail(ticket: &str, tail: &[u8]) -> PyResult<()> {
 }
 
 /// Settles `future` (on `event_loop`, through `settle`) with every served request waiting for
-/// its replay, once there is one: `[(path, headers, body, client, server, ticket)]`, `client`
-/// and `server` as `(host, port)` or None.
+/// its replay (`[LaneReplay]`), once there is one.
 #[pyfunction]
 pub fn lane_next_replays(
     event_loop: Py<PyAny>,
@@ -380,21 +250,9 @@ pub fn lane_next_replays(
     engine.runtime.spawn(async move {
         let replays = lane.next_replays().await;
         settle_later(event_loop, settle, future, move |py| {
-            let address = |address: Option<std::net::SocketAddr>| {
-                address.map(|a| (a.ip().to_string(), a.port()))
-            };
             let items = replays
                 .into_iter()
-                .map(|replay| {
-                    (
-                        replay.path,
-                        replay.headers,
-                        PyBytes::new(py, &replay.body),
-                        address(replay.client),
-                        address(replay.server),
-                        replay.ticket,
-                    )
-                })
+                .map(|replay| LaneReplay::new(py, replay))
                 .collect::<Vec<_>>();
             Ok(PyList::new(py, items)?.into_any().unbind())
         });
@@ -419,4 +277,14 @@ pub fn lane_counts() -> PyResult<HashMap<&'static str, u64>> {
 #[pyfunction]
 pub fn lane_backlog() -> PyResult<usize> {
     Ok(running()?.backlog())
+}
+
+/// Every reason the fast lane sends a request to the proxy: what `lane_counts()` counts
+/// besides its outcomes, and the docs list.
+#[pyfunction]
+pub fn lane_reasons() -> Vec<&'static str> {
+    LaneReason::ALL
+        .iter()
+        .map(|reason| reason.as_str())
+        .collect()
 }

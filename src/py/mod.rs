@@ -2,47 +2,52 @@
 //! No provider logic lives here.
 
 mod bridge;
+mod deployment;
 mod errors;
 mod extract;
 mod gil;
+mod headers;
 mod lane;
+mod lane_types;
+mod prepare;
 mod stream;
 
-use http::{HeaderName, HeaderValue};
 use pyo3::prelude::*;
-
-use errors::InvalidRequestError;
 
 #[pymodule]
 mod _native {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use http::{HeaderName, HeaderValue};
     use pyo3::prelude::*;
-
-    use super::errors::{self, InvalidRequestError};
-    use super::extract;
-    use crate::call::ResponseShape;
-    use crate::http::UpstreamRequest;
-    use crate::http::sigv4::AwsCredentials;
-    use crate::model::{ChatRequest, DeclineCode, EmbeddingRequest};
-    use crate::providers::bedrock::transcription::{self, TranscriptionRequest};
-    use crate::providers::chunks::StreamOptions;
-    use crate::providers::{
-        self, AwsAuth, AwsSettings, Deployment as CoreDeployment, Provider, Refusal, embedding,
-        messages,
-    };
 
     #[pymodule_export]
     use super::bridge::{CallHandle, PreparedCall};
     #[pymodule_export]
+    use super::deployment::Deployment;
+    #[pymodule_export]
+    use super::errors::{
+        FastpathError, InternalError, InvalidRequestError, InvalidResponseError,
+        UpstreamConnectionError, UpstreamStatus, UpstreamStatusError, UpstreamStreamError,
+        UpstreamTimeoutError,
+    };
+    #[pymodule_export]
     use super::lane::{
         lane_backlog, lane_claim, lane_configure, lane_counts, lane_forget_group_lists,
-        lane_learn_messages_headers, lane_messages_cost, lane_next_replays, lane_replayed,
-        lane_set_cooling, lane_set_groups, lane_set_key, lane_stop, lane_stream_tail, start_lane,
+        lane_learn_messages_headers, lane_messages_cost, lane_next_replays, lane_reasons,
+        lane_replayed, lane_set_cooling, lane_set_groups, lane_set_key, lane_stop,
+        lane_stream_tail, start_lane,
     };
-    use super::stream::Payload;
+    #[pymodule_export]
+    use super::lane_types::{
+        LaneCachePrices, LaneClaim, LaneCost, LaneDeployment, LaneMessages, LaneMessagesStreams,
+        LanePricing, LaneReplay, LaneStreams,
+    };
+    #[cfg(feature = "bench")]
+    #[pymodule_export]
+    use super::prepare::prepare_converse_body;
+    #[pymodule_export]
+    use super::prepare::{
+        Declined, decline_codes, prepare_chat, prepare_chat_stream, prepare_embedding,
+        prepare_messages, prepare_transcription,
+    };
     #[pymodule_export]
     use super::stream::{PreparedStream, StreamHandle};
 
@@ -52,464 +57,10 @@ mod _native {
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
-        let py = m.py();
-        m.add("FastpathError", py.get_type::<errors::FastpathError>())?;
-        m.add(
-            "InvalidRequestError",
-            py.get_type::<errors::InvalidRequestError>(),
-        )?;
-        m.add(
-            "UpstreamStatusError",
-            py.get_type::<errors::UpstreamStatusError>(),
-        )?;
-        m.add(
-            "UpstreamTimeoutError",
-            py.get_type::<errors::UpstreamTimeoutError>(),
-        )?;
-        m.add(
-            "UpstreamConnectionError",
-            py.get_type::<errors::UpstreamConnectionError>(),
-        )?;
-        m.add(
-            "InvalidResponseError",
-            py.get_type::<errors::InvalidResponseError>(),
-        )?;
-        m.add(
-            "UpstreamStreamError",
-            py.get_type::<errors::UpstreamStreamError>(),
-        )?;
-        m.add("InternalError", py.get_type::<errors::InternalError>())?;
         let drain = wrap_pyfunction!(super::gil::drain, m)?;
-        py.import("atexit")?.call_method1("register", (drain,))?;
+        m.py()
+            .import("atexit")?
+            .call_method1("register", (drain,))?;
         Ok(())
     }
-
-    /// A deployment's resolved settings, built once and reused for every call.
-    #[pyclass(frozen, module = "litellm_fastpath._native")]
-    pub struct Deployment {
-        pub(crate) inner: Arc<CoreDeployment>,
-    }
-
-    #[pymethods]
-    impl Deployment {
-        #[new]
-        #[pyo3(signature = (
-            provider, model, *, api_base=None, api_key=None, extra_headers=None, timeout=600.0,
-            aws_access_key_id=None, aws_secret_access_key=None, aws_session_token=None,
-            aws_region=None, aws_endpoint=None, default_max_tokens=None,
-        ))]
-        #[allow(clippy::too_many_arguments)]
-        fn new(
-            provider: &str,
-            model: String,
-            api_base: Option<String>,
-            mut api_key: Option<String>,
-            extra_headers: Option<Vec<(String, String)>>,
-            timeout: f64,
-            aws_access_key_id: Option<String>,
-            aws_secret_access_key: Option<String>,
-            aws_session_token: Option<String>,
-            aws_region: Option<String>,
-            aws_endpoint: Option<String>,
-            default_max_tokens: Option<i64>,
-        ) -> PyResult<Self> {
-            let provider = Provider::parse(provider).ok_or_else(|| {
-                InvalidRequestError::new_err(format!("unsupported provider {provider:?}"))
-            })?;
-            let extra_headers = extra_headers
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(name, value)| {
-                    let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                        InvalidRequestError::new_err(format!("invalid extra header name {name:?}"))
-                    })?;
-                    let value = HeaderValue::from_str(&value).map_err(|_| {
-                        InvalidRequestError::new_err(format!(
-                            "invalid value for extra header {name:?}"
-                        ))
-                    })?;
-                    Ok((header_name, value))
-                })
-                .collect::<PyResult<Vec<_>>>()?;
-            // AWS settings are given for AWS-hosted providers only (the Python layer decides).
-            let aws = match aws_region {
-                Some(region) => {
-                    // A Bedrock API key (`api_key`) replaces the AWS credentials, as in LiteLLM.
-                    let auth = match api_key.take() {
-                        Some(token) => AwsAuth::Bearer(token),
-                        None => AwsAuth::SigV4(AwsCredentials {
-                            access_key_id: aws_access_key_id.ok_or_else(|| {
-                                InvalidRequestError::new_err(
-                                    "bedrock deployment has no AWS access key id",
-                                )
-                            })?,
-                            secret_access_key: aws_secret_access_key.ok_or_else(|| {
-                                InvalidRequestError::new_err(
-                                    "bedrock deployment has no AWS secret access key",
-                                )
-                            })?,
-                            session_token: aws_session_token,
-                        }),
-                    };
-                    Some(AwsSettings {
-                        auth,
-                        region,
-                        endpoint: aws_endpoint,
-                    })
-                }
-                None => None,
-            };
-            Ok(Deployment {
-                inner: Arc::new(CoreDeployment {
-                    provider,
-                    model,
-                    api_base,
-                    api_key,
-                    aws,
-                    extra_headers,
-                    timeout: timeout_from_secs(timeout)?,
-                    default_max_tokens,
-                }),
-            })
-        }
-
-        #[getter]
-        fn provider(&self) -> &'static str {
-            self.inner.provider.as_str()
-        }
-
-        #[getter]
-        fn model(&self) -> &str {
-            &self.inner.model
-        }
-
-        #[getter]
-        fn api_base(&self) -> Option<&str> {
-            self.inner.api_base.as_deref()
-        }
-
-        fn __repr__(&self) -> String {
-            // Never show keys: reprs end up in logs and tracebacks.
-            format!(
-                "Deployment(provider={:?}, model={:?}, api_base={:?})",
-                self.inner.provider.as_str(),
-                self.inner.model,
-                self.inner.api_base
-            )
-        }
-    }
-
-    pub(crate) fn timeout_from_secs(seconds: f64) -> PyResult<Duration> {
-        Duration::try_from_secs_f64(seconds)
-            .ok()
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| {
-                InvalidRequestError::new_err(format!(
-                    "timeout must be a positive number of seconds, got {seconds}"
-                ))
-            })
-    }
-
-    /// Why a request stays on LiteLLM's Python path.
-    #[pyclass(frozen, get_all, module = "litellm_fastpath._native")]
-    pub struct Declined {
-        pub code: &'static str,
-        pub detail: String,
-    }
-
-    #[pymethods]
-    impl Declined {
-        fn __repr__(&self) -> String {
-            format!("Declined(code={:?}, detail={:?})", self.code, self.detail)
-        }
-    }
-
-    /// Admission and transform for a chat request, before any I/O: returns a `PreparedCall`
-    /// or a `Declined`; malformed input raises `InvalidRequestError`.
-    #[pyfunction]
-    #[pyo3(signature = (deployment, messages, params, timeout=None))]
-    fn prepare_chat(
-        py: Python<'_>,
-        deployment: &Deployment,
-        messages: &Bound<'_, PyAny>,
-        params: &Bound<'_, PyAny>,
-        timeout: Option<f64>,
-    ) -> PyResult<Py<PyAny>> {
-        let extracted = extract::params(params).and_then(|params| {
-            Ok(ChatRequest {
-                messages: extract::messages(messages)?,
-                params,
-            })
-        });
-        let request = match extracted {
-            Ok(request) => request,
-            Err(decline) => return declined(py, decline),
-        };
-        let timeout = timeout.map(timeout_from_secs).transpose()?;
-        let core = Arc::clone(&deployment.inner);
-        // Structure only (cheap): text and media are checked in the call, off this thread.
-        let outcome = providers::prepare(&core, &request)
-            .map(|upstream| (vec![upstream], ResponseShape::ChatCompletion(core)));
-        prepared_or_declined(py, outcome, timeout)
-    }
-
-    /// Admission and transform for a streamed chat request (`stream=True`), before any I/O:
-    /// returns a `PreparedStream` or a `Declined`; malformed input raises `InvalidRequestError`.
-    #[pyfunction]
-    #[pyo3(signature = (
-        deployment, messages, params, *, stream_options=None, strip_usage=false,
-        repeat_limit=100, timeout=None,
-    ))]
-    #[allow(clippy::too_many_arguments)]
-    fn prepare_chat_stream(
-        py: Python<'_>,
-        deployment: &Deployment,
-        messages: &Bound<'_, PyAny>,
-        params: &Bound<'_, PyAny>,
-        stream_options: Option<&Bound<'_, PyAny>>,
-        strip_usage: bool,
-        repeat_limit: usize,
-        timeout: Option<f64>,
-    ) -> PyResult<Py<PyAny>> {
-        let extracted = extract::params(params).and_then(|params| {
-            Ok(ChatRequest {
-                messages: extract::messages(messages)?,
-                params,
-            })
-        });
-        let request = match extracted {
-            Ok(request) => request,
-            Err(decline) => return declined(py, decline),
-        };
-        let stream_options = stream_options
-            .map(pythonize::depythonize::<serde_json::Value>)
-            .transpose()
-            .map_err(|err| InvalidRequestError::new_err(format!("stream_options: {err}")))?;
-        let options = StreamOptions {
-            given: stream_options.is_some(),
-            include_usage: stream_options.as_ref().and_then(|o| o.get("include_usage"))
-                == Some(&serde_json::Value::Bool(true)),
-            strip_usage_artifacts: strip_usage,
-            repeat_limit,
-        };
-        let timeout = timeout.map(timeout_from_secs).transpose()?;
-        match providers::prepare_stream(&deployment.inner, &request, stream_options, options) {
-            Ok((mut upstream, transform)) => {
-                if let Some(timeout) = timeout {
-                    upstream.timeout = timeout;
-                }
-                Ok(Py::new(py, PreparedStream::new(upstream, transform))?.into_any())
-            }
-            Err(Refusal::Declined(decline)) => declined(py, decline),
-            Err(Refusal::Invalid(err)) => Err(errors::transform_error_to_py(err)),
-        }
-    }
-
-    /// Admission and transform for a `/v1/messages` request, before any I/O: `fields` are the
-    /// top-level body fields in LiteLLM's order, `headers` what LiteLLM sends besides the
-    /// credential. Returns `(call, rewrote_messages)` — a `PreparedCall` (answer: the provider's
-    /// bytes) or a `PreparedStream` (bytes forwarded as they arrive), and whether LiteLLM's
-    /// block rules dropped anything from `messages` — or a `Declined`; malformed input raises
-    /// `InvalidRequestError`.
-    #[pyfunction]
-    #[pyo3(signature = (deployment, fields, headers, *, stream=false, timeout=None))]
-    fn prepare_messages(
-        py: Python<'_>,
-        deployment: &Deployment,
-        fields: Vec<(String, Bound<'_, PyAny>)>,
-        headers: Vec<(String, String)>,
-        stream: bool,
-        timeout: Option<f64>,
-    ) -> PyResult<Py<PyAny>> {
-        let mut body = Vec::with_capacity(fields.len());
-        for (name, value) in fields {
-            match extract::document(&value) {
-                Ok(node) => body.push((name, node)),
-                Err(decline) => return declined(py, decline),
-            }
-        }
-        let headers = super::header_list(headers)?;
-        let request = messages::MessagesRequest {
-            fields: body,
-            stream,
-            headers,
-        };
-        let timeout = timeout.map(timeout_from_secs).transpose()?;
-        match messages::prepare(&deployment.inner, request) {
-            Ok(prepared) => {
-                let mut upstream = prepared.upstream;
-                if let Some(timeout) = timeout {
-                    upstream.timeout = timeout;
-                }
-                let call = if stream && deployment.inner.provider.as_str() == "bedrock" {
-                    let transform = Box::new(messages::stream::BedrockInvokeStream::new());
-                    let prepared =
-                        PreparedStream::with_payload(upstream, transform, Payload::MessagesSse);
-                    Py::new(py, prepared)?.into_any()
-                } else if stream {
-                    let transform = Box::new(messages::stream::AnthropicPassthrough::new());
-                    Py::new(py, PreparedStream::new(upstream, transform))?.into_any()
-                } else {
-                    Py::new(py, PreparedCall::new(upstream, ResponseShape::Raw))?.into_any()
-                };
-                Ok((call, prepared.rewrote_messages)
-                    .into_pyobject(py)?
-                    .into_any()
-                    .unbind())
-            }
-            Err(Refusal::Declined(decline)) => declined(py, decline),
-            Err(Refusal::Invalid(err)) => Err(errors::transform_error_to_py(err)),
-        }
-    }
-
-    /// Admission and transform for an embeddings request, before any I/O: returns a
-    /// `PreparedCall` or a `Declined`; malformed input raises `InvalidRequestError`.
-    #[pyfunction]
-    #[pyo3(signature = (deployment, input, params, timeout=None))]
-    fn prepare_embedding(
-        py: Python<'_>,
-        deployment: &Deployment,
-        input: &Bound<'_, PyAny>,
-        params: &Bound<'_, PyAny>,
-        timeout: Option<f64>,
-    ) -> PyResult<Py<PyAny>> {
-        let extracted = extract::embedding_input(input).and_then(|input| {
-            Ok(EmbeddingRequest {
-                input,
-                params: extract::params(params)?,
-            })
-        });
-        let request = match extracted {
-            Ok(request) => request,
-            Err(decline) => return declined(py, decline),
-        };
-        let timeout = timeout.map(timeout_from_secs).transpose()?;
-        let outcome = embedding::prepare(&deployment.inner, &request)
-            .map(|call| (call.requests, ResponseShape::Embedding(call.answer)));
-        prepared_or_declined(py, outcome, timeout)
-    }
-
-    /// An admission outcome as Python sees it: a `PreparedCall` (the caller's `timeout` applied
-    /// to every request), a `Declined`, or `InvalidRequestError`.
-    fn prepared_or_declined(
-        py: Python<'_>,
-        outcome: Result<(Vec<UpstreamRequest>, ResponseShape), Refusal>,
-        timeout: Option<Duration>,
-    ) -> PyResult<Py<PyAny>> {
-        match outcome {
-            Ok((mut requests, shape)) => {
-                if let Some(timeout) = timeout {
-                    for upstream in &mut requests {
-                        upstream.timeout = timeout;
-                    }
-                }
-                Ok(Py::new(py, PreparedCall::sequence(requests, shape))?.into_any())
-            }
-            Err(Refusal::Declined(decline)) => declined(py, decline),
-            Err(Refusal::Invalid(err)) => Err(errors::transform_error_to_py(err)),
-        }
-    }
-
-    /// A Bedrock Converse transcription: `audio` is raw audio (`bytes`, `bytearray`, any
-    /// contiguous buffer) or existing base64 text (`str`); read-only buffers are not copied.
-    #[pyfunction]
-    #[pyo3(signature = (deployment, audio, audio_format, *, language=None, prompt=None, temperature=None, timeout=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn prepare_transcription(
-        deployment: &Deployment,
-        audio: &Bound<'_, PyAny>,
-        audio_format: String,
-        language: Option<String>,
-        prompt: Option<String>,
-        temperature: Option<&Bound<'_, PyAny>>,
-        timeout: Option<f64>,
-    ) -> PyResult<PreparedCall> {
-        let audio = extract::audio(audio).map_err(InvalidRequestError::new_err)?;
-        let temperature = temperature
-            .map(
-                |value| match pythonize::depythonize::<serde_json::Value>(value) {
-                    Ok(value @ (serde_json::Value::Number(_) | serde_json::Value::String(_))) => {
-                        Ok(value)
-                    }
-                    _ => Err(InvalidRequestError::new_err(
-                        "temperature must be a number or a string",
-                    )),
-                },
-            )
-            .transpose()?;
-        let request = TranscriptionRequest {
-            audio,
-            format: audio_format,
-            language,
-            prompt,
-            temperature,
-        };
-        let mut upstream = transcription::build_transcription(&deployment.inner, &request)
-            .map_err(errors::transform_error_to_py)?;
-        if let Some(timeout) = timeout.map(timeout_from_secs).transpose()? {
-            upstream.timeout = timeout;
-        }
-        Ok(PreparedCall::new(
-            upstream,
-            ResponseShape::Parsed(transcription::parse_transcription),
-        ))
-    }
-
-    /// A Converse call with a JSON body the caller built (`bytes`, not copied); answers as a
-    /// transcription. For benchmarks that compare body builders (cargo feature `bench`).
-    #[cfg(feature = "bench")]
-    #[pyfunction]
-    #[pyo3(signature = (deployment, body, timeout=None))]
-    fn prepare_converse_body(
-        deployment: &Deployment,
-        body: &Bound<'_, PyAny>,
-        timeout: Option<f64>,
-    ) -> PyResult<PreparedCall> {
-        let body = extract::buffer_bytes(body)
-            .map_err(|why| InvalidRequestError::new_err(format!("body: {why}")))?;
-        let mut upstream = transcription::prebuilt_request(&deployment.inner, body)
-            .map_err(errors::transform_error_to_py)?;
-        if let Some(timeout) = timeout.map(timeout_from_secs).transpose()? {
-            upstream.timeout = timeout;
-        }
-        Ok(PreparedCall::new(
-            upstream,
-            ResponseShape::Parsed(transcription::parse_transcription),
-        ))
-    }
-
-    fn declined(py: Python<'_>, decline: crate::model::Decline) -> PyResult<Py<PyAny>> {
-        Ok(Py::new(
-            py,
-            Declined {
-                code: decline.code.as_str(),
-                detail: decline.detail,
-            },
-        )?
-        .into_any())
-    }
-
-    /// Every decline reason's name: what `decline_counts()` counts and the README lists.
-    #[pyfunction]
-    fn decline_codes() -> Vec<&'static str> {
-        DeclineCode::ALL.iter().map(|code| code.as_str()).collect()
-    }
-}
-
-/// Header pairs from Python, checked.
-pub(crate) fn header_list(
-    headers: Vec<(String, String)>,
-) -> PyResult<Vec<(HeaderName, HeaderValue)>> {
-    headers
-        .into_iter()
-        .map(|(name, value)| {
-            let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                InvalidRequestError::new_err(format!("invalid header name {name:?}"))
-            })?;
-            let value = HeaderValue::from_str(&value).map_err(|_| {
-                InvalidRequestError::new_err(format!("invalid value for header {name:?}"))
-            })?;
-            Ok((header_name, value))
-        })
-        .collect()
 }

@@ -8,8 +8,9 @@ use futures_util::FutureExt;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use super::bridge::{headers_to_py, settle_later};
+use super::bridge::settle_later;
 use super::errors::{InternalError, call_error_to_py, panic_to_py, stream_error_to_py};
+use super::headers::headers_to_py;
 use crate::call::CallError;
 use crate::http::UpstreamRequest;
 use crate::http::client::{OpenResponse, TransportError};

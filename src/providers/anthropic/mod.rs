@@ -1,104 +1,42 @@
 //! Anthropic Messages: chat.completions -> /v1/messages and back.
 
+pub mod endpoint;
 pub mod stream;
 pub mod tools;
 
-use http::HeaderMap;
 use serde_json::{Map, Value, json};
 
-use super::rules::{integer_param, native_body_decline, number_param, stop_param};
-use super::{Deployment, Refusal, TransformError, header, insert_secret};
+use super::error::{Refusal, TransformError};
+use super::parts::{header, headers, insert_secret, post};
+use super::provider::Deployment;
+use super::rules::{integer_param, number_param, stop_param};
+use super::turns::{BlockWriters, Turns};
+use super::usage::{TokenCounts, converted_usage};
 use crate::http::{RequestBody, UpstreamRequest};
-use crate::model::{ChatRequest, Content, ContentPart, Decline, DeclineCode, Role};
+use crate::model::ChatRequest;
 use crate::wire::body::Node;
-use crate::wire::media::parse_data_url;
 
-const DEFAULT_API_BASE: &str = "https://api.anthropic.com";
-const MESSAGES_PATH: &str = "/v1/messages";
-const API_VERSION: &str = "2023-06-01";
 /// LiteLLM's fallback when the model map has no output limit (Anthropic requires `max_tokens`).
 pub const DEFAULT_MAX_TOKENS: i64 = 4096;
 
-/// Mapped like LiteLLM's `AnthropicConfig` (`stop` -> `stop_sequences`).
-pub const PARAMS: &[&str] = &[
-    "temperature",
-    "top_p",
-    "max_tokens",
-    "max_completion_tokens",
-    "stop",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "response_format",
-];
-
-pub struct Anthropic;
-
-super::chat_provider!(Anthropic, "anthropic");
-
-fn build_request(
+pub fn build_request(
     deployment: &Deployment,
     request: &ChatRequest,
 ) -> Result<UpstreamRequest, Refusal> {
     let params = &request.params;
-    if let Some(decline) = native_body_decline(&request.messages) {
-        return Err(decline.into());
-    }
-    let tool_fields = tools::tool_fields(params, &request.messages)?;
+    let (tool_fields, turns) = Turns::checked(&request.messages, &BLOCKS, || {
+        tools::tool_fields(params, &request.messages)
+    })?;
     let structured = tool_fields.iter().any(|(name, _)| name == "output_format");
-
-    let mut system = Vec::new();
-    let mut turns: Vec<(Role, Vec<Node>)> = Vec::new();
-    for message in &request.messages {
-        if message.role.is_instruction() {
-            system.extend(content_blocks(&message.content)?);
-            continue;
-        }
-        // Tool results ride in a user turn; tool calls follow the assistant's text.
-        let (role, blocks) = match (message.role, &message.tool_calls) {
-            (Role::Tool, _) => (Role::User, vec![tools::tool_result_block(message)?]),
-            (Role::Assistant, Some(calls)) => {
-                let mut blocks = match &message.content {
-                    Content::Absent => Vec::new(),
-                    content => content_blocks(content)?,
-                };
-                blocks.extend(tools::tool_use_blocks(calls)?);
-                (Role::Assistant, blocks)
-            }
-            (role, _) => (role, content_blocks(&message.content)?),
-        };
-        // Anthropic needs alternating roles; LiteLLM merges consecutive same-role turns.
-        match turns.last_mut() {
-            Some((last, existing)) if *last == role => existing.extend(blocks),
-            _ => turns.push((role, blocks)),
-        }
-    }
 
     // LiteLLM maps `max_completion_tokens` after `max_tokens`, so it wins when both are set.
     let max_tokens = integer_param(params, "max_completion_tokens")?
         .or(integer_param(params, "max_tokens")?)
         .or(deployment.default_max_tokens)
         .unwrap_or(DEFAULT_MAX_TOKENS);
-    let mut fields: Vec<(String, Node)> = vec![
-        ("model".into(), Node::from(deployment.model.as_str())),
-        (
-            "messages".into(),
-            Node::Array(
-                turns
-                    .into_iter()
-                    .map(|(role, blocks)| {
-                        Node::object([
-                            ("role", Node::from(role.as_str())),
-                            ("content", Node::Array(blocks)),
-                        ])
-                    })
-                    .collect(),
-            ),
-        ),
-    ];
-    if !system.is_empty() {
-        fields.push(("system".into(), Node::Array(system)));
-    }
+    let mut fields: Vec<(String, Node)> =
+        vec![("model".into(), Node::from(deployment.model.as_str()))];
+    turns.push_into(&mut fields);
     fields.push(("max_tokens".into(), Node::Value(json!(max_tokens))));
     for name in ["temperature", "top_p"] {
         if let Some(value) = number_param(params, name)? {
@@ -110,23 +48,16 @@ fn build_request(
     }
     fields.extend(tool_fields);
 
-    let base = deployment.api_base.as_deref().unwrap_or(DEFAULT_API_BASE);
-    let base = base.trim_end_matches('/');
-    let url = if base.ends_with(MESSAGES_PATH) {
-        base.to_string()
-    } else {
-        format!("{base}{MESSAGES_PATH}")
-    };
-
-    let mut headers = HeaderMap::new();
-    for (name, value) in [
+    let base = deployment
+        .api_base
+        .as_deref()
+        .unwrap_or(endpoint::DEFAULT_API_BASE);
+    let url = endpoint::messages_url(base.trim_end_matches('/'));
+    let mut headers = headers(&[
         ("accept", "application/json"),
         ("content-type", "application/json"),
-        ("anthropic-version", API_VERSION),
-    ] {
-        let (name, value) = header(name, value)?;
-        headers.insert(name, value);
-    }
+        ("anthropic-version", endpoint::API_VERSION),
+    ])?;
     if let Some(key) = &deployment.api_key {
         insert_secret(&mut headers, "x-api-key", key)?;
     }
@@ -134,61 +65,34 @@ fn build_request(
         let (name, value) = header("anthropic-beta", tools::STRUCTURED_OUTPUTS_BETA)?;
         headers.insert(name, value);
     }
-    Ok(UpstreamRequest {
-        url,
-        headers,
-        body: RequestBody::Document(Node::Object(fields)),
-        timeout: deployment.timeout,
-        sigv4: None,
-    })
+    let body = RequestBody::Document(Node::Object(fields));
+    Ok(post(url, headers, body, deployment.timeout))
 }
 
-fn text_block(text: &bytes::Bytes) -> Result<Node, TransformError> {
-    Ok(Node::object([
-        ("type", Node::from("text")),
-        ("text", Node::Str(text.clone())),
-    ]))
-}
-
-/// A message's content blocks (images only reach here from user turns: see
-/// `native_body_decline`).
-fn content_blocks(content: &Content) -> Result<Vec<Node>, Refusal> {
-    let parts = match content {
-        Content::Text(text) => return Ok(vec![text_block(text)?]),
-        Content::Parts(parts) => parts,
-        // Tool-calling turns are declined before (`native_body_decline`).
-        Content::Absent => {
-            return Err(Decline::new(DeclineCode::MessageWithoutContent, "no content").into());
-        }
-    };
-    let mut blocks = Vec::with_capacity(parts.len());
-    for part in parts {
-        match part {
-            ContentPart::Text(text) => blocks.push(text_block(text)?),
-            ContentPart::Image(image) => {
-                // LiteLLM downloads http(s) images for Anthropic; that I/O stays in Python.
-                if !image.url.starts_with(b"data:") {
-                    return Err(
-                        Decline::new(DeclineCode::ImageUrlRemote, "non-data image URL").into(),
-                    );
-                }
-                let data_url = parse_data_url(&image.url)?;
-                blocks.push(Node::object([
-                    ("type", Node::from("image")),
-                    (
-                        "source",
-                        Node::object([
-                            ("type", Node::from("base64")),
-                            ("media_type", Node::from(data_url.media_type)),
-                            ("data", Node::Base64Text(data_url.data)),
-                        ]),
-                    ),
-                ]));
-            }
-        }
-    }
-    Ok(blocks)
-}
+/// How this provider writes a turn's blocks.
+const BLOCKS: BlockWriters = BlockWriters {
+    text: |text| {
+        Node::object([
+            ("type", Node::from("text")),
+            ("text", Node::Str(text.clone())),
+        ])
+    },
+    image: |image| {
+        Ok(Node::object([
+            ("type", Node::from("image")),
+            (
+                "source",
+                Node::object([
+                    ("type", Node::from("base64")),
+                    ("media_type", Node::from(image.media_type)),
+                    ("data", Node::Base64Text(image.data)),
+                ]),
+            ),
+        ]))
+    },
+    tool_result: tools::tool_result_block,
+    tool_uses: tools::tool_use_blocks,
+};
 
 pub fn finish_reason(stop_reason: Option<&str>) -> &'static str {
     match stop_reason {
@@ -199,7 +103,7 @@ pub fn finish_reason(stop_reason: Option<&str>) -> &'static str {
     }
 }
 
-fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
+pub fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
     let invalid = |why: &str| TransformError::InvalidResponse(why.to_string());
     let Value::Object(body) = body else {
         return Err(invalid("expected a JSON object"));
@@ -260,41 +164,32 @@ fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, Transfo
 /// Anthropic usage -> OpenAI usage: cached and cache-creation input counts as prompt tokens.
 pub fn convert_usage(usage: &Value) -> Value {
     let count = |key: &str| usage.get(key).and_then(Value::as_i64).unwrap_or(0);
-    let input = count("input_tokens");
-    let output = count("output_tokens");
-    let cache_read = count("cache_read_input_tokens");
-    let cache_creation = count("cache_creation_input_tokens");
-    let prompt = input + cache_read + cache_creation;
-    // Text fields LiteLLM copies from Anthropic's usage when they are strings.
-    let text = |key: &str| usage.get(key).filter(|value| value.is_string()).cloned();
-    let mut prompt_details = json!({
-        "audio_tokens": null,
-        "image_tokens": null,
-        "video_tokens": null,
-        "cache_write_tokens": cache_creation,
-        "cached_tokens": cache_read,
-        "text_tokens": input,
-        "cache_creation_tokens": cache_creation,
+    let mut out = converted_usage(TokenCounts {
+        input: count("input_tokens"),
+        output: count("output_tokens"),
+        cache_read: count("cache_read_input_tokens"),
+        cache_write: count("cache_creation_input_tokens"),
+        total: None,
     });
     // The cache writes by TTL (`_resolve_cache_creation_token_details`); they price differently.
     if let Some(split) = usage.get("cache_creation").and_then(Value::as_object) {
         let tokens = |key: &str| split.get(key).cloned().unwrap_or(Value::Null);
-        prompt_details["cache_creation_token_details"] = json!({
+        out["prompt_tokens_details"]["cache_creation_token_details"] = json!({
             "ephemeral_5m_input_tokens": tokens("ephemeral_5m_input_tokens"),
             "ephemeral_1h_input_tokens": tokens("ephemeral_1h_input_tokens"),
         });
     }
-    json!({
-        "prompt_tokens": prompt,
-        "completion_tokens": output,
-        "total_tokens": prompt + output,
-        "completion_tokens_details": {"reasoning_tokens": 0, "text_tokens": output},
-        "prompt_tokens_details": prompt_details,
-        "cache_creation_input_tokens": cache_creation,
-        "cache_read_input_tokens": cache_read,
-        "iterations": null,
-        "inference_geo": text("inference_geo"),
-        "speed": text("speed"),
-        "service_tier": usage.get("service_tier").cloned().unwrap_or(Value::Null),
-    })
+    // Text fields LiteLLM copies from Anthropic's usage when they are strings.
+    let text = |key: &str| {
+        usage
+            .get(key)
+            .filter(|value| value.is_string())
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    out["iterations"] = Value::Null;
+    out["inference_geo"] = text("inference_geo");
+    out["speed"] = text("speed");
+    out["service_tier"] = usage.get("service_tier").cloned().unwrap_or(Value::Null);
+    out
 }

@@ -10,21 +10,12 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::providers::TransformError;
-use crate::providers::chunks::{ChatChunks, StreamOptions, fresh_id, map_finish_reason};
+use crate::providers::chunks::{
+    ChatChunks, StreamOptions, ToolCallDeltas, fresh_id, map_finish_reason,
+};
+use crate::providers::error::TransformError;
 use crate::providers::stream::{Flow, StreamError, StreamTransform};
 use crate::wire::sse::SseEvent;
-
-/// The content block being streamed.
-enum Block {
-    Text,
-    /// A tool block: how many argument deltas came, and whether they joined to nothing.
-    Tool {
-        deltas: usize,
-        empty: bool,
-    },
-    Other,
-}
 
 pub struct AnthropicStream {
     chunks: ChatChunks,
@@ -32,8 +23,7 @@ pub struct AnthropicStream {
     /// Usage so far: `message_delta`'s fields over `message_start`'s (Anthropic's own names;
     /// Python converts it with LiteLLM's `calculate_usage`).
     usage: Map<String, Value>,
-    tool_index: i64,
-    block: Block,
+    tool_calls: ToolCallDeltas,
 }
 
 impl AnthropicStream {
@@ -42,8 +32,7 @@ impl AnthropicStream {
             chunks: ChatChunks::new(model, options),
             id: fresh_id(),
             usage: Map::new(),
-            tool_index: -1,
-            block: Block::Other,
+            tool_calls: ToolCallDeltas::default(),
         }
     }
 
@@ -68,10 +57,6 @@ impl AnthropicStream {
             self.usage.insert(key.clone(), value.clone());
         }
         true
-    }
-
-    fn tool_delta(&self, call: Value) -> Value {
-        json!({"content": "", "tool_calls": [call]})
     }
 }
 
@@ -99,26 +84,16 @@ impl StreamTransform for AnthropicStream {
                 let block = parsed.get("content_block").cloned().unwrap_or(Value::Null);
                 match block.get("type").and_then(Value::as_str) {
                     Some("text") => {
-                        self.block = Block::Text;
+                        self.tool_calls.other_block();
                         let text = block.get("text").and_then(Value::as_str).unwrap_or("");
                         self.chunk(json!({"content": text}), None, false)
                     }
                     Some("tool_use" | "server_tool_use") => {
-                        self.tool_index += 1;
-                        self.block = Block::Tool {
-                            deltas: 0,
-                            empty: true,
-                        };
-                        let call = json!({
-                            "id": block.get("id"),
-                            "type": "function",
-                            "function": {"name": block.get("name"), "arguments": ""},
-                            "index": self.tool_index,
-                        });
-                        self.chunk(self.tool_delta(call), None, false)
+                        let delta = self.tool_calls.start(block.get("id"), block.get("name"));
+                        self.chunk(delta, None, false)
                     }
                     _ => {
-                        self.block = Block::Other;
+                        self.tool_calls.other_block();
                         return Ok(Flow::More);
                     }
                 }
@@ -130,22 +105,13 @@ impl StreamTransform for AnthropicStream {
                         let text = delta.get("text").and_then(Value::as_str).unwrap_or("");
                         self.chunk(json!({"content": text}), None, false)
                     }
-                    Some("input_json_delta") => {
-                        let Block::Tool { deltas, empty } = &mut self.block else {
-                            return Ok(Flow::More);
-                        };
+                    Some("input_json_delta") if self.tool_calls.is_open() => {
                         let piece = delta
                             .get("partial_json")
                             .and_then(Value::as_str)
                             .unwrap_or("");
-                        *deltas += 1;
-                        *empty &= piece.is_empty();
-                        let call = json!({
-                            "function": {"arguments": piece},
-                            "type": "function",
-                            "index": self.tool_index,
-                        });
-                        self.chunk(self.tool_delta(call), None, false)
+                        let delta = self.tool_calls.arguments(piece);
+                        self.chunk(delta, None, false)
                     }
                     Some("thinking_delta") => {
                         let text = delta.get("thinking").and_then(Value::as_str).unwrap_or("");
@@ -161,20 +127,10 @@ impl StreamTransform for AnthropicStream {
                     _ => return Ok(Flow::More),
                 }
             }
-            "content_block_stop" => {
-                let block = std::mem::replace(&mut self.block, Block::Other);
-                match block {
-                    Block::Tool { deltas, empty } if deltas > 0 && empty => {
-                        let call = json!({
-                            "function": {"arguments": "{}"},
-                            "type": "function",
-                            "index": self.tool_index,
-                        });
-                        self.chunk(self.tool_delta(call), None, false)
-                    }
-                    _ => return Ok(Flow::More),
-                }
-            }
+            "content_block_stop" => match self.tool_calls.close() {
+                Some(delta) => self.chunk(delta, None, false),
+                None => return Ok(Flow::More),
+            },
             "message_delta" => {
                 let reason = parsed
                     .pointer("/delta/stop_reason")

@@ -9,8 +9,11 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::model::{Content, ContentPart, Decline, DeclineCode, Message};
-use crate::providers::rules::{answer_tool_call, function_tool, tool_calls};
+use crate::model::{Decline, DeclineCode, Message};
+use crate::providers::tools::{
+    ToolChoice, ToolResultText, answer_tool_call, function_tool, read_tool_choice, tool_calls,
+    tool_result,
+};
 use crate::wire::body::Node;
 
 /// Schema keys LiteLLM's `sanitize_input_schema_for_anthropic` keeps at the top level.
@@ -255,29 +258,14 @@ pub fn tool_fields(
 
 fn tool_choice(choice: &Value) -> Result<Value, Decline> {
     let unusual = || decline(DeclineCode::ToolChoice, "an unusual tool_choice");
-    let kind = match choice {
-        Value::String(kind) => kind.as_str(),
-        Value::Object(object) => match object.get("type").and_then(Value::as_str) {
-            Some("function") => {
-                let name = object
-                    .get("function")
-                    .and_then(|f| f.get("name"))
-                    .and_then(Value::as_str)
-                    .filter(|name| is_valid_name(name))
-                    .ok_or_else(unusual)?;
-                return Ok(json!({"type": "tool", "name": name}));
-            }
-            Some(kind) if object.len() == 1 => kind,
-            _ => return Err(unusual()),
+    Ok(
+        match read_tool_choice(choice, is_valid_name).ok_or_else(unusual)? {
+            ToolChoice::Auto => json!({"type": "auto"}),
+            ToolChoice::None => json!({"type": "none"}),
+            ToolChoice::Required => json!({"type": "any"}),
+            ToolChoice::Function(name) => json!({"type": "tool", "name": name}),
         },
-        _ => return Err(unusual()),
-    };
-    match kind {
-        "auto" => Ok(json!({"type": "auto"})),
-        "none" => Ok(json!({"type": "none"})),
-        "required" => Ok(json!({"type": "any"})),
-        _ => Err(unusual()),
-    }
+    )
 }
 
 /// An assistant turn's `tool_calls` as `tool_use` blocks.
@@ -294,29 +282,21 @@ pub fn tool_use_blocks(calls: &Value) -> Result<Vec<Node>, Decline> {
 
 /// A `tool` message as the `tool_result` block LiteLLM sends (text content only).
 pub fn tool_result_block(message: &Message) -> Result<Node, Decline> {
-    let id = message
-        .tool_call_id
-        .as_deref()
-        .filter(|id| is_valid_name(id))
-        .ok_or_else(|| decline(DeclineCode::MessageField, "a tool_call_id LiteLLM rewrites"))?;
-    let content = match &message.content {
-        Content::Text(text) => Node::Str(text.clone()),
-        Content::Parts(parts) => Node::Array(
+    let (id, text) = tool_result(message, is_valid_name)?;
+    let content = match text {
+        ToolResultText::Text(text) => Node::Str(text.clone()),
+        ToolResultText::Parts(parts) => Node::Array(
             parts
-                .iter()
-                .map(|part| match part {
-                    ContentPart::Text(text) => Ok(Node::object([
+                .into_iter()
+                .map(|text| {
+                    Node::object([
                         ("type", Node::from("text")),
                         ("text", Node::Str(text.clone())),
-                    ])),
-                    ContentPart::Image(_) => Err(decline(
-                        DeclineCode::ContentPart,
-                        "an image in a tool message",
-                    )),
+                    ])
                 })
-                .collect::<Result<Vec<_>, _>>()?,
+                .collect(),
         ),
-        Content::Absent => {
+        ToolResultText::Absent => {
             return Err(decline(
                 DeclineCode::MessageWithoutContent,
                 "a tool message without content",

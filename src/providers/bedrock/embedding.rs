@@ -3,14 +3,15 @@
 
 use serde_json::{Map, Value};
 
-use super::{aws_request, invoke_url};
+use super::endpoint::{aws_request, invoke_url};
 use crate::http::{RequestBody, UpstreamRequest};
 use crate::model::{Decline, DeclineCode, EmbeddingRequest};
 use crate::providers::embedding::{
-    EmbeddingAnswer, EmbeddingCall, admit_params, embedding_item, encoding_format,
+    EmbeddingAnswer, EmbeddingCall, admit_params, embedding_item, encoding_format, one,
     positive_integer, string_param,
 };
-use crate::providers::{Deployment, Refusal, TransformError};
+use crate::providers::error::{Refusal, TransformError};
+use crate::providers::provider::Deployment;
 use crate::wire::body::JsonBody;
 
 /// The embedding families LiteLLM 1.106.12 serves on Bedrock that the fast path reproduces.
@@ -56,18 +57,10 @@ pub fn build(
         Decline::new(DeclineCode::EmbeddingInput, "token ids for a Bedrock model")
     })?;
     let params = &request.params;
-    let model = deployment.model.clone();
     match family {
         Family::TitanV1 => {
             admit_params(&[], params)?;
-            let requests = texts
-                .iter()
-                .map(|text| titan_request(deployment, text, &Map::new()))
-                .collect::<Result<_, _>>()?;
-            Ok(EmbeddingCall {
-                requests,
-                answer: EmbeddingAnswer::Titan { model },
-            })
+            titan_call(deployment, &texts, &Map::new())
         }
         Family::TitanV2 => {
             admit_params(&["dimensions", "encoding_format", "normalize"], params)?;
@@ -94,14 +87,7 @@ pub fn build(
                     );
                 }
             }
-            let requests = texts
-                .iter()
-                .map(|text| titan_request(deployment, text, &options))
-                .collect::<Result<_, _>>()?;
-            Ok(EmbeddingCall {
-                requests,
-                answer: EmbeddingAnswer::Titan { model },
-            })
+            titan_call(deployment, &texts, &options)
         }
         Family::Cohere => {
             admit_params(
@@ -129,21 +115,37 @@ pub fn build(
             }
             Ok(EmbeddingCall {
                 requests: vec![invoke(deployment, Value::Object(body))?],
-                answer: EmbeddingAnswer::Cohere { model },
+                answer: EmbeddingAnswer {
+                    model: deployment.model.clone(),
+                    read: |model, answers| parse_cohere(model, one(answers)?),
+                },
             })
         }
     }
 }
 
-fn titan_request(
+/// Titan: one request per input, `{"inputText", ...options}`.
+fn titan_call(
     deployment: &Deployment,
-    text: &str,
+    texts: &[&str],
     options: &Map<String, Value>,
-) -> Result<UpstreamRequest, TransformError> {
-    let mut body = Map::with_capacity(1 + options.len());
-    body.insert("inputText".into(), Value::from(text));
-    body.extend(options.iter().map(|(k, v)| (k.clone(), v.clone())));
-    invoke(deployment, Value::Object(body))
+) -> Result<EmbeddingCall, Refusal> {
+    let requests = texts
+        .iter()
+        .map(|text| {
+            let mut body = Map::with_capacity(1 + options.len());
+            body.insert("inputText".into(), Value::from(*text));
+            body.extend(options.iter().map(|(k, v)| (k.clone(), v.clone())));
+            invoke(deployment, Value::Object(body))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(EmbeddingCall {
+        requests,
+        answer: EmbeddingAnswer {
+            model: deployment.model.clone(),
+            read: parse_titan,
+        },
+    })
 }
 
 fn invoke(deployment: &Deployment, body: Value) -> Result<UpstreamRequest, TransformError> {

@@ -1,152 +1,31 @@
 //! Bedrock Converse: chat.completions -> `POST {endpoint}/model/{id}/converse`, SigV4-signed.
 
-use http::HeaderMap;
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
-use serde_json::{Map, Value, json};
-
 pub mod embedding;
+pub mod endpoint;
 pub mod stream;
 pub mod tools;
 pub mod transcription;
 
-use super::rules::{integer_param, native_body_decline, number_param, stop_param};
-use super::{AwsAuth, AwsSettings, Deployment, Refusal, TransformError, header, insert_secret};
-use crate::http::{RequestBody, SigV4, UpstreamRequest};
-use crate::model::{ChatRequest, Content, ContentPart, Decline, DeclineCode, Role};
+use serde_json::{Map, Value, json};
+
+use super::error::{Refusal, TransformError};
+use super::provider::Deployment;
+use super::rules::{integer_param, number_param, stop_param};
+use super::turns::{BlockWriters, Turns};
+use super::usage::{TokenCounts, converted_usage};
+use crate::http::{RequestBody, UpstreamRequest};
+use crate::model::{ChatRequest, Decline, DeclineCode};
 use crate::wire::body::Node;
-use crate::wire::media::parse_data_url;
 
-/// Characters kept as-is in the model id path segment (Python's `quote(model_id, safe="")`).
-const MODEL_ID_KEEP: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
-
-pub fn endpoint(aws: &AwsSettings) -> String {
-    match &aws.endpoint {
-        Some(endpoint) => endpoint.trim_end_matches('/').to_string(),
-        None => format!("https://bedrock-runtime.{}.amazonaws.com", aws.region),
-    }
-}
-
-pub fn converse_url(aws: &AwsSettings, model_id: &str) -> String {
-    format!(
-        "{}/model/{}/converse",
-        endpoint(aws),
-        utf8_percent_encode(model_id, MODEL_ID_KEEP)
-    )
-}
-
-/// `POST {endpoint}/model/{id}/invoke`: the model's native body (embeddings).
-pub fn invoke_url(deployment: &Deployment) -> Result<String, TransformError> {
-    Ok(format!(
-        "{}/model/{}/invoke",
-        endpoint(aws_settings(deployment)?),
-        utf8_percent_encode(&deployment.model, MODEL_ID_KEEP)
-    ))
-}
-
-fn aws_settings(deployment: &Deployment) -> Result<&AwsSettings, TransformError> {
-    deployment.aws.as_ref().ok_or_else(|| {
-        TransformError::InvalidRequest("bedrock deployment without AWS settings".into())
-    })
-}
-
-/// Headers and signing plan shared by every Converse call (chat and transcription).
-pub fn converse_request(
-    deployment: &Deployment,
-    body: RequestBody,
-) -> Result<UpstreamRequest, TransformError> {
-    let url = converse_url(aws_settings(deployment)?, &deployment.model);
-    aws_request(deployment, url, body)
-}
-
-/// A JSON POST to Bedrock: SigV4-signed with the deployment's credentials, or its API key.
-pub fn aws_request(
-    deployment: &Deployment,
-    url: String,
-    body: RequestBody,
-) -> Result<UpstreamRequest, TransformError> {
-    let aws = aws_settings(deployment)?;
-    let mut headers = HeaderMap::new();
-    let (name, value) = header("content-type", "application/json")?;
-    headers.insert(name, value);
-    let sigv4 = match &aws.auth {
-        AwsAuth::SigV4(credentials) => Some(SigV4 {
-            credentials: credentials.clone(),
-            region: aws.region.clone(),
-            service: "bedrock",
-        }),
-        // A Bedrock API key replaces SigV4, as in LiteLLM.
-        AwsAuth::Bearer(token) => {
-            insert_secret(&mut headers, "authorization", &format!("Bearer {token}"))?;
-            None
-        }
-    };
-    Ok(UpstreamRequest {
-        url,
-        headers,
-        body,
-        timeout: deployment.timeout,
-        sigv4,
-    })
-}
-
-/// Mapped into `inferenceConfig` and `toolConfig` like LiteLLM's `AmazonConverseConfig`.
-pub const PARAMS: &[&str] = &[
-    "temperature",
-    "top_p",
-    "max_tokens",
-    "max_completion_tokens",
-    "stop",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "response_format",
-];
-
-pub struct Bedrock;
-
-super::chat_provider!(Bedrock, "bedrock");
-
-fn build_request(
+pub fn build_request(
     deployment: &Deployment,
     request: &ChatRequest,
 ) -> Result<UpstreamRequest, Refusal> {
     let params = &request.params;
-    if let Some(decline) = native_body_decline(&request.messages) {
-        return Err(decline.into());
-    }
-    let tool_config = tools::tool_config(params, &request.messages)?;
-
-    let mut system = Vec::new();
-    let mut turns: Vec<(Role, Vec<Node>)> = Vec::new();
-    for message in &request.messages {
-        // Images only reach here from user turns (see `native_body_decline`).
-        if message.role.is_instruction() {
-            system.extend(content_blocks(&message.content)?);
-            continue;
-        }
-        // Tool results ride in a user turn; tool calls follow the assistant's text.
-        let (role, blocks) = match (message.role, &message.tool_calls) {
-            (Role::Tool, _) => (Role::User, vec![tools::tool_result_block(message)?]),
-            (Role::Assistant, Some(calls)) => {
-                let mut blocks = match &message.content {
-                    Content::Absent => Vec::new(),
-                    content => content_blocks(content)?,
-                };
-                blocks.extend(tools::tool_use_blocks(calls)?);
-                (Role::Assistant, blocks)
-            }
-            (role, _) => (role, content_blocks(&message.content)?),
-        };
-        // Converse needs alternating roles; LiteLLM merges consecutive same-role turns.
-        match turns.last_mut() {
-            Some((last, existing)) if *last == role => existing.extend(blocks),
-            _ => turns.push((role, blocks)),
-        }
-    }
+    // Images only reach the blocks from user turns (see `native_body_decline`).
+    let (tool_config, turns) = Turns::checked(&request.messages, &BLOCKS, || {
+        tools::tool_config(params, &request.messages)
+    })?;
 
     let mut inference = Vec::new();
     // LiteLLM maps `max_completion_tokens` after `max_tokens`, so it wins when both are set.
@@ -165,73 +44,37 @@ fn build_request(
         inference.push(("stopSequences".to_string(), Node::Value(json!(stop))));
     }
 
-    let mut fields: Vec<(String, Node)> = vec![(
-        "messages".into(),
-        Node::Array(
-            turns
-                .into_iter()
-                .map(|(role, blocks)| {
-                    Node::object([
-                        ("role", Node::from(role.as_str())),
-                        ("content", Node::Array(blocks)),
-                    ])
-                })
-                .collect(),
-        ),
-    )];
-    if !system.is_empty() {
-        fields.push(("system".into(), Node::Array(system)));
-    }
+    let mut fields = Vec::new();
+    turns.push_into(&mut fields);
     fields.push(("inferenceConfig".into(), Node::Object(inference)));
     if let Some(config) = tool_config {
         fields.push(("toolConfig".into(), config));
     }
-    Ok(converse_request(
+    Ok(endpoint::converse_request(
         deployment,
         RequestBody::Document(Node::Object(fields)),
     )?)
 }
 
-fn text_block(text: &bytes::Bytes) -> Result<Node, TransformError> {
-    Ok(Node::object([("text", Node::Str(text.clone()))]))
-}
-
-fn content_blocks(content: &Content) -> Result<Vec<Node>, Refusal> {
-    let parts = match content {
-        Content::Text(text) => return Ok(vec![text_block(text)?]),
-        Content::Parts(parts) => parts,
-        // Tool-calling turns are declined before (`native_body_decline`).
-        Content::Absent => {
-            return Err(Decline::new(DeclineCode::MessageWithoutContent, "no content").into());
-        }
-    };
-    parts
-        .iter()
-        .map(|part| match part {
-            ContentPart::Text(text) => Ok(text_block(text)?),
-            ContentPart::Image(image) => {
-                // LiteLLM downloads http(s) images for Bedrock; that I/O stays in Python.
-                if !image.url.starts_with(b"data:") {
-                    return Err(
-                        Decline::new(DeclineCode::ImageUrlRemote, "non-data image URL").into(),
-                    );
-                }
-                let data_url = parse_data_url(&image.url)?;
-                let format = image_format(&data_url.media_type)?;
-                Ok(Node::object([(
-                    "image",
-                    Node::object([
-                        ("format", Node::from(format)),
-                        (
-                            "source",
-                            Node::object([("bytes", Node::Base64Text(data_url.data))]),
-                        ),
-                    ]),
-                )]))
-            }
-        })
-        .collect()
-}
+/// How this provider writes a turn's blocks.
+const BLOCKS: BlockWriters = BlockWriters {
+    text: |text| Node::object([("text", Node::Str(text.clone()))]),
+    image: |image| {
+        let format = image_format(&image.media_type)?;
+        Ok(Node::object([(
+            "image",
+            Node::object([
+                ("format", Node::from(format)),
+                (
+                    "source",
+                    Node::object([("bytes", Node::Base64Text(image.data))]),
+                ),
+            ]),
+        )]))
+    },
+    tool_result: tools::tool_result_block,
+    tool_uses: tools::tool_use_blocks,
+};
 
 /// Bedrock's image format from the data URL's media type; LiteLLM ignores media type parameters
 /// (`image/png;charset=utf-8`). Documents, videos and other types follow LiteLLM's own rules.
@@ -279,7 +122,7 @@ pub fn output_text(body: &Value) -> Result<String, TransformError> {
     Ok(text)
 }
 
-fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
+pub fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
     let invalid = |why: &str| TransformError::InvalidResponse(why.to_string());
     let text = output_text(&body)?;
     // LiteLLM reads both unconditionally: without them the call fails (no zero-cost answers).
@@ -314,59 +157,22 @@ fn parse_response(deployment: &Deployment, body: Value) -> Result<Value, Transfo
     }))
 }
 
-/// Converse usage -> OpenAI usage: cache reads and writes count as prompt tokens.
+/// Converse usage -> OpenAI usage.
 pub fn convert_usage(usage: &Value) -> Value {
     let count = |key: &str| usage.get(key).and_then(Value::as_i64).unwrap_or(0);
-    let input = count("inputTokens");
-    let output = count("outputTokens");
-    let cache_read = count("cacheReadInputTokens");
-    let cache_write = count("cacheWriteInputTokens");
-    let prompt = input + cache_read + cache_write;
-    // LiteLLM reports Bedrock's own total, which excludes cache tokens.
-    let total = usage
-        .get("totalTokens")
-        .and_then(Value::as_i64)
-        .unwrap_or(prompt + output);
-    json!({
-        "prompt_tokens": prompt,
-        "completion_tokens": output,
-        "total_tokens": total,
-        "completion_tokens_details": {"reasoning_tokens": 0, "text_tokens": output},
-        "prompt_tokens_details": {
-            "audio_tokens": null,
-            "image_tokens": null,
-            "video_tokens": null,
-            "cache_write_tokens": cache_write,
-            "cached_tokens": cache_read,
-            "text_tokens": input,
-            "cache_creation_tokens": cache_write,
-        },
-        "cache_creation_input_tokens": cache_write,
-        "cache_read_input_tokens": cache_read,
+    converted_usage(TokenCounts {
+        input: count("inputTokens"),
+        output: count("outputTokens"),
+        cache_read: count("cacheReadInputTokens"),
+        cache_write: count("cacheWriteInputTokens"),
+        // LiteLLM reports Bedrock's own total, which excludes cache tokens.
+        total: usage.get("totalTokens").and_then(Value::as_i64),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::sigv4::AwsCredentials;
-
-    #[test]
-    fn model_id_is_encoded_like_python_quote() {
-        let aws = AwsSettings {
-            auth: AwsAuth::SigV4(AwsCredentials {
-                access_key_id: "AKID".into(),
-                secret_access_key: "secret".into(),
-                session_token: None,
-            }),
-            region: "us-west-2".into(),
-            endpoint: None,
-        };
-        assert_eq!(
-            converse_url(&aws, "anthropic.claude-3-5-sonnet-20240620-v1:0"),
-            "https://bedrock-runtime.us-west-2.amazonaws.com/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/converse"
-        );
-    }
 
     #[test]
     fn finish_reasons_follow_litellm() {

@@ -11,8 +11,10 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::providers::TransformError;
-use crate::providers::chunks::{ChatChunks, StreamOptions, fresh_id, map_finish_reason};
+use crate::providers::chunks::{
+    ChatChunks, StreamOptions, ToolCallDeltas, fresh_id, map_finish_reason,
+};
+use crate::providers::error::TransformError;
 use crate::providers::stream::{Flow, Framing, StreamError, StreamTransform};
 use crate::wire::eventstream::EXCEPTION_PREFIX;
 use crate::wire::sse::SseEvent;
@@ -20,16 +22,10 @@ use crate::wire::sse::SseEvent;
 /// Keys that make a payload a Converse stream event for LiteLLM.
 const CONVERSE_KEYS: &[&str] = &["contentBlockIndex", "stopReason", "metrics", "trace"];
 
-enum Block {
-    Tool { deltas: usize, empty: bool },
-    Other,
-}
-
 pub struct BedrockStream {
     chunks: ChatChunks,
     id: String,
-    tool_index: i64,
-    block: Block,
+    tool_calls: ToolCallDeltas,
     /// Bedrock's `usage` object (Python converts it with LiteLLM's `transform_usage`).
     usage: Option<Value>,
 }
@@ -39,8 +35,7 @@ impl BedrockStream {
         BedrockStream {
             chunks: ChatChunks::new(model, options),
             id: fresh_id(),
-            tool_index: -1,
-            block: Block::Other,
+            tool_calls: ToolCallDeltas::default(),
             usage: None,
         }
     }
@@ -70,10 +65,6 @@ impl BedrockStream {
     }
 }
 
-fn tool_delta(call: Value) -> Value {
-    json!({"content": "", "tool_calls": [call]})
-}
-
 impl StreamTransform for BedrockStream {
     fn event(&mut self, event: SseEvent, out: &mut Vec<Value>) -> Result<Flow, StreamError> {
         let name = event.event.as_deref().unwrap_or("");
@@ -99,18 +90,10 @@ impl StreamTransform for BedrockStream {
         let chunk = if let Some(start) = object.get("start") {
             match start.get("toolUse") {
                 Some(tool) => {
-                    self.tool_index += 1;
-                    self.block = Block::Tool {
-                        deltas: 0,
-                        empty: true,
-                    };
-                    let call = json!({
-                        "id": tool.get("toolUseId"),
-                        "type": "function",
-                        "function": {"name": tool.get("name"), "arguments": ""},
-                        "index": self.tool_index,
-                    });
-                    self.chunk(tool_delta(call), None, None, trace)
+                    let delta = self
+                        .tool_calls
+                        .start(tool.get("toolUseId"), tool.get("name"));
+                    self.chunk(delta, None, None, trace)
                 }
                 None => self.chunk(json!({"content": ""}), None, None, trace),
             }
@@ -119,12 +102,8 @@ impl StreamTransform for BedrockStream {
                 self.chunk(json!({"content": text}), None, None, trace)
             } else if let Some(tool) = delta.get("toolUse") {
                 let piece = tool.get("input").and_then(Value::as_str).unwrap_or("");
-                if let Block::Tool { deltas, empty } = &mut self.block {
-                    *deltas += 1;
-                    *empty &= piece.is_empty();
-                }
-                let call = json!({"function": {"arguments": piece}, "type": "function", "index": self.tool_index});
-                self.chunk(tool_delta(call), None, None, trace)
+                let delta = self.tool_calls.arguments(piece);
+                self.chunk(delta, None, None, trace)
             } else {
                 self.chunk(json!({"content": ""}), None, None, trace)
             }
@@ -136,13 +115,8 @@ impl StreamTransform for BedrockStream {
             let finish = map_finish_reason(reason);
             self.chunk(json!({"content": ""}), Some(finish), None, trace)
         } else if object.contains_key("contentBlockIndex") {
-            match std::mem::replace(&mut self.block, Block::Other) {
-                Block::Tool { deltas, empty } if deltas > 0 && empty => {
-                    let call = json!({"function": {"arguments": "{}"}, "type": "function", "index": self.tool_index});
-                    self.chunk(tool_delta(call), None, None, trace)
-                }
-                _ => self.chunk(json!({"content": ""}), None, None, trace),
-            }
+            let delta = self.tool_calls.close();
+            self.chunk(delta.unwrap_or(json!({"content": ""})), None, None, trace)
         } else if let Some(usage) = object.get("usage") {
             self.usage = Some(usage.clone());
             self.chunk(json!({}), None, Some(usage), trace)

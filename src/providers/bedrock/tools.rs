@@ -14,8 +14,11 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::model::{Content, ContentPart, Decline, DeclineCode, Message};
-use crate::providers::rules::{answer_tool_call, function_tool, tool_calls};
+use crate::model::{Decline, DeclineCode, Message};
+use crate::providers::tools::{
+    ToolChoice, ToolResultText, answer_tool_call, function_tool, read_tool_choice, tool_calls,
+    tool_result,
+};
 use crate::wire::body::Node;
 use crate::wire::pyjson::python_json;
 
@@ -213,27 +216,12 @@ fn tool_choice(choice: &Value) -> Result<Value, Decline> {
             "a tool_choice LiteLLM rejects or maps",
         )
     };
-    let kind = match choice {
-        Value::String(kind) => kind.as_str(),
-        Value::Object(object) => match object.get("type").and_then(Value::as_str) {
-            Some("function") => {
-                let name = object
-                    .get("function")
-                    .and_then(|f| f.get("name"))
-                    .and_then(Value::as_str)
-                    .filter(|name| is_valid_name(name))
-                    .ok_or_else(unusual)?;
-                return Ok(json!({"tool": {"name": name}}));
-            }
-            Some(kind) if object.len() == 1 => kind,
-            _ => return Err(unusual()),
-        },
-        _ => return Err(unusual()),
-    };
-    match kind {
-        "auto" => Ok(json!({"auto": {}})),
-        "required" => Ok(json!({"any": {}})),
-        _ => Err(unusual()),
+    match read_tool_choice(choice, is_valid_name).ok_or_else(unusual)? {
+        ToolChoice::Auto => Ok(json!({"auto": {}})),
+        ToolChoice::Required => Ok(json!({"any": {}})),
+        ToolChoice::Function(name) => Ok(json!({"tool": {"name": name}})),
+        // LiteLLM raises on it.
+        ToolChoice::None => Err(unusual()),
     }
 }
 
@@ -251,25 +239,12 @@ pub fn tool_use_blocks(calls: &Value) -> Result<Vec<Node>, Decline> {
 
 /// A `tool` message as the `toolResult` block LiteLLM sends (text content).
 pub fn tool_result_block(message: &Message) -> Result<Node, Decline> {
-    let id = message
-        .tool_call_id
-        .as_deref()
-        .filter(|id| is_valid_id(id))
-        .ok_or_else(|| decline(DeclineCode::MessageField, "a tool_call_id LiteLLM rewrites"))?;
+    let (id, result) = tool_result(message, is_valid_id)?;
     let text = |text: &bytes::Bytes| Node::object([("text", Node::Str(text.clone()))]);
-    let content = match &message.content {
-        Content::Text(body) => vec![text(body)],
-        Content::Parts(parts) => parts
-            .iter()
-            .map(|part| match part {
-                ContentPart::Text(body) => Ok(text(body)),
-                ContentPart::Image(_) => Err(decline(
-                    DeclineCode::ContentPart,
-                    "an image in a tool message",
-                )),
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-        Content::Absent => Vec::new(),
+    let content = match result {
+        ToolResultText::Text(body) => vec![text(body)],
+        ToolResultText::Parts(parts) => parts.into_iter().map(text).collect(),
+        ToolResultText::Absent => Vec::new(),
     };
     Ok(Node::object([(
         "toolResult",

@@ -3,9 +3,12 @@
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::{converse_request, output_text};
+use super::endpoint::converse_request;
+use super::output_text;
 use crate::http::{RequestBody, UpstreamRequest};
-use crate::providers::{Deployment, TransformError};
+use crate::providers::error::TransformError;
+use crate::providers::parts::json_object;
+use crate::providers::provider::Deployment;
 use crate::wire::body::Node;
 
 /// Audio for a transcription: raw bytes (encoded while sending) or existing base64 text.
@@ -103,6 +106,6 @@ pub fn prebuilt_request(
 
 /// Converse answer -> `{"text": ...}`: the concatenated text blocks.
 pub fn parse_transcription(body: &Bytes) -> Result<Value, TransformError> {
-    let parsed = crate::providers::json_object(body)?;
+    let parsed = json_object(body)?;
     Ok(json!({ "text": output_text(&parsed)? }))
 }

@@ -19,14 +19,16 @@ pub mod stream;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
-use super::bedrock::{aws_request, endpoint};
-use super::{Deployment, Refusal, TransformError, append_extra_headers, header, insert_secret};
+use super::anthropic::endpoint::{DEFAULT_API_BASE, messages_url};
+use super::bedrock::endpoint::{aws_request, endpoint};
+use super::chunks::is_truthy;
+use super::error::Refusal;
+use super::parts::{header, insert_secret, post};
+use super::provider::{Deployment, MessagesApi};
 use crate::http::{RequestBody, UpstreamRequest};
 use crate::model::{Decline, DeclineCode};
 use crate::wire::body::Node;
 
-const DEFAULT_API_BASE: &str = "https://api.anthropic.com";
-const MESSAGES_PATH: &str = "/v1/messages";
 /// What LiteLLM puts into every Bedrock Invoke body for Claude.
 pub const BEDROCK_ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
 /// LiteLLM's marker for reasoning another provider encrypted (only that provider can read it).
@@ -63,6 +65,8 @@ pub struct MessagesRequest {
 #[derive(Debug)]
 pub struct PreparedMessages {
     pub upstream: UpstreamRequest,
+    /// Where it goes (what its answer's bytes are).
+    pub api: MessagesApi,
     /// Blocks or messages were dropped from `messages` (LiteLLM logs what it sent).
     pub rewrote_messages: bool,
 }
@@ -72,15 +76,11 @@ pub fn prepare(
     deployment: &Deployment,
     request: MessagesRequest,
 ) -> Result<PreparedMessages, Refusal> {
-    let bedrock = match deployment.provider.as_str() {
-        "anthropic" => false,
-        "bedrock" => true,
-        other => {
-            return Err(
-                Decline::new(DeclineCode::Provider, format!("/v1/messages on {other}")).into(),
-            );
-        }
+    let Some(api) = deployment.provider.messages_api else {
+        let detail = format!("/v1/messages on {}", deployment.provider.name);
+        return Err(Decline::new(DeclineCode::Provider, detail).into());
     };
+    let bedrock = api == MessagesApi::BedrockInvoke;
     let mut fields = Vec::with_capacity(request.fields.len() + 3);
     let mut rewrote_messages = false;
     for (name, node) in request.fields {
@@ -115,9 +115,10 @@ pub fn prepare(
     for (name, value) in request.headers {
         upstream.headers.insert(name, value);
     }
-    append_extra_headers(&mut upstream.headers, &deployment.extra_headers);
+    deployment.add_extra_headers(&mut upstream.headers);
     Ok(PreparedMessages {
         upstream,
+        api,
         rewrote_messages,
     })
 }
@@ -145,25 +146,16 @@ fn anthropic_request(
         ("stream".into(), Node::Value(Value::Bool(stream))),
     );
     let base = deployment.api_base.as_deref().unwrap_or(DEFAULT_API_BASE);
-    // LiteLLM appends the path unless the base already ends with it (no slash trimming).
-    let url = if base.ends_with(MESSAGES_PATH) {
-        base.to_string()
-    } else {
-        format!("{base}{MESSAGES_PATH}")
-    };
+    // No slash trimming here, unlike LiteLLM's chat route.
+    let url = messages_url(base);
     let mut headers = HeaderMap::new();
     if let Some(key) = &deployment.api_key {
         insert_secret(&mut headers, "x-api-key", key)?;
     }
     let (name, value) = header("content-type", "application/json")?;
     headers.insert(name, value);
-    Ok(UpstreamRequest {
-        url,
-        headers,
-        body: RequestBody::Document(Node::Object(fields)),
-        timeout: deployment.timeout,
-        sigv4: None,
-    })
+    let body = RequestBody::Document(Node::Object(fields));
+    Ok(post(url, headers, body, deployment.timeout))
 }
 
 fn bedrock_request(
@@ -171,9 +163,7 @@ fn bedrock_request(
     fields: Vec<(String, Node)>,
     stream: bool,
 ) -> Result<UpstreamRequest, Refusal> {
-    let aws = deployment.aws.as_ref().ok_or_else(|| {
-        TransformError::InvalidRequest("bedrock deployment without AWS settings".into())
-    })?;
+    let aws = deployment.aws()?;
     // LiteLLM puts a plain model id into the Invoke path as is (ARNs are declined in Python).
     let action = if stream {
         "invoke-with-response-stream"
@@ -227,7 +217,7 @@ fn is_dropped_block(block: &[(String, Node)]) -> bool {
             let empty = str_bytes(field(block, "thinking")).is_none_or(is_python_blank);
             let signed = match field(block, "signature") {
                 Some(Node::Str(bytes)) => !bytes.is_empty(),
-                Some(Node::Value(value)) => crate::providers::chunks::is_truthy(value),
+                Some(Node::Value(value)) => is_truthy(value),
                 Some(_) => true,
                 None => false,
             };

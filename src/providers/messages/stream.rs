@@ -14,7 +14,8 @@
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
-use crate::providers::TransformError;
+use crate::providers::error::TransformError;
+use crate::providers::provider::MessagesApi;
 use crate::providers::stream::{Flow, Framing, StreamError, StreamTransform};
 use crate::wire::eventstream::EXCEPTION_PREFIX;
 use crate::wire::pyjson::python_json;
@@ -125,6 +126,14 @@ impl Transcript {
             }
         }
         true
+    }
+}
+
+/// The transform of a `/v1/messages` stream from `api`.
+pub fn transform(api: MessagesApi) -> Box<dyn StreamTransform> {
+    match api {
+        MessagesApi::Anthropic => Box::new(AnthropicPassthrough::new()),
+        MessagesApi::BedrockInvoke => Box::new(BedrockInvokeStream::new()),
     }
 }
 

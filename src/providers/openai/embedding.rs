@@ -2,13 +2,15 @@
 
 use serde_json::{Map, Value};
 
-use super::upstream_request;
+use super::endpoint::upstream_request;
 use crate::http::RequestBody;
 use crate::model::{Decline, DeclineCode, EmbeddingRequest};
 use crate::providers::embedding::{
-    EmbeddingAnswer, EmbeddingCall, admit_params, encoding_format, positive_integer, string_param,
+    EmbeddingAnswer, EmbeddingCall, admit_params, encoding_format, one, positive_integer,
+    string_param,
 };
-use crate::providers::{Deployment, Refusal, TransformError};
+use crate::providers::error::{Refusal, TransformError};
+use crate::providers::provider::Deployment;
 use crate::wire::body::JsonBody;
 
 /// What LiteLLM sends as given for OpenAI; every other param goes through its `extra_body`
@@ -57,7 +59,10 @@ pub fn build(
     let body = RequestBody::Json(JsonBody::from_json(&Value::Object(body)));
     Ok(EmbeddingCall {
         requests: vec![upstream_request(deployment, "embeddings", body)?],
-        answer: EmbeddingAnswer::OpenAi,
+        answer: EmbeddingAnswer {
+            model: deployment.model.clone(),
+            read: |_model, answers| parse(one(answers)?),
+        },
     })
 }
 

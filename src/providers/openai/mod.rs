@@ -2,43 +2,20 @@
 //! name; data URLs stay zero-copy string slices.
 
 pub mod embedding;
+pub mod endpoint;
 pub mod stream;
 
-use http::HeaderMap;
 use serde_json::{Map, Value, json};
 
-use super::{Deployment, Refusal, TransformError, header, insert_secret};
+use super::error::{Refusal, TransformError};
+use super::provider::Deployment;
 use crate::http::{RequestBody, UpstreamRequest};
 use crate::model::{
     ChatRequest, Content, ContentPart, Decline, DeclineCode, ImageUrl, Message, Role,
 };
 use crate::wire::body::Node;
 
-const DEFAULT_API_BASE: &str = "https://api.openai.com/v1";
-
-/// Forwarded as given, like LiteLLM's OpenAI handler does for non-o-series models (the tool and
-/// structured-output params after the checks in [`tool_params_decline`]).
-pub const PARAMS: &[&str] = &[
-    "temperature",
-    "top_p",
-    "max_tokens",
-    "max_completion_tokens",
-    "stop",
-    "presence_penalty",
-    "frequency_penalty",
-    "seed",
-    "user",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "response_format",
-];
-
-pub struct OpenAi;
-
-super::chat_provider!(OpenAi, "openai");
-
-fn build_request(
+pub fn build_request(
     deployment: &Deployment,
     request: &ChatRequest,
 ) -> Result<UpstreamRequest, Refusal> {
@@ -64,33 +41,11 @@ fn build_request(
             .map(|(name, value)| (name.clone(), Node::Value(value.clone()))),
     );
 
-    Ok(upstream_request(
+    Ok(endpoint::upstream_request(
         deployment,
         "chat/completions",
         RequestBody::Document(Node::Object(fields)),
     )?)
-}
-
-/// `POST {api_base}/{path}` with the deployment's API key as a bearer token (chat, embeddings).
-pub(crate) fn upstream_request(
-    deployment: &Deployment,
-    path: &str,
-    body: RequestBody,
-) -> Result<UpstreamRequest, TransformError> {
-    let base = deployment.api_base.as_deref().unwrap_or(DEFAULT_API_BASE);
-    let mut headers = HeaderMap::new();
-    let (name, value) = header("content-type", "application/json")?;
-    headers.insert(name, value);
-    if let Some(key) = &deployment.api_key {
-        insert_secret(&mut headers, "authorization", &format!("Bearer {key}"))?;
-    }
-    Ok(UpstreamRequest {
-        url: format!("{}/{path}", base.trim_end_matches('/')),
-        headers,
-        body,
-        timeout: deployment.timeout,
-        sigv4: None,
-    })
 }
 
 fn message_node(message: &Message) -> Result<Node, Refusal> {
@@ -254,7 +209,7 @@ fn image_url_node(image: &ImageUrl) -> Result<Node, TransformError> {
 
 /// OpenAI already answers in the chat.completion shape; LiteLLM keeps every field and adds its
 /// `provider_specific_fields` (the message's `refusal` moves there).
-fn parse_response(_deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
+pub fn parse_response(_deployment: &Deployment, body: Value) -> Result<Value, TransformError> {
     let invalid = || TransformError::InvalidResponse("missing 'choices' in chat completion".into());
     let Value::Object(mut body) = body else {
         return Err(invalid());

@@ -3,8 +3,8 @@
 
 use serde_json::Value;
 
-use crate::providers::TransformError;
 use crate::providers::chunks::{ChatChunks, StreamOptions, is_truthy};
+use crate::providers::error::TransformError;
 use crate::providers::stream::{Flow, StreamError, StreamTransform};
 use crate::wire::sse::SseEvent;
 

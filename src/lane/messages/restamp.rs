@@ -11,6 +11,7 @@
 
 use serde_json::Value;
 
+use super::answer::numbers_read_back_alike;
 use crate::wire::pyjson::python_json_compact_ascii;
 
 /// The proxy holds at most this much of a torn frame before giving up on the restamp.
@@ -174,7 +175,7 @@ fn restamped_data_line(line: &str, model_group: &str) -> Result<Option<String>, 
     else {
         return Ok(None);
     };
-    if !event.values().all(super::messages::numbers_read_back_alike) {
+    if !event.values().all(numbers_read_back_alike) {
         return Err(Unusual);
     }
     if event.get("type").and_then(Value::as_str) != Some("message_start") {

@@ -1,43 +1,26 @@
-//! The client's answer, as the proxy writes it: LiteLLM's `ModelResponse` for the provider's
-//! body, serialized as the proxy serializes it, and the proxy's `x-litellm-*` headers.
+//! The client's chat answer, as the proxy writes it: LiteLLM's `ModelResponse` for the
+//! provider's body, serialized as the proxy serializes it, and its usage.
 //!
 //! Only answers of a shape known here are written by the lane; for any other the proxy writes
-//! the answer itself (the lane replays the call's outcome through it, see `mod.rs`).
+//! the answer itself (the lane replays the call's outcome through it).
 
-use http::HeaderMap;
 use serde_json::{Map, Value, json};
 
-use super::messages::MessagesUsage;
-use super::table::{LaneDeployment, Pricing, Settings};
-use crate::wire::pyjson::python_float;
-
-/// What a served answer cost, as LiteLLM's cost calculator works it out for linear prices.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Cost {
-    pub input: f64,
-    pub output: f64,
-    pub total: f64,
-    /// The reasoning tokens' share of `output` (LiteLLM's breakdown header; 0: none).
-    pub reasoning: f64,
-    /// Cached prompt tokens' cost, not in `input` (the proxy's additive split; 0: none).
-    pub cache_read: f64,
-    /// Prompt-cache writes' cost, not in `input` (the proxy's additive split; 0: none).
-    pub cache_creation: f64,
-}
+use crate::lane::cost::{MessagesUsage, Usage};
+use crate::providers::AnswerShape;
 
 /// The proxy's JSON body for a chat answer of the usual shape (text answers, no cache tokens),
 /// or None when the shape is not one the lane writes. OpenAI answers carry their own id and
 /// time; for Anthropic and Bedrock LiteLLM makes them up, and so does the lane (`minted`).
 pub fn chat_body(
-    provider: &str,
+    shape: AnswerShape,
     completion: &Value,
     model_group: &str,
     minted: (&str, i64),
 ) -> Option<(Vec<u8>, Usage)> {
-    match provider {
-        "openai" => openai_body(completion, model_group),
-        "anthropic" | "bedrock" => converted_body(completion, model_group, minted),
-        _ => None,
+    match shape {
+        AnswerShape::OpenAi => openai_body(completion, model_group),
+        AnswerShape::Converted => converted_body(completion, model_group, minted),
     }
 }
 
@@ -63,12 +46,7 @@ fn openai_body(completion: &Value, model_group: &str) -> Option<(Vec<u8>, Usage)
         return None;
     }
     let (usage, usage_json) = openai_usage(fields.get("usage")?)?;
-    let choices = fields
-        .get("choices")?
-        .as_array()?
-        .iter()
-        .map(choice)
-        .collect::<Option<Vec<_>>>()?;
+    let choices = written_choices(fields, choice)?;
     let mut body = Map::new();
     body.insert("id".into(), json!(id));
     body.insert("created".into(), json!(created));
@@ -110,12 +88,7 @@ fn converted_body(
         return None;
     }
     let (usage, usage_json) = converted_usage(fields.get("usage")?)?;
-    let choices = fields
-        .get("choices")?
-        .as_array()?
-        .iter()
-        .map(converted_choice)
-        .collect::<Option<Vec<_>>>()?;
+    let choices = written_choices(fields, converted_choice)?;
     let body = json!({
         "id": id,
         "created": created,
@@ -125,6 +98,19 @@ fn converted_body(
         "usage": usage_json,
     });
     Some((serde_json::to_vec(&body).ok()?, usage))
+}
+
+/// Every choice as `write` writes it; None when one is of a shape the lane does not write.
+fn written_choices(
+    fields: &Map<String, Value>,
+    write: fn(&Value) -> Option<Value>,
+) -> Option<Vec<Value>> {
+    fields
+        .get("choices")?
+        .as_array()?
+        .iter()
+        .map(write)
+        .collect()
 }
 
 fn converted_choice(value: &Value) -> Option<Value> {
@@ -399,20 +385,6 @@ fn choice(value: &Value) -> Option<Value> {
     }))
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Usage {
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-    pub total_tokens: u64,
-    /// Of `completion_tokens` (priced as output; LiteLLM reports their share).
-    pub reasoning_tokens: u64,
-    /// Of `prompt_tokens`, read from the provider's prompt cache (priced apart).
-    pub cached_tokens: u64,
-    /// Anthropic's counts, when its answer read or wrote the prompt cache (priced apart, as on
-    /// `/v1/messages`).
-    pub anthropic_cache: Option<MessagesUsage>,
-}
-
 /// The token details LiteLLM's `Usage` writes for OpenAI, in the order it writes them (the
 /// SDK's field order); its null ones are left out.
 const COMPLETION_DETAILS: &[&str] = &[
@@ -491,234 +463,11 @@ fn written_details(details: &Map<String, Value>, known: &[&str]) -> Option<Map<S
     (!written.is_empty()).then_some(written)
 }
 
-impl Usage {
-    /// The cost as LiteLLM's `generic_cost_per_token` works it out, the same float operations
-    /// in the same order, and the proxy's split of it for the headers; None for cached tokens
-    /// without a price of their own (the proxy writes that answer).
-    pub fn cost(&self, pricing: Pricing) -> Option<Cost> {
-        if let Some(anthropic) = self.anthropic_cache {
-            return anthropic.cost(pricing);
-        }
-        // Cached tokens: the rest of the prompt at the input price, plus the cached ones at
-        // theirs; the proxy's `input` header is that sum less the cached part.
-        let (prompt_cost, cache_read) = if self.cached_tokens > 0 {
-            let rate = pricing.cache_read_per_token?;
-            let text = self.prompt_tokens.checked_sub(self.cached_tokens)?;
-            let cache_read = self.cached_tokens as f64 * rate;
-            (
-                text as f64 * pricing.input_per_token + cache_read,
-                cache_read,
-            )
-        } else {
-            (self.prompt_tokens as f64 * pricing.input_per_token, 0.0)
-        };
-        // With reasoning tokens LiteLLM prices the text and the reasoning apart and adds them
-        // (the same rate here: the lane serves models without a reasoning price of their own).
-        let reasoning = self.reasoning_tokens as f64 * pricing.output_per_token;
-        let output = if self.reasoning_tokens > 0 {
-            let text = self.completion_tokens.saturating_sub(self.reasoning_tokens);
-            text as f64 * pricing.output_per_token + reasoning
-        } else {
-            self.completion_tokens as f64 * pricing.output_per_token
-        };
-        Some(Cost {
-            input: prompt_cost - cache_read,
-            output,
-            total: prompt_cost + output,
-            reasoning,
-            cache_read,
-            cache_creation: 0.0,
-        })
-    }
-}
-
-/// Timings of one served request, for the proxy's duration headers.
-/// The cost headers of an answer.
-#[derive(Clone, Copy, Debug)]
-pub enum CostHeaders {
-    /// Unknown (no linear price): none.
-    Unknown,
-    Known(Cost),
-    /// A stream: the proxy writes its headers before any cost is known (zeros, and no total).
-    Stream,
-}
-
-impl From<Option<Cost>> for CostHeaders {
-    fn from(cost: Option<Cost>) -> Self {
-        cost.map_or(CostHeaders::Unknown, CostHeaders::Known)
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-pub struct Timings {
-    pub total_ms: f64,
-    pub upstream_ms: f64,
-}
-
-/// Where LiteLLM looks for the provider's request id, first found first.
-const REQUEST_ID_HEADERS: [&str; 4] = [
-    "request-id",
-    "x-request-id",
-    "llm_provider-request-id",
-    "llm_provider-x-request-id",
-];
-
-/// Every header the proxy sends with such an answer, in the proxy's order.
-#[allow(clippy::too_many_arguments)]
-pub fn headers(
-    settings: &Settings,
-    deployment: &LaneDeployment,
-    model_group: &str,
-    call_id: &str,
-    cost: CostHeaders,
-    key_spend: f64,
-    timings: Timings,
-    provider_headers: &HeaderMap,
-) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::with_capacity(40);
-    let mut push = |name: &str, value: String| out.push((name.to_string(), value));
-    if let CostHeaders::Stream = cost {
-        push("content-type", "text/event-stream; charset=utf-8".into());
-        push("cache-control", "no-cache".into());
-        push("x-accel-buffering", "no".into());
-    } else {
-        push("content-type", "application/json".into());
-    }
-    push("x-litellm-call-id", call_id.into());
-    for (name, value) in &deployment.headers {
-        push(name, value.clone());
-    }
-    let zero = || "0.0".to_string();
-    let breakdown = match cost {
-        CostHeaders::Unknown => None,
-        CostHeaders::Known(cost) => {
-            push("x-litellm-response-cost", python_float(cost.total));
-            Some(cost)
-        }
-        CostHeaders::Stream => Some(Cost {
-            input: 0.0,
-            output: 0.0,
-            total: 0.0,
-            reasoning: 0.0,
-            cache_read: 0.0,
-            cache_creation: 0.0,
-        }),
-    };
-    if let Some(cost) = breakdown {
-        push("x-litellm-response-cost-original", python_float(cost.total));
-        push("x-litellm-response-cost-discount-amount", zero());
-        push("x-litellm-response-cost-margin-amount", zero());
-        push("x-litellm-response-cost-margin-percent", zero());
-        push("x-litellm-response-cost-input", python_float(cost.input));
-        push("x-litellm-response-cost-output", python_float(cost.output));
-        if cost.cache_read > 0.0 {
-            push(
-                "x-litellm-response-cost-cache-read",
-                python_float(cost.cache_read),
-            );
-        }
-        if cost.cache_creation > 0.0 {
-            push(
-                "x-litellm-response-cost-cache-creation",
-                python_float(cost.cache_creation),
-            );
-        }
-        if cost.reasoning > 0.0 {
-            push(
-                "x-litellm-response-cost-reasoning",
-                python_float(cost.reasoning),
-            );
-        }
-        push("x-litellm-response-cost-tool-usage", zero());
-    }
-    let spent = breakdown.map_or(0.0, |cost| cost.total);
-    let updated = if spent > 0.0 {
-        key_spend + spent
-    } else {
-        key_spend
-    };
-    push("x-litellm-key-spend", python_float(updated));
-    push(
-        "x-litellm-response-duration-ms",
-        python_float(timings.total_ms),
-    );
-    let overhead = ((timings.total_ms - timings.upstream_ms) * 10_000.0).round() / 10_000.0;
-    push("x-litellm-overhead-duration-ms", python_float(overhead));
-    push("x-litellm-callback-duration-ms", "0.0".into());
-    // LiteLLM's `process_response_headers`: OpenAI's own headers as they are, then every
-    // provider header under `llm_provider-`.
-    let text = |value: &http::HeaderValue| value.to_str().ok().map(str::to_string);
-    for (name, value) in provider_headers {
-        if settings.openai_headers.contains(name.as_str())
-            && let Some(value) = text(value)
-        {
-            push(name.as_str(), value);
-        }
-    }
-    // LiteLLM names the provider's request id `request-id` (`get_provider_request_id`), and the
-    // proxy's second pass over those headers puts it under `llm_provider-request-id` as well.
-    let request_id = REQUEST_ID_HEADERS.iter().find_map(|name| {
-        provider_headers
-            .get(*name)
-            .and_then(text)
-            .filter(|id| !id.is_empty())
-    });
-    for (name, value) in provider_headers {
-        if let Some(value) = text(value) {
-            let name = name.as_str();
-            if request_id.is_some() && matches!(name, "request-id" | "llm_provider-request-id") {
-                continue;
-            }
-            if name.starts_with("llm_provider-") {
-                push(name, value);
-            } else {
-                push(&format!("llm_provider-{name}"), value);
-            }
-        }
-    }
-    if let Some(id) = request_id {
-        push("llm_provider-request-id", id.clone());
-        push("request-id", id);
-    }
-    for (name, value) in &settings.headers {
-        push(name, value.clone());
-    }
-    push("x-litellm-model-group", model_group.into());
-    push("x-litellm-attempted-retries", "0".into());
-    push("x-litellm-attempted-fallbacks", "0".into());
-    out
-}
-
-/// The proxy's headers for a `/v1/messages` answer: the chat answer's, less what its Messages
-/// route leaves out (the provider's headers, the API base, the callback duration).
-pub fn messages_headers(
-    settings: &Settings,
-    deployment: &LaneDeployment,
-    model_group: &str,
-    call_id: &str,
-    cost: Cost,
-    key_spend: f64,
-    timings: Timings,
-) -> Vec<(String, String)> {
-    let mut out = headers(
-        settings,
-        deployment,
-        model_group,
-        call_id,
-        CostHeaders::Known(cost),
-        key_spend,
-        timings,
-        &HeaderMap::new(),
-    );
-    out.retain(|(name, _)| {
-        name != "x-litellm-model-api-base" && name != "x-litellm-callback-duration-ms"
-    });
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lane::cost::{CachePrices, Pricing};
+    use crate::wire::pyjson::python_float;
 
     fn completion() -> Value {
         json!({
@@ -735,7 +484,8 @@ mod tests {
 
     #[test]
     fn writes_the_proxy_body() {
-        let (body, usage) = chat_body("openai", &completion(), "group", ("x", 1)).unwrap();
+        let (body, usage) =
+            chat_body(AnswerShape::OpenAi, &completion(), "group", ("x", 1)).unwrap();
         assert_eq!(
             String::from_utf8(body).unwrap(),
             concat!(
@@ -757,7 +507,7 @@ mod tests {
             "tool_calls": [{"id": "c1", "type": "function",
                 "function": {"name": "f", "arguments": "{}"}}],
             "annotations": [], "provider_specific_fields": {"refusal": null}});
-        let (body, _) = chat_body("openai", &openai, "group", ("x", 1)).unwrap();
+        let (body, _) = chat_body(AnswerShape::OpenAi, &openai, "group", ("x", 1)).unwrap();
         let body: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             serde_json::to_string(&body["choices"][0]["message"]).unwrap(),
@@ -768,7 +518,7 @@ mod tests {
             )
         );
         openai["choices"][0]["message"]["content"] = json!("Let me check.");
-        let (body, _) = chat_body("openai", &openai, "group", ("x", 1)).unwrap();
+        let (body, _) = chat_body(AnswerShape::OpenAi, &openai, "group", ("x", 1)).unwrap();
         let body: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             serde_json::to_string(&body["choices"][0]["message"]).unwrap(),
@@ -788,7 +538,7 @@ mod tests {
             let completion = json!({"object": "chat.completion", "model": "m",
                 "choices": [{"index": 0, "finish_reason": "tool_calls", "message": message}],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}});
-            let (body, _) = chat_body("bedrock", &completion, "group", ("x", 1))?;
+            let (body, _) = chat_body(AnswerShape::Converted, &completion, "group", ("x", 1))?;
             let body: Value = serde_json::from_slice(&body).unwrap();
             Some(serde_json::to_string(&body["choices"][0]["message"]).unwrap())
         };
@@ -830,7 +580,7 @@ mod tests {
         extra["service_tier"] = json!("priority");
         for odd in [tools, details, refusal, extra] {
             assert!(
-                chat_body("openai", &odd, "group", ("x", 1)).is_none(),
+                chat_body(AnswerShape::OpenAi, &odd, "group", ("x", 1)).is_none(),
                 "{odd}"
             );
         }
@@ -847,7 +597,8 @@ mod tests {
                 "prompt_tokens_details": {"audio_tokens": null, "cached_tokens": 0},
                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "speed": null},
         });
-        let (body, _) = chat_body("anthropic", &converted, "g", ("chatcmpl-1", 5)).unwrap();
+        let (body, _) =
+            chat_body(AnswerShape::Converted, &converted, "g", ("chatcmpl-1", 5)).unwrap();
         assert_eq!(
             String::from_utf8(body).unwrap(),
             concat!(
@@ -863,7 +614,7 @@ mod tests {
         // The prompt cache read: priced apart, at prices checked for the deployment only.
         let mut cached = converted.clone();
         cached["usage"]["cache_read_input_tokens"] = json!(3);
-        let (_, usage) = chat_body("bedrock", &cached, "g", ("x", 1)).unwrap();
+        let (_, usage) = chat_body(AnswerShape::Converted, &cached, "g", ("x", 1)).unwrap();
         let mut pricing = Pricing {
             input_per_token: 3e-06,
             output_per_token: 1.5e-05,
@@ -871,7 +622,7 @@ mod tests {
             anthropic_cache: None,
         };
         assert!(usage.cost(pricing).is_none());
-        pricing.anthropic_cache = Some(super::super::CachePrices {
+        pricing.anthropic_cache = Some(CachePrices {
             read: 3e-07,
             write_5m: 3.75e-06,
             write_1h: 6e-06,
@@ -881,55 +632,7 @@ mod tests {
         assert_eq!(python_float(cost.input), "2.4e-05");
         // Writes without their split by lifetime: the proxy's.
         cached["usage"]["cache_creation_input_tokens"] = json!(2);
-        assert!(chat_body("anthropic", &cached, "g", ("x", 1)).is_none());
-    }
-
-    #[test]
-    fn costs_like_litellm() {
-        let usage = Usage {
-            prompt_tokens: 11,
-            completion_tokens: 7,
-            total_tokens: 18,
-            reasoning_tokens: 0,
-            cached_tokens: 0,
-            anthropic_cache: None,
-        };
-        let pricing = Pricing {
-            input_per_token: 1.5e-07,
-            output_per_token: 6e-07,
-            cache_read_per_token: Some(7.5e-08),
-            anthropic_cache: None,
-        };
-        let cost = usage.cost(pricing).unwrap();
-        assert_eq!(python_float(cost.input), "1.6499999999999999e-06");
-        assert_eq!(python_float(cost.total), "5.85e-06");
-        // 5 of the 7 reasoning: text and reasoning priced apart, then added, as LiteLLM does
-        // (7 * 6e-07 would be 4.2e-06).
-        let reasoning = Usage {
-            reasoning_tokens: 5,
-            ..usage
-        };
-        let cost = reasoning.cost(pricing).unwrap();
-        assert_eq!(python_float(cost.output), "4.2000000000000004e-06");
-        assert_eq!(python_float(cost.reasoning), "3e-06");
-        // 1024 of 1919 prompt tokens cached: the proxy's headers for it, from LiteLLM 1.106.12.
-        let cached = Usage {
-            prompt_tokens: 1919,
-            completion_tokens: 10,
-            total_tokens: 1929,
-            reasoning_tokens: 0,
-            cached_tokens: 1024,
-            anthropic_cache: None,
-        };
-        let cost = cached.cost(pricing).unwrap();
-        assert_eq!(python_float(cost.input), "0.00013424999999999998");
-        assert_eq!(python_float(cost.cache_read), "7.68e-05");
-        assert_eq!(python_float(cost.total), "0.00021705");
-        let unpriced = Pricing {
-            cache_read_per_token: None,
-            ..pricing
-        };
-        assert!(cached.cost(unpriced).is_none());
+        assert!(chat_body(AnswerShape::Converted, &cached, "g", ("x", 1)).is_none());
     }
 
     /// OpenAI's usage as the API sends it now: details and `service_tier` (the expected body is
@@ -942,7 +645,7 @@ mod tests {
             "completion_tokens_details": {"reasoning_tokens": 5, "audio_tokens": 0,
                 "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}});
         real["service_tier"] = json!("default");
-        let (body, usage) = chat_body("openai", &real, "group", ("x", 1)).unwrap();
+        let (body, usage) = chat_body(AnswerShape::OpenAi, &real, "group", ("x", 1)).unwrap();
         let body: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             serde_json::to_string(&body["usage"]).unwrap(),
@@ -966,7 +669,7 @@ mod tests {
         unknown["usage"]["prompt_tokens_details"]["image_tokens"] = json!(0);
         for odd in [flex, unknown] {
             assert!(
-                chat_body("openai", &odd, "group", ("x", 1)).is_none(),
+                chat_body(AnswerShape::OpenAi, &odd, "group", ("x", 1)).is_none(),
                 "{odd}"
             );
         }

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
+use crate::lane::gate::NotForLane;
 use crate::model::{ChatRequest, Content, Message, Role};
 
 /// Params the lane passes on as given; LiteLLM forwards each unchanged to every provider the
@@ -50,10 +51,6 @@ pub struct StreamRequest {
     /// `include_usage` was given (as `true` or `false`).
     pub explicit_usage: bool,
 }
-
-/// Why a body stays with the proxy (counted as `lane_body`).
-#[derive(Debug, PartialEq, Eq)]
-pub struct NotForLane(pub &'static str);
 
 pub fn parse(body: &[u8]) -> Result<LaneRequest, NotForLane> {
     let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {

@@ -1,0 +1,102 @@
+"""What the fast lane and the routes share in a proxy worker, so that neither imports the other:
+whether the lane runs, a replayed request's claim on the outcome the lane got from the provider
+(and on the deployment it called), and the `/v1/messages` headers the proxy's path teaches the
+lane.
+
+The lane (`lane/`) sets them; the routes (`integration.py`, `messages.py`, through `calls.py`)
+and the router's pick read them.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from litellm_fastpath import _native
+
+logger = logging.getLogger("litellm_fastpath")
+
+_running = False
+# Set for a replayed request, read by its (first) provider call and pick. Each holds a list,
+# emptied when read: the request's tasks get copies of the context, and a retry in another task
+# must find the outcome taken, not take it again.
+_claimed_call: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+    "litellm_fastpath_lane_call", default=None
+)
+_forced_deployment: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "litellm_fastpath_lane_deployment", default=None
+)
+# The client header the lane passes on to `/v1/messages` calls (the one version there is).
+ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
+# What the proxy passes on to Anthropic of the client's headers (`provider_specific_header`).
+_ANTHROPIC_CLIENT_HEADERS = frozenset({"anthropic-version", "anthropic-beta"})
+
+
+def lane_running() -> bool:
+    return _running
+
+
+def lane_started() -> None:
+    global _running
+    _running = True
+
+
+def hold(claim: _native.LaneClaim) -> None:
+    """This request replays one the lane served: its provider call is the lane's outcome, and
+    the router's pick the deployment the lane called."""
+    _claimed_call.set([claim.call])
+    _forced_deployment.set([claim.deployment_id])
+
+
+def claimed_call() -> Any:
+    """The lane's outcome for this request's provider call, once (None: call the provider)."""
+    claimed = _claimed_call.get()
+    return claimed.pop() if claimed else None
+
+
+def forced_deployment() -> str | None:
+    """The deployment the lane called for this request, once (None: the router picks)."""
+    holder = _forced_deployment.get()
+    return holder.pop() if holder else None
+
+
+def refuse_second_call() -> None:
+    """Raises in a replay whose call the fast path would not make (the lane and the fast path
+    disagree on a request): the lane called the provider once already, and LiteLLM's own path
+    must not call it again. Logged, since it means a request shape the lane should decline."""
+    claimed = _claimed_call.get()
+    if not claimed:
+        return
+    claimed.clear()
+    logger.warning("fastpath_lane: a served request's replay was declined by the fast path")
+    raise RuntimeError("fast lane replay declined by the fast path; not calling the provider")
+
+
+def learn_messages_headers(
+    kwargs: Mapping[str, Any],
+    small: dict[str, Any],
+    caller: Mapping[str, str],
+    headers: tuple[tuple[str, str], ...],
+) -> None:
+    """On the proxy's path, once the fast path has asked LiteLLM how it sends a `/v1/messages`
+    request with these small params (`max_tokens`, thinking, sampling) and client headers to
+    this deployment: hand the lane the headers, keyed as the lane keys such requests
+    (`lane::messages::decision_key`), so the next one takes the lane. Nothing without a lane."""
+    if not _running:
+        return
+    deployment_id = (kwargs.get("model_info") or {}).get("id")
+    if not isinstance(deployment_id, str) or set(caller) - _ANTHROPIC_CLIENT_HEADERS:
+        return
+    if len(small) == 1 and dict(caller) in ({}, ANTHROPIC_VERSION):
+        return  # the usual request: the lane has its headers from when the group was loaded
+    dumps = functools.partial(json.dumps, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        small_key = dumps(small) if len(small) > 1 else ""
+        key = f"{small_key}\n{dumps(dict(caller))}"
+        _native.lane_learn_messages_headers(deployment_id, key, list(headers))
+    except (TypeError, ValueError, _native.InvalidRequestError):
+        return  # a value JSON cannot hold or a header the lane cannot send: the proxy's

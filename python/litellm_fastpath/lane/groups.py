@@ -1,0 +1,388 @@
+"""The group table: what LiteLLM knows, handed to the lane and kept current. The model groups
+the lane serves (each deployment as the fast path would route it: its settings, prices, streams
+and `/v1/messages` calls), whether proxy-wide settings let it serve at all, the headers it
+answers with, and the groups cooling down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import litellm
+
+from litellm_fastpath import _native, claims, compat, messages, routing, streaming
+from litellm_fastpath.declines import Decline
+from litellm_fastpath.lane import prices, replay
+from litellm_fastpath.providers import PROVIDERS
+
+logger = logging.getLogger("litellm_fastpath")
+
+# How often LiteLLM's router state (groups, cooldowns) is handed to the lane.
+REFRESH_S = 0.25
+# Proxy settings under which a request means the same on the lane as on the normal path;
+# any other `general_settings` key keeps the lane off (it may change auth or the request).
+_NEUTRAL_GENERAL_SETTINGS = frozenset({"master_key", "user_api_key_cache_ttl"})
+# `litellm_settings` besides the lane's own under which the lane's requests mean what they mean
+# on the normal path (the rest keep it off): logging, and options the fast path's own admission
+# already reads.
+_NEUTRAL_LITELLM_SETTINGS = frozenset(
+    {
+        "callbacks",
+        "success_callback",
+        "failure_callback",
+        "set_verbose",
+        "json_logs",
+        "drop_params",
+        "request_timeout",
+        "num_retries",
+    }
+)
+_lane_groups: frozenset[str] = frozenset()
+_status = ""  # what the lane last logged about itself
+# LiteLLM's `REPEATED_STREAMING_CHUNK_LIMIT` default, the one the lane's streams apply.
+_DEFAULT_REPEAT_LIMIT = 100
+
+
+def served_groups() -> frozenset[str]:
+    """The model groups the lane serves now."""
+    return _lane_groups
+
+
+async def keep_current(litellm_settings: frozenset[str]) -> None:
+    """Hands the lane LiteLLM's router state whenever it changes, and the groups cooling down,
+    for as long as the worker runs. `litellm_settings`: the config file's keys besides the
+    lane's own."""
+    proxy_server = compat.proxy_server()
+
+    seen: tuple[Any, ...] | None = None
+    while True:
+        await asyncio.sleep(REFRESH_S)
+        router = proxy_server.llm_router
+        if router is None:
+            continue
+        try:
+            state = _router_state(router)
+            if state != seen:
+                _configure(router, litellm_settings)
+                seen = state
+            _native.lane_set_cooling(_cooling_groups(router))
+        except Exception:  # a failed refresh turns the lane off, never the proxy
+            logger.exception("fastpath_lane: refresh failed; the lane is off until the next one")
+            _native.lane_configure(False, [], [])
+            seen = None
+
+
+def _router_state(router: Any) -> tuple[Any, ...]:
+    proxy_server = compat.proxy_server()
+
+    return (
+        id(router),
+        tuple(
+            (d.get("model_name"), (d.get("model_info") or {}).get("id")) for d in router.model_list
+        ),
+        id(proxy_server.general_settings),
+        len(litellm.callbacks),
+    )
+
+
+def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
+    global _lane_groups, _status
+    why_off = _why_off(router, litellm_settings)
+    groups = {} if why_off else _groups(router)
+    if frozenset(groups) != _lane_groups:
+        # Verdicts list the groups a key may call, as they were when LiteLLM judged it.
+        _native.lane_forget_group_lists()
+    _lane_groups = frozenset(groups)
+    replay.install_forced_pick(router)
+    _native.lane_set_groups(groups)
+    _native.lane_configure(why_off is None, _answer_headers(), list(_openai_headers()))
+    status = f"off ({why_off})" if why_off else f"serving model groups {sorted(groups)}"
+    if status != _status:
+        logger.warning("fastpath_lane: %s", status)
+        _status = status
+
+
+def _why_off(router: Any, litellm_settings: frozenset[str]) -> str | None:
+    """Proxy-wide settings under which no request can take the lane (None: it can)."""
+    proxy_server = compat.proxy_server()
+
+    odd_litellm = sorted(litellm_settings - _NEUTRAL_LITELLM_SETTINGS)
+    if odd_litellm:
+        return f"litellm_settings {odd_litellm}"
+    general = proxy_server.general_settings or {}
+    odd = sorted(set(general) - _NEUTRAL_GENERAL_SETTINGS)
+    if odd:
+        return f"general_settings {odd}"
+    if proxy_server.master_key is None:
+        return "no master key"
+    for name in (
+        "model_alias_map",
+        "cache",
+        "max_budget",
+        "post_call_rules",
+        "pre_call_rules",
+        "modify_params",
+    ):
+        if getattr(litellm, name, None):
+            return f"litellm.{name}"
+    busy = [type(c).__name__ for c in litellm.callbacks if not _idle_hook(c)]
+    if busy:
+        return f"callbacks {busy}"
+    if getattr(router, "routing_strategy", "simple-shuffle") != "simple-shuffle":
+        return "a routing strategy other than simple-shuffle"
+    if getattr(router, "enable_pre_call_checks", False) or getattr(
+        router, "optional_pre_call_checks", None
+    ):
+        return "router pre-call checks"
+    return None
+
+
+# Callbacks that see requests but never change one the lane serves.
+_IDLE_CALLBACKS = frozenset(
+    {
+        "FastpathAccelerator",  # ours: removes `rust` from bodies (the lane takes none with it)
+        # LiteLLM's defaults: its limiter counts only keys with limits (those stay off the
+        # lane), and the others act on routes or fields the lane does not take.
+        "_PROXY_MaxParallelRequestsHandler_v3",
+        "_PROXY_MaxParallelRequestsHandler",
+        "_PROXY_CacheControlCheck",
+        "ResponsesIDSecurity",
+        "_PROXY_LiteLLMManagedFiles",
+        "_ProxyDBLogger",
+        "ServiceLogging",
+        "SkillsInjectionHook",  # acts on `container.skills`, a field the lane does not take
+        # Act only on requests in a session (`metadata.session_id`, or `x-litellm-*`
+        # headers), which the lane leaves to the proxy.
+        "_PROXY_MaxIterationsHandler",
+        "_PROXY_MaxBudgetPerSessionHandler",
+        "_PROXY_SensitiveDataRoutingHandler",
+    }
+)
+_HOOKS = (
+    "async_pre_call_hook",
+    "async_moderation_hook",
+    "async_post_call_success_hook",
+    "async_pre_call_deployment_hook",
+    "async_post_call_response_headers_hook",
+    "async_logging_hook",
+    "async_pre_routing_hook",
+)
+
+
+def _idle_hook(callback: Any) -> bool:
+    if isinstance(callback, str):
+        return True  # a named logging integration: it logs, after the fact
+    if type(callback).__name__ in _IDLE_CALLBACKS:
+        return True
+    base = compat.CustomLogger
+    if not isinstance(callback, base):
+        return False
+    return all(getattr(type(callback), hook, None) is getattr(base, hook, None) for hook in _HOOKS)
+
+
+def _groups(router: Any) -> dict[str, list[_native.LaneDeployment]]:
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for deployment in router.model_list:
+        by_group.setdefault(deployment["model_name"], []).append(deployment)
+    fallbacks = _fallback_groups(router)
+    served: dict[str, list[_native.LaneDeployment]] = {}
+    for name, deployments in by_group.items():
+        if name in fallbacks or name in (getattr(router, "model_group_alias", None) or {}):
+            continue
+        entries = [_entry(deployment, router) for deployment in deployments]
+        if all(entry is not None for entry in entries):
+            weights = _weights(deployments)
+            # The proxy asks every stream of the group for usage when all its models take
+            # `stream_options` (and drops the usage chunk the client did not ask for).
+            usage_asked = compat.model_deployments_support_stream_options(
+                model=name, llm_router=router, team_id=None
+            )
+            served[name] = []
+            for entry, weight in zip(entries, weights, strict=True):
+                if entry is None:
+                    continue
+                kwargs, stream_timeout = entry
+                streams = None
+                if stream_timeout is not None:
+                    streams = _native.LaneStreams(
+                        timeout=stream_timeout, asks_usage=bool(usage_asked)
+                    )
+                served[name].append(
+                    _native.LaneDeployment(**kwargs, streams=streams, weight=weight)
+                )
+    return served
+
+
+def _fallback_groups(router: Any) -> set[str]:
+    names: set[str] = set()
+    for attribute in ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks"):
+        for item in getattr(router, attribute, None) or []:
+            if isinstance(item, Mapping):
+                names.update(item)
+    if getattr(router, "default_fallbacks", None):
+        names.add("*")
+    return names
+
+
+def _weights(deployments: list[dict[str, Any]]) -> list[float | None]:
+    """LiteLLM's simple shuffle: the first of `weight`, `rpm`, `tpm` set on any deployment."""
+    for metric in ("weight", "rpm", "tpm"):
+        values = [(d.get("litellm_params") or {}).get(metric) for d in deployments]
+        numbers = [float(v) if isinstance(v, (int, float)) else 0.0 for v in values]
+        if max(numbers, default=0.0) > 0:
+            return list(numbers)
+    return [None] * len(deployments)
+
+
+def _entry(
+    deployment: Mapping[str, Any], router: Any
+) -> tuple[dict[str, Any], float | None] | None:
+    """`_native.LaneDeployment`'s arguments but its streams and weight, and its streams'
+    timeout, for a deployment the lane can call; the stream timeout is None when its streams
+    stay with the proxy, `messages` when its `/v1/messages` calls do. Timeouts are the
+    router's for the deployment, as it passes them to each call."""
+    litellm_params = dict(deployment.get("litellm_params") or {})
+    params = dict(litellm_params)
+    info = deployment.get("model_info") or {}
+    if params.pop("rust", None) is not True or any("cost" in key for key in info):
+        return None
+    kwargs = {**params, "messages": [{"role": "user", "content": "x"}]}
+
+    def routed(stream: bool) -> Any:
+        call = {**kwargs, "stream": True} if stream else dict(kwargs)
+        timeout = compat.router_timeout(router, litellm_params, stream=stream)
+        if timeout is not None:
+            call["timeout"] = timeout
+        return routing.route(call)
+
+    route = routed(stream=False)
+    if isinstance(route, Decline) or isinstance(route, routing.StreamRoute):
+        return None
+    pricing = prices.lane_pricing(route.provider, route.model)
+    if pricing is None:
+        return None
+    model_id = str(info.get("id"))
+    headers = [("x-litellm-model-id", model_id), ("x-litellm-model-name", params["model"])]
+    api_base = route.deployment.api_base
+    if api_base:
+        headers.append(("x-litellm-model-api-base", api_base.split("?")[0]))
+    headers.append(("x-litellm-version", compat.litellm_version() or ""))
+    stream_route = routed(stream=True)
+    streams = (
+        isinstance(stream_route, routing.StreamRoute)
+        # The lane applies LiteLLM's default repetition guard.
+        and litellm.REPEATED_STREAMING_CHUNK_LIMIT == _DEFAULT_REPEAT_LIMIT
+    )
+    entry = {
+        "deployment": route.deployment,
+        "id": model_id,
+        "params": dict(route.params),
+        "timeout": route.timeout,
+        "headers": headers,
+        "pricing": pricing,
+        "messages": _messages_entry(kwargs, deployment, router, pricing),
+    }
+    return entry, stream_route.timeout if streams else None
+
+
+def _messages_entry(
+    kwargs: dict[str, Any],
+    deployment: Mapping[str, Any],
+    router: Any,
+    pricing: _native.LanePricing,
+) -> _native.LaneMessages | None:
+    """The deployment's `/v1/messages` calls without thinking, sampling params or betas (the
+    headers, those with the client's `anthropic-version`, the timeout, the streams and their
+    API base header), from LiteLLM's own functions (as the fast path asks them); None when the
+    proxy serves them, and the streams None when it serves their streams."""
+    versioned: dict[str, Any] = {}
+    compat.add_provider_specific_headers_to_request(versioned, claims.ANTHROPIC_VERSION)
+    litellm_params = dict(deployment.get("litellm_params") or {})
+
+    def route(max_tokens: int, stream: bool = False, **extra: Any) -> Any:
+        call = {**kwargs, "max_tokens": max_tokens, **extra}
+        if stream:
+            call["stream"] = True
+        timeout = compat.router_messages_timeout(router, litellm_params, stream=stream)
+        if timeout is not None:
+            call["timeout"] = timeout
+        return messages.route_messages(call)
+
+    routes = [
+        route(max_tokens, **extra)
+        for max_tokens in (1, 4096, 128_000)
+        for extra in ({}, {"provider_specific_header": versioned["provider_specific_header"]})
+    ]
+    if any(isinstance(r, Decline) for r in routes) or len({r.provider for r in routes}) != 1:
+        return None
+    provider, model = routes[0].provider, routes[0].model
+    api = PROVIDERS[provider].messages
+    assert api is not None  # routed by it
+    if api.plain_costs_checked and not prices.plain_messages_priced(provider, model, pricing):
+        return None
+    # LiteLLM treats every `max_tokens` alike here (else the proxy asks it per request).
+    if len({(r.headers, r.timeout) for r in routes[0::2]}) != 1:
+        return None
+    if len({(r.headers, r.timeout) for r in routes[1::2]}) != 1:
+        return None
+    plain, with_version = routes[0], routes[1]
+    # What the proxy names the API base of a `/v1/messages` stream (LiteLLM's `get_api_base`).
+    api_base = litellm.get_api_base(model=litellm_params["model"], optional_params=litellm_params)
+    return _native.LaneMessages(
+        plain.deployment,
+        headers=list(plain.headers),
+        versioned_headers=list(with_version.headers),
+        timeout=plain.timeout,
+        streams=_messages_streams(route, plain, deployment, router),
+        api_base=api_base.split("?")[0] if api_base else None,
+    )
+
+
+def _messages_streams(
+    route: Any, plain: Any, deployment: Mapping[str, Any], router: Any
+) -> _native.LaneMessagesStreams | None:
+    """The timeout of the deployment's `/v1/messages` streams and whether the router holds
+    their frames until content, when the lane can serve them as the proxy does: no fallback
+    could take them over, the proxy's stream hooks leave them alone, and LiteLLM sends them as
+    it sends the rest (None: the proxy serves them)."""
+    held = compat.router_holds_messages_streams(
+        router, deployment["model_name"], deployment.get("model_info")
+    )
+    if held is None:
+        return None
+    if not streaming.proxy_stream_hooks_idle() or getattr(
+        litellm, "include_cost_in_streaming_usage", False
+    ):
+        return None
+    streamed = [route(max_tokens, stream=True) for max_tokens in (1, 4096, 128_000)]
+    if any(isinstance(r, Decline) or r.headers != plain.headers for r in streamed):
+        return None
+    timeouts = {r.timeout for r in streamed}
+    if len(timeouts) != 1:
+        return None
+    return _native.LaneMessagesStreams(timeout=timeouts.pop(), held=held)
+
+
+def _answer_headers() -> list[tuple[str, str]]:
+    security = compat.STATIC_SECURITY_HEADERS
+    headers = [("x-litellm-rust", "true"), ("x-litellm-fastpath", _native.__version__)]
+    return [*headers, ("vary", "Origin"), *((k.lower(), v) for k, v in security)]
+
+
+def _openai_headers() -> list[str]:
+    return [name.lower() for name in compat.OPENAI_RESPONSE_HEADERS]
+
+
+def _cooling_groups(router: Any) -> list[str]:
+    if not _lane_groups:
+        return []
+    ids = {
+        (d.get("model_info") or {}).get("id"): d["model_name"]
+        for d in router.model_list
+        if d["model_name"] in _lane_groups
+    }
+    active = router.cooldown_cache.get_active_cooldowns(model_ids=list(ids), parent_otel_span=None)
+    return sorted({ids[model_id] for model_id, _ in active if model_id in ids})

@@ -1,0 +1,165 @@
+"""The replay: each request the lane served runs through the proxy's own endpoint in-process
+once the client has its answer (auth, hooks, router, logging, cost and spend), holding the
+lane's outcome of its provider call (a ticket) so that the provider is not called again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from litellm_fastpath import _native, claims, compat
+from litellm_fastpath.bridge import settle
+
+logger = logging.getLogger("litellm_fastpath")
+
+# Not `x-litellm-*`: the proxy leaves those out of the headers its hooks see.
+TICKET_HEADER = "x-fastpath-lane-ticket"
+MESSAGES_PATH = "/v1/messages"
+# Replays running at once: they run the proxy's per-request Python, one at a time on its loop
+# anyway; a few in flight overlap their awaits.
+REPLAY_CONCURRENCY = 8
+
+
+async def replay_served() -> None:
+    """Takes the lane's served requests in batches and runs each through the proxy's own
+    endpoint in-process (auth, hooks, router, logging, cost and spend), with its ticket."""
+    loop = asyncio.get_running_loop()
+    slots = asyncio.Semaphore(REPLAY_CONCURRENCY)
+    running: set[asyncio.Task[None]] = set()
+    while True:
+        future: asyncio.Future[list[_native.LaneReplay]] = loop.create_future()
+        _native.lane_next_replays(loop, future, settle)
+        for record in await future:
+            await slots.acquire()
+            task = loop.create_task(_replay(record))
+            running.add(task)
+            task.add_done_callback(running.discard)
+            task.add_done_callback(lambda _: slots.release())
+
+
+async def _replay(record: _native.LaneReplay) -> None:
+    ticket = record.ticket
+    tail: list[bytes] = []
+    try:
+        claimed = _native.lane_claim(ticket)
+        if claimed is None:
+            return
+        claims.hold(claimed)
+        request = _request(record.path, record.headers, record.body, record.client, record.server)
+        key = await compat.user_api_key_auth(
+            request=request,
+            api_key=request.headers.get("authorization"),
+            azure_api_key_header=None,
+            # The lane takes `x-api-key` on `/v1/messages` only (as the key, sent alone).
+            anthropic_api_key_header=request.headers.get("x-api-key"),
+            google_ai_studio_api_key_header=None,
+            azure_apim_header=None,
+            custom_litellm_key_header=None,
+        )
+        from starlette.responses import Response
+
+        if record.path == MESSAGES_PATH:
+            answer = await compat.proxy_anthropic_response(
+                fastapi_response=Response(), request=request, user_api_key_dict=key
+            )
+        else:
+            answer = await compat.proxy_chat_completion(
+                request=request, fastapi_response=Response(), model=None, user_api_key_dict=key
+            )
+        frames = getattr(answer, "body_iterator", None)
+        if frames is not None:
+            # A stream: reading it runs LiteLLM's end-of-stream logging. Past the first
+            # chunk's frame (the lane wrote the client's) is the end the lane may wait for.
+            first = True
+            async for frame in frames:
+                if first:
+                    first = False
+                    continue
+                tail.append(frame.encode() if isinstance(frame, str) else bytes(frame))
+    except Exception as err:  # LiteLLM logged it; the client has its answer
+        logger.debug("fastpath_lane: replay ended with %s", type(err).__name__)
+    finally:
+        _native.lane_stream_tail(ticket, b"".join(tail))
+        _native.lane_replayed()
+
+
+def _request(
+    path: str,
+    headers: list[tuple[str, str]],
+    body: bytes,
+    client: tuple[str, int] | None,
+    server: tuple[str, int] | None,
+) -> Any:
+    """The request as uvicorn would have handed it to the proxy."""
+    proxy_server = compat.proxy_server()
+    from starlette.requests import Request
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers],
+        "client": client,
+        "server": server,
+        "state": {},
+        "app": proxy_server.app,
+    }
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            # As on a live connection whose client waits: nothing more (the proxy checks for a
+            # disconnect by cancelling this at once).
+            await asyncio.Event().wait()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return Request(scope, receive)
+
+
+def take_ticket(data: dict[str, Any]) -> None:
+    """A replayed request: claim its ticket, force the router's pick to the lane's deployment,
+    and keep the lane's own headers out of what LiteLLM records of the request."""
+    request = data.get("proxy_server_request") or {}
+    headers = request.get("headers") or {}
+    ticket_id = headers.get(TICKET_HEADER)
+    if not ticket_id:
+        return
+    claimed = _native.lane_claim(ticket_id)
+    for recorded in (headers, (data.get("metadata") or {}).get("headers")):
+        if isinstance(recorded, dict):
+            recorded.pop(TICKET_HEADER, None)
+    if claimed is None:
+        # Only the lane sends tickets (it strips them from clients' requests), and each is
+        # claimed once: a replay that finds none must not reach the provider.
+        raise RuntimeError("fast lane replay without its outcome; not calling the provider")
+    claims.hold(claimed)
+
+
+def install_forced_pick(router: Any) -> None:
+    """A replay's router picks the deployment the lane called (its own pick is random)."""
+    if getattr(router, "_litellm_fastpath_forced_pick", False):
+        return
+    original = router.async_get_available_deployment
+
+    async def pick(model: str, *args: Any, **kwargs: Any) -> Any:
+        forced = claims.forced_deployment()
+        if forced is not None:
+            for deployment in router.model_list:
+                if (deployment.get("model_info") or {}).get("id") == forced and deployment.get(
+                    "model_name"
+                ) == model:
+                    return deployment
+        return await original(model, *args, **kwargs)
+
+    router.async_get_available_deployment = pick
+    router._litellm_fastpath_forced_pick = True

@@ -1,0 +1,161 @@
+//! The gate: which requests are the lane's to try (the route, the settings, headers that ask
+//! the proxy for something, the key as the lane reads it), and after the body is read, the
+//! checks every route shares (the group, the key's verdict, cooldowns, the backlog) and the
+//! router's pick of a deployment.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use http::Method;
+use http::header::{AUTHORIZATION, CONTENT_LENGTH};
+use sha2::{Digest, Sha256};
+
+use super::state::Lane;
+use super::table::{KeyRefusal, LaneDeployment};
+use crate::model::LaneReason;
+
+/// Routes the lane serves: the proxy's chat completion routes, and its Messages route.
+const CHAT_PATHS: &[&str] = &["/chat/completions", "/v1/chat/completions"];
+const MESSAGES_PATH: &str = "/v1/messages";
+/// Larger bodies go to the proxy as they stream in (the lane reads a body whole).
+const MAX_BODY_BYTES: u64 = 1 << 20;
+/// Anthropic OAuth tokens, which the proxy passes on to the provider as its credential.
+const ANTHROPIC_OAUTH_PREFIX: &str = "sk-ant-oat";
+/// LiteLLM reads its key from these headers too; a request carrying one goes to the proxy.
+const OTHER_KEY_HEADERS: &[&str] = &[
+    "x-litellm-api-key",
+    "api-key",
+    "x-api-key",
+    "x-goog-api-key",
+    "ocp-apim-subscription-key",
+];
+/// Client headers the proxy passes on to Anthropic-family providers (its
+/// `add_provider_specific_headers_to_request`), as `typesafe-danger-zone-*` ones to others.
+pub(super) const PROVIDER_HEADERS: &[&str] = &["anthropic-version", "anthropic-beta"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Route {
+    Chat,
+    Messages,
+}
+
+/// Why a body stays with the proxy (counted as `lane_body`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct NotForLane(pub &'static str);
+
+/// A POST to a route the lane serves, with a sized body the lane may read whole.
+pub(super) fn lane_route(parts: &http::request::Parts) -> Option<Route> {
+    let sized = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok())
+        .is_some_and(|length| length <= MAX_BODY_BYTES);
+    if parts.method != Method::POST || parts.uri.query().is_some() || !sized {
+        return None;
+    }
+    let path = parts.uri.path();
+    if CHAT_PATHS.contains(&path) {
+        Some(Route::Chat)
+    } else if path == MESSAGES_PATH {
+        Some(Route::Messages)
+    } else {
+        None
+    }
+}
+
+/// The checks every route shares before the body is read: the lane is on, no header asks the
+/// proxy for something, and the key comes the way the lane reads it (its hash).
+pub(super) fn gate(
+    lane: &Lane,
+    parts: &http::request::Parts,
+    route: Route,
+) -> Result<String, LaneReason> {
+    if !lane.table.settings().enabled {
+        return Err(LaneReason::Off);
+    }
+    if has_proxy_options(&parts.headers, route) {
+        return Err(LaneReason::Header);
+    }
+    key_hash(&parts.headers, route).ok_or(LaneReason::Auth)
+}
+
+/// A request past every shared check: its key, the key's spend, and the deployment picked.
+pub(super) struct Judged {
+    pub key_hash: String,
+    pub key_spend: f64,
+    pub deployment: Arc<LaneDeployment>,
+}
+
+/// The checks every route shares, after the request is read: the model group, the key's
+/// verdict for it, cooldowns and the backlog; then the deployment (picked as the router picks)
+/// and the key's spend.
+pub(super) fn judge(
+    lane: &Lane,
+    key_hash: String,
+    model_group: &str,
+) -> Result<Judged, LaneReason> {
+    let group = lane.table.group(model_group).ok_or(LaneReason::Model)?;
+    let verdict = lane.table.verdict(&key_hash).ok_or(LaneReason::Auth)?;
+    verdict
+        .admits(model_group, SystemTime::now())
+        .map_err(|refusal| match refusal {
+            KeyRefusal::Model => LaneReason::Access,
+            KeyRefusal::Stale | KeyRefusal::Expired => LaneReason::Auth,
+        })?;
+    if lane.table.is_cooling(model_group) {
+        return Err(LaneReason::Cooldown);
+    }
+    if lane.backlog_full() {
+        return Err(LaneReason::Backlog);
+    }
+    Ok(Judged {
+        key_hash,
+        key_spend: verdict.current_spend(),
+        deployment: lane.table.pick(&group),
+    })
+}
+
+/// Headers through which a caller asks the proxy for something (sessions, tags, end users,
+/// CORS, headers for the provider): their requests go to the proxy. Only the call id
+/// (`x-litellm-call-id`) is taken, and on `/v1/messages` the `anthropic-*` headers (see
+/// `messages::request::client_headers`).
+fn has_proxy_options(headers: &http::HeaderMap, route: Route) -> bool {
+    headers.keys().any(|name| {
+        let name = name.as_str();
+        (name.starts_with("x-litellm-") && name != "x-litellm-call-id")
+            || name.starts_with("litellm-")
+            || name == "origin"
+            || (PROVIDER_HEADERS.contains(&name) && route == Route::Chat)
+            || name.starts_with("typesafe-danger-zone-")
+    })
+}
+
+/// SHA-256 (hex) of the caller's key, as LiteLLM's `hash_token`: the bearer key, or on
+/// `/v1/messages` an `x-api-key` sent alone; None when the request carries its key any other
+/// way (or one the proxy passes on to the provider).
+fn key_hash(headers: &http::HeaderMap, route: Route) -> Option<String> {
+    let api_key_taken = route == Route::Messages && !headers.contains_key(AUTHORIZATION);
+    if OTHER_KEY_HEADERS
+        .iter()
+        .any(|name| headers.contains_key(*name) && !(api_key_taken && *name == "x-api-key"))
+    {
+        return None;
+    }
+    let (name, prefix) = if api_key_taken {
+        ("x-api-key", "")
+    } else {
+        (AUTHORIZATION.as_str(), "Bearer ")
+    };
+    let mut values = headers.get_all(name).iter();
+    let value = values.next()?.to_str().ok()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let key = value.strip_prefix(prefix)?;
+    if key.is_empty() || key.trim() != key || key.starts_with(ANTHROPIC_OAUTH_PREFIX) {
+        return None;
+    }
+    let digest = Sha256::digest(key.as_bytes());
+    Some(digest.iter().map(|byte| format!("{byte:02x}")).collect())
+}

@@ -1,0 +1,165 @@
+//! The lane of one process: what it knows (`Table`), where it forwards (`App`), its provider
+//! engine, the outcomes and replays it holds for the proxy, and what it counts.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::replay::{Replay, Replays};
+use super::table::Table;
+use super::tickets::{Ticket, Tickets};
+use crate::runtime::Engine;
+
+/// Replays waiting for the proxy (each runs the proxy's per-request Python, so they keep logging
+/// and spend no more than this far behind); past this the lane sends new requests to the proxy.
+/// Env `LITELLM_FASTPATH_LANE_BACKLOG` overrides.
+const MAX_BACKLOG: usize = 256;
+/// With several workers on one socket: replays waiting past which this worker counts as busy
+/// (about 0.1 s of the proxy's Python). Env `LITELLM_FASTPATH_LANE_BUSY_BACKLOG` overrides.
+const BUSY_BACKLOG: usize = 32;
+
+fn backlog_setting(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(default)
+}
+
+/// Where requests the lane does not answer go.
+#[derive(Clone, Debug)]
+pub struct App {
+    pub socket: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaneError {
+    #[error("the app behind the lane is unreachable: {0}")]
+    AppUnreachable(std::io::Error),
+    #[error("forwarding to the app failed: {0}")]
+    Forward(#[from] hyper::Error),
+    /// The client stopped sending before its body was whole: the connection closes unanswered,
+    /// as uvicorn leaves it.
+    #[error("the client's request body ended early")]
+    BodyCut,
+}
+
+/// The lane of one process.
+pub struct Lane {
+    pub table: Table,
+    pub(super) app: App,
+    pub(super) engine: Arc<Engine>,
+    pub(super) tickets: Tickets,
+    pub(super) replays: Replays,
+    max_backlog: usize,
+    /// Other workers accept on the same socket (see `Lane::busy`).
+    shared_socket: bool,
+    busy_backlog: usize,
+    /// uvicorn's `timeout_keep_alive`, applied to the client connections the lane holds.
+    pub(super) keep_alive_timeout: Option<Duration>,
+    /// Requests the lane is serving now (each joins the backlog when it is answered).
+    serving: AtomicUsize,
+    counts: Mutex<HashMap<&'static str, u64>>,
+}
+
+impl Lane {
+    pub fn new(
+        app: App,
+        engine: Arc<Engine>,
+        shared_socket: bool,
+        keep_alive_timeout: Option<Duration>,
+    ) -> Arc<Lane> {
+        Arc::new(Lane {
+            table: Table::new(),
+            app,
+            engine,
+            tickets: Tickets::default(),
+            replays: Replays::default(),
+            max_backlog: backlog_setting("LITELLM_FASTPATH_LANE_BACKLOG", MAX_BACKLOG),
+            shared_socket,
+            busy_backlog: backlog_setting("LITELLM_FASTPATH_LANE_BUSY_BACKLOG", BUSY_BACKLOG),
+            keep_alive_timeout,
+            serving: AtomicUsize::new(0),
+            counts: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The end of the proxy's answer to a stream's replay (the frames after the first chunk's),
+    /// for the lane to send to the client it is still streaming to.
+    pub fn send_tail(&self, ticket: &str, tail: Bytes) {
+        self.replays.send_tail(ticket, tail);
+    }
+
+    /// Requests per outcome: `served`, `replayed`, and each reason a request went to the proxy.
+    pub fn counts(&self) -> HashMap<&'static str, u64> {
+        self.counts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Requests being served, and served requests whose replay has not finished yet (what a
+    /// shutdown waits for).
+    pub fn backlog(&self) -> usize {
+        self.serving.load(Ordering::Acquire) + self.replays.backlog()
+    }
+
+    /// Every served request waiting for its replay, once the queue is due.
+    pub async fn next_replays(&self) -> Vec<Replay> {
+        self.replays.next().await
+    }
+
+    /// The proxy finished one replay.
+    pub fn replayed(&self) {
+        self.replays.replayed();
+    }
+
+    /// The outcome a ticket stands for, once.
+    pub fn claim(&self, ticket: &str) -> Option<Ticket> {
+        self.tickets.claim(ticket)
+    }
+
+    /// Whether this worker's Python is falling behind while other workers share its socket.
+    /// A busy worker closes the connection after each answer and leaves new connections to
+    /// the others for a moment, so its clients' next requests go to a less busy worker:
+    /// connections are spread by whoever accepts first, and a few keep-alive connections could
+    /// otherwise keep one worker's Python saturated while another idles.
+    pub(super) fn busy(&self) -> bool {
+        self.shared_socket && self.replays.backlog() >= self.busy_backlog
+    }
+
+    /// Whether the replays are too far behind for the lane to take more requests.
+    pub(super) fn backlog_full(&self) -> bool {
+        self.replays.backlog() >= self.max_backlog
+    }
+
+    pub(super) fn count(&self, what: &'static str) {
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .entry(what)
+            .or_default() += 1;
+    }
+}
+
+/// A request the lane is serving, counted until it is answered and queued for its replay (or
+/// handed to the proxy, or its client left).
+pub(super) struct Serving(Arc<Lane>);
+
+impl Serving {
+    pub(super) fn new(lane: &Arc<Lane>) -> Serving {
+        lane.serving.fetch_add(1, Ordering::AcqRel);
+        Serving(Arc::clone(lane))
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.serving.fetch_sub(1, Ordering::AcqRel);
+    }
+}
