@@ -4,26 +4,14 @@ docs use its names and nothing else."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from litellm_fastpath import _native
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def documented_lane_reasons() -> set[str]:
-    text = (ROOT / "docs" / "compatibility.md").read_text()
-    section = text.split("## Lane reasons", 1)[1].split("\n## ", 1)[0]
-    reasons: set[str] = set()
-    for line in section.splitlines():
-        if line.startswith("| `"):
-            first_cell = line.split("|")[1]
-            reasons.update(re.findall(r"`([a-z_]+)`", first_cell))
-    return reasons
+from tests.test_decline_codes import ROOT, table_names
 
 
 def test_docs_table_lists_exactly_the_reasons() -> None:
-    assert documented_lane_reasons() == set(_native.lane_reasons())
+    documented = table_names(ROOT / "docs" / "compatibility.md", "Lane reasons")
+    assert documented == set(_native.lane_reasons())
 
 
 def test_reasons_are_unique_lane_names_apart_from_decline_codes() -> None:
