@@ -133,6 +133,11 @@ def table(head: Sequence[str], rows: Iterable[Sequence[object]], align: str = ""
     return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
 
 
+def cells(row: dict[str, Any], *specs: str) -> list[str]:
+    """Table cells of `row`: one `key:format` spec each (`wall_s:.2f`; `key` as is)."""
+    return [format(row[key], f) for key, _, f in (spec.partition(":") for spec in specs)]
+
+
 def write_results(
     name: str, markdown: str, data: Any, indent: int = 2, plot: Any = None, alt: str = ""
 ) -> None:
@@ -164,6 +169,15 @@ def finish(args: Any, name: str, markdown: str, data: Any, **results: Any) -> No
     print(markdown)
     if not args.no_write:
         write_results(name, markdown, data, **results)
+
+
+def failed(problems: Sequence[str]) -> int:
+    """The exit status of a bench that verifies what it measures: 1 (the problems on stderr)
+    if anything failed verification."""
+    if problems:
+        print(f"FAILED: {len(problems)} problem(s)", file=sys.stderr)
+        print("\n".join(f"  {p}" for p in problems[:20]), file=sys.stderr)
+    return 1 if problems else 0
 
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -318,9 +332,17 @@ def load_step(
     }
 
 
-def direct_step(url: str, body: dict[str, Any], rate: float, secs: float) -> dict[str, Any]:
-    """The same load straight at the mock: the baseline a proxy's latency is compared with."""
-    return {"lat": lat_stats(run_loadgen(url, json.dumps(body), rate, secs)["latencies_ms"])}
+def direct_step(
+    url: str, body: dict[str, Any], rate: float, secs: float, *flags: str, watch: Sequence[int] = ()
+) -> dict[str, Any]:
+    """The same load straight at the mock: the baseline a proxy's latency is compared with, and
+    the cores every other process used meanwhile (the `watch`ed ones count as ours)."""
+    c0, b0, w0 = cpu_seconds(watch), system_busy_seconds(), time.monotonic()
+    res = run_loadgen(url, json.dumps(body), rate, secs, *flags)
+    wall, ours = time.monotonic() - w0, cpu_seconds(watch) - c0 + res["gen_cpu_s"]
+    step = {"rate": rate, **{k: res[k] for k in ("ok", "errors", "gen_cpu_util")}}
+    step["foreign_cores"] = max(0.0, (system_busy_seconds() - b0 - ours) / wall)
+    return step | {"lat": lat_stats(res["latencies_ms"])}
 
 
 # -- the proxies under test ------------------------------------------------------------------
@@ -402,62 +424,30 @@ WORKLOAD_NAMES += ("embed-openai", "embed-cohere", "embed-titan")
 def workloads() -> dict[str, Workload]:
     """Chat per provider (named after it), `/v1/messages` (`messages`) and embeddings
     (`embed-*`, one input, 1,536 dims)."""
-    from devtools.deployments import (
-        BEDROCK_MODEL_ID,
-        deployment_kwargs,
-        embedding_deployment_kwargs,
-    )
+    from devtools.deployments import BEDROCK_MODEL_ID, deployment_kwargs
+    from devtools.deployments import embedding_deployment_kwargs as embedding
 
-    chat, embed = partial(partial, deployment_kwargs), partial(partial, embedding_deployment_kwargs)
+    chat, embed = partial(partial, deployment_kwargs), partial(partial, embedding)
     text, chats, msgs, embeds = "Say hello.", "/chat/completions", "/v1/messages", "/embeddings"
-    chat_body, embed_body = {"messages": MESSAGES}, {"input": [text]}
-    claude = {"model": "claude-sonnet-4-5", "messages": MESSAGES}
+    asked, inputs, short = {"messages": MESSAGES}, {"input": [text]}, {"max_tokens": 64}
+    claude = {"model": "claude-sonnet-4-5", **asked}
+    ids = {"cohere": "cohere.embed-english-v3", "titan": "amazon.titan-embed-text-v1"}
+
+    def invoke(kind: str) -> str:
+        return f"/model/{ids[kind]}/invoke"
+
     converse = {"messages": [{"role": "user", "content": [{"text": text}]}]}
     cohere = {"input_type": "search_document", "texts": [text]}
-    rows = [
-        ("openai", chats, chat_body, chat("openai"), chats, {"model": "gpt-4o-mini", **chat_body}),
-        ("anthropic", chats, chat_body, chat("anthropic"), msgs, {**claude, "max_tokens": 64000}),
-        (
-            "bedrock",
-            chats,
-            chat_body,
-            chat("bedrock"),
-            f"/model/{BEDROCK_MODEL_ID}/converse",
-            converse,
-        ),
+    openai_embed = {"model": "text-embedding-3-small", **inputs}
+    rows = [  # name, route, body, deployment, the same request to the mock: path, body
+        ("openai", chats, asked, chat("openai"), chats, {"model": "gpt-4o-mini", **asked}),
+        ("anthropic", chats, asked, chat("anthropic"), msgs, {**claude, "max_tokens": 64000}),
+        ("bedrock", chats, asked, chat("bedrock"), f"/model/{BEDROCK_MODEL_ID}/converse", converse),
         # The Anthropic Messages API (`/v1/messages`) on the same Anthropic deployment.
-        (
-            "messages",
-            msgs,
-            {**chat_body, "max_tokens": 64},
-            chat("anthropic"),
-            msgs,
-            {**claude, "max_tokens": 64},
-        ),
-        (
-            "embed-openai",
-            embeds,
-            embed_body,
-            embed("openai"),
-            "/v1/embeddings",
-            {"model": "text-embedding-3-small", **embed_body},
-        ),
-        (
-            "embed-cohere",
-            embeds,
-            embed_body,
-            embed("cohere"),
-            "/model/cohere.embed-english-v3/invoke",
-            cohere,
-        ),
-        (
-            "embed-titan",
-            embeds,
-            embed_body,
-            embed("titan-v1"),
-            "/model/amazon.titan-embed-text-v1/invoke",
-            {"inputText": text},
-        ),
+        ("messages", msgs, asked | short, chat("anthropic"), msgs, claude | short),
+        ("embed-openai", embeds, inputs, embed("openai"), "/v1/embeddings", openai_embed),
+        ("embed-cohere", embeds, inputs, embed("cohere"), invoke("cohere"), cohere),
+        ("embed-titan", embeds, inputs, embed("titan-v1"), invoke("titan"), {"inputText": text}),
     ]
     return {row[0]: Workload(*row) for row in rows}
 

@@ -27,8 +27,8 @@ from benches._common import (
     BenchProxy,
     arg_parser,
     bench_mock,
+    direct_step,
     fmt,
-    lat_stats,
     loadavg,
     loadgen_cmd,
     log,
@@ -41,7 +41,7 @@ from benches._common import (
     workloads,
     write_results,
 )
-from devtools.procfs import MIB, cpu_seconds, proc_status, system_busy_seconds
+from devtools.procfs import MIB, cpu_seconds, proc_status
 
 P99_LIMIT_MS = 50.0
 # Finer steps where a 1-worker proxy saturates (~80-120 req/s on these 2-core boxes).
@@ -86,26 +86,14 @@ def arm_step(gw: BenchProxy, provider: str, arm: str, rate: float) -> dict[str, 
     return checked(gw.args, measure, f"{provider}-{arm}")
 
 
-def direct_step(gw: BenchProxy, provider: str, rate: float) -> dict[str, Any]:
-    """The same load straight at the mock: the baseline the proxy's latency is compared with."""
+def baseline(gw: BenchProxy, provider: str, rate: float) -> dict[str, Any]:
+    """`direct_step` of the provider's workload (the idle proxy's timers count as ours)."""
+    work, flags = workloads()[provider], ("--timeout", str(gw.args.timeout))
+    url, secs, watch = gw.mock.url + work.upstream_path, gw.args.direct_duration, gw.pids()
 
     def measure() -> dict[str, Any]:
-        watched = [gw.mock.pid, *gw.pids()]  # the idle proxy's timers count as ours
-        c0, b0, w0 = cpu_seconds(watched), system_busy_seconds(), time.monotonic()
-        url = gw.mock.url + workloads()[provider].upstream_path
-        body, secs = upstream_body(provider), gw.args.direct_duration
-        res = run_loadgen(url, body, rate, secs, "--timeout", str(gw.args.timeout))
-        wall = time.monotonic() - w0
-        ours = cpu_seconds(watched) - c0 + res["gen_cpu_s"]
-        return {
-            "provider": provider,
-            "rate": rate,
-            "ok": res["ok"],
-            "errors": res["errors"],
-            "lat": lat_stats(res["latencies_ms"]),
-            "gen_cpu_util": res["gen_cpu_util"],
-            "foreign_cores": max(0.0, (system_busy_seconds() - b0 - ours) / wall),
-        }
+        step = direct_step(url, work.upstream_body, rate, secs, *flags, watch=[gw.mock.pid, *watch])
+        return {"provider": provider, **step}
 
     return checked(gw.args, measure, f"direct {provider}")
 
@@ -143,7 +131,7 @@ def run_workers(gw: BenchProxy, workers: int, args: Any) -> dict[str, Any]:
             rep = 0
             pending = set(active)
             while pending:
-                direct = {p: direct_step(gw, p, rate) for p in args.providers}
+                direct = {p: baseline(gw, p, rate) for p in args.providers}
                 directs += [{**direct[p], "rep": rep, "workers": workers} for p in args.providers]
                 for p, arm in ((p, arm) for p in args.providers for arm in ARMS):
                     if (p, arm) not in pending:
@@ -177,7 +165,7 @@ def run_workers(gw: BenchProxy, workers: int, args: Any) -> dict[str, Any]:
                 rate = held_max[(p, "python")] / 2
                 if rate <= 0:
                     continue
-                d = direct_step(gw, p, rate)
+                d = baseline(gw, p, rate)
                 for arm in ARMS:
                     half.append(s := with_direct(arm_step(gw, p, arm, rate), d, rep))
                     log(

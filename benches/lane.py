@@ -1,27 +1,18 @@
 """The fast lane (`fastpath_lane: true`) through the proxy, against the plain model, in one run.
 
-Chat (`python -m benches.lane [--quick]`; results in `benches/results/lane.{md,json,png}`): two
-proxies on one mock provider, the usual one (`openai-python`, `openai-rust`) and one with the
-lane on (`openai-rust` served by the lane). Open-loop load from its own process, arms
-interleaved per step:
-- added latency over direct-to-mock at 45 req/s (p50, p99), one worker;
-- each arm's highest rate at p99 <= 50 ms and no errors, one worker, and the lane with two;
-- callback count = request count on the lane proxy (a counting callback, read after the run).
+    python -m benches.lane [--quick]                    # chat: results/lane.{md,json,png}
+    python -m benches.lane --route messages [--quick] [--provider bedrock]
+                                                        # results/lane-messages[-bedrock].*
 
-`/v1/messages` (`python -m benches.lane --route messages [--quick] [--provider bedrock]`; results
-in `benches/results/lane-messages[-bedrock].{md,json}`): against the plain model (LiteLLM's
-Python path), `rust: true` without the lane, and LiteLLM's own native route (`LITELLM_RUST=1`),
-requests as the Anthropic SDK sends them (`x-api-key`, `anthropic-version`), to `anthropic/…` on
-the mock provider, non-streaming and streamed (64 text deltas); with `--provider bedrock`, to
-Bedrock Invoke (Claude) on the mock, where LiteLLM has no native route (three arms). Added
-latency over direct-to-mock at 45 req/s through one worker (p50, p99; to the last byte for
-streams) and the proxy's CPU per request, open loop, arms interleaved per repetition; callback
-count = request count on the lane proxy (read after its shutdown). Method: benches/README.md.
+Chat: added latency over direct-to-mock at 45 req/s, each arm's highest rate at p99 <= 50 ms (the
+lane also with two workers). `/v1/messages` (Anthropic SDK headers), non-streaming and streamed:
+added latency and the proxy's CPU per request against the plain model, `rust: true` and LiteLLM's
+native route (`LITELLM_RUST=1`; not for Bedrock). Both: callback count = request count on the
+lane proxy. Method: benches/README.md.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +21,6 @@ from typing import Any
 from benches._common import (
     CHECKS,
     MESSAGES,
-    RESULTS,
     WARMUP,
     added,
     arg_parser,
@@ -46,7 +36,6 @@ from benches._common import (
     start_proxy,
     table,
     teach_lane,
-    write_results,
 )
 from benches.messages import deployment
 from devtools.deployments import BEDROCK_MODEL_ID, deployment_kwargs
@@ -70,10 +59,17 @@ NAMES = {
 }
 
 
-def step(proxy: Any, model: str, rate: float, secs: float, arm: str) -> dict[str, Any]:
-    s = load_step(proxy, ROUTE, {"model": model, "messages": MESSAGES}, CHECKS[arm], rate, secs)
+def step(server: Any, arm: str, body: dict, rate: float, secs: float, **kw: Any) -> dict[str, Any]:
+    """`load_step` on `server` (the chat route unless `route=`), checked as `arm`'s answers; the
+    proxy's CPU per request counts the unrecorded warm-up ones too."""
+    route = kw.pop("route", ROUTE)
+    s = load_step(server, route, body, CHECKS["rust" if arm == "lane" else arm], rate, secs, **kw)
     del s["latencies_ms"]
-    return s
+    return s | {"cpu_ms_per_request": s["proxy_cpu_s"] / max(1, s["ok"] + WARMUP) * 1000}
+
+
+def chat_body(model: str) -> dict[str, Any]:
+    return {"model": model, "messages": MESSAGES}
 
 
 def held(s: dict) -> bool:
@@ -101,7 +97,7 @@ def proxy(
     lane: bool = False,
     workers: int = 1,
     route: str = ROUTE,
-    body: Any = lambda model: {"model": model, "messages": MESSAGES},
+    body: Any = chat_body,
     env: dict[str, str] | None = None,
 ) -> Any:
     """A proxy with `models`, the event recorder (its log at `.log_file`) and, with `lane`, the
@@ -114,6 +110,13 @@ def proxy(
     server.log_file = log_path
     teach_lane(server, route, [body(m["model_name"]) for m in models], workers)
     return server
+
+
+def stop(*servers: Any) -> None:
+    """SIGTERM with time to replay what was served (a lane worker drains, then exits)."""
+    for server in servers:
+        server.stop(term_timeout=60)
+        server.__exit__(None, None, None)
 
 
 def chat(args: Any) -> None:
@@ -138,7 +141,7 @@ def chat(args: Any) -> None:
 
         def run(arm: str, rate: float, s: float = secs) -> dict:
             server, model = targets[arm]
-            result = step(server, model, rate, s, "rust" if arm == "lane" else arm)
+            result = step(server, arm, chat_body(model), rate, s)
             if arm == "lane":
                 lane_steps.append(result)
             return result
@@ -147,7 +150,7 @@ def chat(args: Any) -> None:
             for arm in ARMS:  # warm every arm
                 run(arm, 50, 2.0)
             log(f"added latency at {LATENCY_RATE:g} req/s, {reps} interleaved repetitions")
-            direct_body = {"model": "gpt-4o-mini", "messages": MESSAGES}
+            direct_body = chat_body("gpt-4o-mini")
             runs = {
                 "direct": lambda: direct_step(mock.url + ROUTE, direct_body, LATENCY_RATE, secs)
             }
@@ -162,20 +165,16 @@ def chat(args: Any) -> None:
                 best, ladder_steps = highest(lambda r, a=arm: run(a, r), ladder)
                 data["rates"][arm] = {"max": best, "steps": ladder_steps}
         finally:
-            # SIGTERM with time to replay what was served (each worker drains, then exits).
-            lane.stop(term_timeout=60)
-            lane.__exit__(None, None, None)
-            plain.__exit__(None, None, None)
+            stop(lane, plain)
         data["callbacks"] = lane_callbacks(lane.log_file, "openai-rust", lane_steps)
         lane2 = proxy(models, workdir, lane=True, workers=2)
         try:
             log(" lane, two workers")
             best2, steps2 = highest(
-                lambda r: step(lane2, "openai-rust", r, secs, "rust"), LANE_RATES
+                lambda r: step(lane2, "lane", chat_body("openai-rust"), r, secs), LANE_RATES
             )
         finally:
-            lane2.stop(term_timeout=60)
-            lane2.__exit__(None, None, None)
+            stop(lane2)
         data["rates"]["lane_2_workers"] = {"max": best2, "steps": steps2}
     finish(args, "lane", render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
 
@@ -260,12 +259,8 @@ def direct_target(provider: str, mock_url: str, stream: bool) -> tuple[str, dict
 
 
 def messages_step(server: Any, model: str, arm: str, secs: float, stream: bool) -> dict[str, Any]:
-    checks = CHECKS["rust" if arm == "lane" else arm]
-    s = load_step(
-        server, MESSAGES_ROUTE, body(model, stream), checks, LATENCY_RATE, secs, headers=SDK_HEADERS
-    )
-    cpu_ms = s["proxy_cpu_s"] / max(1, s["ok"] + WARMUP) * 1000
-    return {"ok": s["ok"], "errors": s["errors"], "lat": s["lat"], "cpu_ms_per_request": cpu_ms}
+    route, headers = MESSAGES_ROUTE, SDK_HEADERS
+    return step(server, arm, body(model, stream), LATENCY_RATE, secs, route=route, headers=headers)
 
 
 def messages(args: Any) -> None:
@@ -310,9 +305,7 @@ def messages(args: Any) -> None:
             warm = [messages_step(*targets[a], a, 2.0, k == "stream") for a in arms for k in KINDS]
             steps = interleaved(runs, reps)
         finally:
-            servers["lane"].stop(term_timeout=60)  # drains: every served request is replayed
-            for server in servers.values():
-                server.__exit__(None, None, None)
+            stop(*servers.values())
     data["kinds"] = {}
     for kind in KINDS:
         data["kinds"][kind] = added({a: steps[kind, a] for a in ("direct", *arms)}, "direct", arms)
@@ -370,15 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--provider", choices=("anthropic", "bedrock"), default="anthropic", help="messages only"
     )
-    parser.add_argument("--replot", action="store_true", help="redraw from results/lane.json")
     args = parser.parse_args(argv)
-    if args.replot:
-        data = json.loads((RESULTS / "lane.json").read_text())
-        write_results("lane", render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
-    elif args.route == "chat":
-        chat(args)
-    else:
-        messages(args)
+    (chat if args.route == "chat" else messages)(args)
     return 0
 
 

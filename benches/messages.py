@@ -1,14 +1,8 @@
 """`/v1/messages` (`litellm.anthropic_messages`): LiteLLM's Python path, LiteLLM's own native
-route (`LITELLM_RUST=1`, Anthropic only) and the fast path (`rust: true`), against the package's
-mock provider (method: benches/README.md).
-
-- in-process, non-streaming: per-call median latency and CPU, arms interleaved in blocks, for a
-  small request and a coding-agent request (long system prompt, tools, a tool exchange), on
-  `anthropic/…` (three arms) and Bedrock Invoke (two arms: LiteLLM's native route has no
-  Bedrock);
-- through one proxy worker, streaming: time to the first event added over the same stream
-  fetched from the mock directly, 20 concurrent streams of 200 events back to back (p50/p99);
-  the native arm is a second proxy started with `LITELLM_RUST=1` (same config, no `rust: true`).
+route (`LITELLM_RUST=1`, Anthropic only) and the fast path (`rust: true`), against the mock:
+in-process per-call median and CPU (a small and a coding-agent request, `anthropic/…` and Bedrock
+Invoke), and through one proxy worker the first streamed event's added latency at 20 concurrent
+streams (method: benches/README.md).
 
 `python -m benches.messages [--quick]`; results in benches/results/messages.{md,json,png}.
 """

@@ -24,6 +24,7 @@ from benches._common import (
     BenchProxy,
     arg_parser,
     bench_mock,
+    cells,
     finish,
     fmt,
     lat_stats,
@@ -32,6 +33,7 @@ from benches._common import (
     machine,
     machine_line,
     median,
+    table,
 )
 from devtools.procfs import Sampler, proc_state
 
@@ -251,10 +253,9 @@ def render(data: dict[str, Any]) -> str:
         *([""] if meta["warnings"] else []),
     ]
     present = [a for a in ARMS if a in arms]
-    lines += ["| | " + " | ".join(present) + " |", "|---|" + "---:|" * len(present)]
     columns = [summary_rows(arms[a]) for a in present]
-    for i, (label, _) in enumerate(columns[0] if columns else []):
-        lines.append(f"| {label} | " + " | ".join(c[i][1] for c in columns) + " |")
+    rows = [[label, *(c[i][1] for c in columns)] for i, (label, _) in enumerate(columns[0])]
+    lines += table(["", *present], rows if columns else [], "l" + "r" * len(present))
     lines += [
         "",
         f"**RSS slope rust/python: {fmt(cmp_.get('rss_slope_ratio', math.nan))}** "
@@ -272,23 +273,22 @@ def render(data: dict[str, Any]) -> str:
         "start-up and drain between segments). Foreign cores = CPU used by other processes.",
         "",
     ]
+    head = ["#", "t (s)", "sent", "err", "achieved", "p50 ms", "p99 ms", "p99.9 ms"]
+    head += ["proxy cores", "foreign cores", "RSS MiB"]
+    tail = ("proxy_cores:.2f", "foreign_cores:.2f", "rss_mib:.1f")
     for a in present:
-        lines += [
-            f"<details><summary>{a} arm: {len(arms[a]['segments'])} segments</summary>",
-            "",
-            "| # | t (s) | sent | err | achieved | p50 ms | p99 ms | p99.9 ms | proxy cores | "
-            "foreign cores | RSS MiB |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        ]
+        rows = []
         for s in arms[a]["segments"]:
             err = f"{s['errors']}" + (f" ({s['first_error']})" if s["errors"] else "")
-            lat = " | ".join(fmt(s["lat"][q], 1) for q in ("p50", "p99", "p999"))
-            lines.append(
-                f"| {s['index']} | {s['t_start_s']:.0f} | {s['scheduled']} | {err} | "
-                f"{s['achieved_rps']:.1f} | {lat} | {s['proxy_cores']:.2f} | "
-                f"{s['foreign_cores']:.2f} | {s['rss_mib']:.1f} |"
-            )
-        lines += ["", "</details>", ""]
+            lat = [fmt(s["lat"][q], 1) for q in ("p50", "p99", "p999")]
+            row = [
+                *cells(s, "index", "t_start_s:.0f", "scheduled"),
+                err,
+                *cells(s, "achieved_rps:.1f"),
+            ]
+            rows.append([*row, *lat, *cells(s, *tail)])
+        summary = f"<details><summary>{a} arm: {len(arms[a]['segments'])} segments</summary>"
+        lines += [summary, "", *table(head, rows, "r" * 11), "", "</details>", ""]
     return "\n".join(lines)
 
 

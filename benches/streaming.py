@@ -1,26 +1,12 @@
-"""Streamed chat through one proxy worker: LiteLLM's Python path against the fast path.
-
-Three arms: `plain` and `rust` are models of one proxy (`plain-<provider>` and `rust-<provider>`,
-same deployment), and `lane` is the `rust` model of a second, otherwise identical proxy with the
-fast lane on (`fastpath_lane: true`: Rust serves the stream before the proxy's per-request
-Python, which runs afterwards). The deployments are served by the package's mock provider,
-which streams each provider's native format (OpenAI or Anthropic SSE, Bedrock's binary event
-stream; `max_tokens` chunks); the clients run in their own process (asyncio + httpx). Arms are
-interleaved, step by step, in one run:
-
-- throughput: 8 concurrent streams of 1,000 chunks, back to back, for a fixed time: chunks/s the
-  worker sustains and proxy CPU per chunk;
-- time to the first content chunk, added over the same stream fetched from the mock directly:
-  1 stream at a time (8 chunks), and under load: 20 clients streaming 200-chunk answers back to
-  back (p50/p99);
-- pacing: 20 concurrent streams of 50 chunks paced 20 ms apart by the mock: how late the last
-  chunk arrives against the mock's schedule, counted from the client's request, added over the
-  same streams fetched directly (p99);
-- memory: RSS growth of a fresh proxy over its first 10,000-chunk stream, per arm.
+"""Streamed chat through one proxy worker: LiteLLM's Python path (`plain-<provider>`), `rust: true`
+(`rust-<provider>`, same proxy) and the same model on a second proxy with the fast lane on, arms
+interleaved, the mock streaming each provider's native format, clients in their own process:
+chunks/s and proxy CPU per chunk, time to the first content chunk (1 stream; 20 streaming 200
+chunks), last-chunk lateness of 20 paced streams, RSS over a fresh proxy's first 10,000-chunk
+stream (method: benches/README.md).
 
 `python -m benches.streaming [--quick] [--provider openai|anthropic|bedrock]`; results in
-benches/results/streaming[-<provider>].{md,json,png}. The direct-to-mock baseline is the OpenAI
-stream for every provider (same mock, same loopback).
+benches/results/streaming[-<provider>].{md,json,png}.
 """
 
 from __future__ import annotations
