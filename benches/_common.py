@@ -248,9 +248,9 @@ def added(steps: dict[Any, list[dict[str, Any]]], direct: Any, arms: Iterable[An
 def loadgen_cmd(
     url: str, body: str, rate: float, secs: float, *flags: str, warm: bool = True
 ) -> list[str]:
-    """`benches/loadgen.py` at `rate` for `secs` with a FIFO pool, after (`warm`) WARMUP
+    """`benches/loadgen.py` at `rate` for `secs`, after (`warm`) WARMUP
     unrecorded requests on 8 connections; `flags` add to or override these (`--closed 16`)."""
-    cmd = [sys.executable, "-m", "benches.loadgen", "--url", url, "--body", body, "--fifo"]
+    cmd = [sys.executable, "-m", "benches.loadgen", "--url", url, "--body", body]
     cmd += ["--rate", str(rate), "--duration", str(secs), "--timeout", "5", "--max-conns", "512"]
     return cmd + (["--conns", "8", "--warmup", str(WARMUP)] if warm else []) + list(flags)
 

@@ -337,24 +337,17 @@ def render(data: dict[str, Any]) -> str:
         machine_line(meta["machine"]),
         "",
         f"Mode: {meta['mode']}; steps of {meta['duration']} s, {meta['reps']} repetitions "
-        f"per rate (arms interleaved python/rust per provider), direct-to-mock baseline "
-        f"{meta['direct_duration']} s per provider and repetition; p99 limit "
-        f"{meta['p99_limit']} ms; request timeout {meta['timeout']} s; a step during which "
-        f"other processes used > {meta['foreign_limit']} cores is rerun up to "
-        f"{meta['contended_retries']} times. Proxy: "
-        "`litellm --config` (real proxy, master key auth, no DB), "
-        '`callbacks: ["litellm_fastpath.proxy.accelerator"]`, default logging.',
+        f"per rate, arms interleaved, direct-to-mock baseline {meta['direct_duration']} s; p99 "
+        f"limit {meta['p99_limit']} ms; request timeout {meta['timeout']} s; steps with > "
+        f"{meta['foreign_limit']} foreign cores rerun up to {meta['contended_retries']} times. "
+        "Method: benches/README.md (*Gateway*).",
         "",
-        "Load generator and mock capacity (separate processes, loopback):",
-        "",
-        f"- mock + generator, closed loop 16 connections: "
-        f"{cap['closed']['achieved_rps']:.0f} req/s (p99 {fmt(cap['closed']['p99_ms'], 2)} ms)",
-        f"- generator open loop at {cap['open']['rate']:.0f} req/s against the mock: achieved "
-        f"{cap['open']['achieved_rps']:.0f} req/s, p50 {fmt(cap['open']['p50_ms'], 2)} ms, "
-        f"p99 {fmt(cap['open']['p99_ms'], 2)} ms, generator CPU "
-        f"{cap['open']['gen_cpu_util'] * 100:.0f}% of one core, errors {cap['open']['errors']}",
-        f"- highest generator CPU during any proxy step: {meta['gen_cpu_util_max'] * 100:.1f}% "
-        "of one core",
+        f"Tools' capacity (loopback): mock + generator closed loop (16 connections) "
+        f"{cap['closed']['achieved_rps']:.0f} req/s, p99 {fmt(cap['closed']['p99_ms'])} ms; "
+        f"open loop at {cap['open']['rate']:.0f} req/s: {cap['open']['achieved_rps']:.0f} req/s, "
+        f"p50/p99 {fmt(cap['open']['p50_ms'])}/{fmt(cap['open']['p99_ms'])} ms, errors "
+        f"{cap['open']['errors']}, generator {cap['open']['gen_cpu_util'] * 100:.0f}% of a core "
+        f"(at most {meta['gen_cpu_util_max'] * 100:.1f}% during proxy steps).",
         "",
     ]
     for run in data["runs"]:
@@ -380,10 +373,9 @@ def render(data: dict[str, Any]) -> str:
         lines += table(SUMMARY_HEAD, rows)
         lines += [
             "",
-            "Max req/s = highest offered rate held with p99 ≤ 50 ms and no errors (majority of "
-            "repetitions); ≥ means the rate list ran out first. Added = proxied - direct-to-mock "
-            "at the same percentile, same rate and repetition; half rate = 50% of the Python "
-            "arm's max; values are medians over repetitions.",
+            "Max req/s: held with p99 ≤ 50 ms and no errors (majority of repetitions; ≥: the rate "
+            "list ran out). Added = proxied - direct at the same percentile, rate and repetition; "
+            "half rate = 50% of the Python max; medians over repetitions.",
             "",
             "<details><summary>All steps</summary>",
             "",
