@@ -138,6 +138,22 @@ def cells(row: dict[str, Any], *specs: str) -> list[str]:
     return [format(row[key], f) for key, _, f in (spec.partition(":") for spec in specs)]
 
 
+def bar_panels(plt: Any, panels: Sequence[Any], size: tuple[float, float]) -> tuple[Any, Any]:
+    """A figure of bar charts side by side, one per panel `(title, x labels, {series: values})`
+    (several series: grouped bars and a legend); the figure and its axes."""
+    fig, axes = plt.subplots(1, len(panels), figsize=size, squeeze=False)
+    for ax, (title, labels, series) in zip(axes[0], panels, strict=True):
+        width = 0.8 / len(series)
+        for i, (name, values) in enumerate(series.items()):
+            xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(labels))]
+            ax.bar(xs, values, width, label=name)
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_title(title, fontsize=10)
+        if len(series) > 1:
+            ax.legend(fontsize=8)
+    return fig, axes[0]
+
+
 def write_results(
     name: str, markdown: str, data: Any, indent: int = 2, plot: Any = None, alt: str = ""
 ) -> None:

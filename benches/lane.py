@@ -38,7 +38,7 @@ from benches._common import (
     teach_lane,
 )
 from benches.messages import deployment
-from devtools.deployments import BEDROCK_MODEL_ID, deployment_kwargs
+from devtools.deployments import BEDROCK_MODEL_ID, deployment_kwargs, twin_models
 from devtools.processes import MASTER_KEY, ServerProcess
 
 ROUTE = "/chat/completions"
@@ -90,33 +90,49 @@ def highest(run: Any, rates: list[float]) -> tuple[float, list[dict]]:
     return best, steps
 
 
-def proxy(
-    models: list[dict[str, Any]],
-    workdir: Path,
-    *,
-    lane: bool = False,
-    workers: int = 1,
-    route: str = ROUTE,
-    body: Any = chat_body,
-    env: dict[str, str] | None = None,
-) -> Any:
-    """A proxy with `models`, the event recorder (its log at `.log_file`) and, with `lane`, the
-    fast lane, whose every worker has learnt the master key (from requests the proxy served,
-    `body(model)` to `route`) when it returns."""
-    name = "lane" if lane else "native" if env else "plain"
-    log_path = workdir / f"{name}-{workers}.jsonl"
-    log_path.touch()
-    server = start_proxy(models, lane=lane, workers=workers, log_path=log_path, env=env)
-    server.log_file = log_path
-    teach_lane(server, route, [body(m["model_name"]) for m in models], workers)
-    return server
+SERVERS = {"python": "plain", "rust": "plain", "native": "native", "lane": "lane"}
+SETTINGS: dict[str, Any] = {"native": {"env": {"LITELLM_RUST": "1"}}, "lane": {"lane": True}}
 
 
-def stop(*servers: Any) -> None:
-    """SIGTERM with time to replay what was served (a lane worker drains, then exits)."""
-    for server in servers:
-        server.stop(term_timeout=60)
-        server.__exit__(None, None, None)
+class Arms:
+    """The proxies the arms run on, each with the event recorder, and one load step per arm: the
+    `python` and `rust` arms on one proxy (the plain and `rust: true` twins of one deployment),
+    `native` on a second with LiteLLM's native routes (`LITELLM_RUST=1`, the plain twin), `lane`
+    on a third with the fast lane (the `rust: true` twin), whose every worker has learnt the
+    master key (from requests it served) when they start. Stops them on exit, a lane with time
+    to replay what it served."""
+
+    def __init__(self, params: dict, arms: Any, body: Any = chat_body, workers: int = 1, **kw: Any):
+        self.models, self.body, self.kw = twin_models("bench", params), body, kw
+        workdir, self.lane_steps = Path(tempfile.mkdtemp(prefix="lane-bench-")), []
+        self.servers: dict[str, Any] = {}
+        for name in dict.fromkeys(SERVERS[arm] for arm in arms):
+            log_path = workdir / f"{name}-{workers}.jsonl"
+            log_path.touch()
+            settings = SETTINGS.get(name, {})
+            server = start_proxy(self.models, workers=workers, log_path=log_path, **settings)
+            self.servers[name], server.log_file = server, log_path
+            route, bodies = kw.get("route", ROUTE), [body(m["model_name"]) for m in self.models]
+            teach_lane(server, route, bodies, workers)
+
+    def step(self, arm: str, rate: float, secs: float, **body: Any) -> dict[str, Any]:
+        server = self.servers[SERVERS[arm]]
+        model = self.models[arm in ("rust", "lane")]["model_name"]
+        result = step(server, arm, self.body(model, **body), rate, secs, **self.kw)
+        self.lane_steps += [result] if arm == "lane" else []
+        return result
+
+    def callbacks(self) -> dict[str, Any]:
+        """The lane proxy's logged events against the requests it answered (after `stop`)."""
+        return lane_callbacks(self.servers["lane"].log_file, "rust-bench", self.lane_steps)
+
+    def __enter__(self) -> Arms:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for server in self.servers.values():
+            server.stop(term_timeout=60)  # a lane worker drains its replays, then exits
+            server.__exit__(None, None, None)
 
 
 def chat(args: Any) -> None:
@@ -124,37 +140,17 @@ def chat(args: Any) -> None:
     secs = 4.0 if args.quick else 8.0
     reps = 1 if args.quick else 3
     data: dict[str, Any] = {"machine": machine(args.wait_quiet)}
-    workdir = Path(tempfile.mkdtemp(prefix="lane-bench-"))
     with ServerProcess() as mock:
         params = deployment_kwargs("openai", mock.url)
-        models = [
-            {"model_name": "openai-python", "litellm_params": dict(params)},
-            {"model_name": "openai-rust", "litellm_params": {**params, "rust": True}},
-        ]
-        plain, lane = proxy(models, workdir), proxy(models, workdir, lane=True)
-        targets = {
-            "python": (plain, "openai-python"),
-            "rust": (plain, "openai-rust"),
-            "lane": (lane, "openai-rust"),
-        }
-        lane_steps: list[dict] = []
-
-        def run(arm: str, rate: float, s: float = secs) -> dict:
-            server, model = targets[arm]
-            result = step(server, arm, chat_body(model), rate, s)
-            if arm == "lane":
-                lane_steps.append(result)
-            return result
-
-        try:
+        with Arms(params, ARMS) as arms:
             for arm in ARMS:  # warm every arm
-                run(arm, 50, 2.0)
+                arms.step(arm, 50, 2.0)
             log(f"added latency at {LATENCY_RATE:g} req/s, {reps} interleaved repetitions")
             direct_body = chat_body("gpt-4o-mini")
             runs = {
                 "direct": lambda: direct_step(mock.url + ROUTE, direct_body, LATENCY_RATE, secs)
             }
-            runs |= {arm: lambda a=arm: run(a, LATENCY_RATE) for arm in ARMS}
+            runs |= {arm: lambda a=arm: arms.step(a, LATENCY_RATE, secs) for arm in ARMS}
             steps = interleaved(runs, reps)
             data["latency"] = {**added(steps, "direct", ARMS), "steps": steps}
             log("highest rate at p99 <= 50 ms")
@@ -162,19 +158,12 @@ def chat(args: Any) -> None:
             data["rates"] = {}
             for arm, ladder in ladders.items():
                 log(f" {arm}")
-                best, ladder_steps = highest(lambda r, a=arm: run(a, r), ladder)
+                best, ladder_steps = highest(lambda r, a=arm: arms.step(a, r, secs), ladder)
                 data["rates"][arm] = {"max": best, "steps": ladder_steps}
-        finally:
-            stop(lane, plain)
-        data["callbacks"] = lane_callbacks(lane.log_file, "openai-rust", lane_steps)
-        lane2 = proxy(models, workdir, lane=True, workers=2)
-        try:
+        data["callbacks"] = arms.callbacks()
+        with Arms(params, ["lane"], workers=2) as two:
             log(" lane, two workers")
-            best2, steps2 = highest(
-                lambda r: step(lane2, "lane", chat_body("openai-rust"), r, secs), LANE_RATES
-            )
-        finally:
-            stop(lane2)
+            best2, steps2 = highest(lambda r: two.step("lane", r, secs), LANE_RATES)
         data["rates"]["lane_2_workers"] = {"max": best2, "steps": steps2}
     finish(args, "lane", render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
 
@@ -258,11 +247,6 @@ def direct_target(provider: str, mock_url: str, stream: bool) -> tuple[str, dict
     return mock_url + MESSAGES_ROUTE, body("claude-sonnet-4-5", stream)
 
 
-def messages_step(server: Any, model: str, arm: str, secs: float, stream: bool) -> dict[str, Any]:
-    route, headers = MESSAGES_ROUTE, SDK_HEADERS
-    return step(server, arm, body(model, stream), LATENCY_RATE, secs, route=route, headers=headers)
-
-
 def messages(args: Any) -> None:
     """`/v1/messages`, non-streaming and streamed: added latency and CPU per request."""
     provider = args.provider
@@ -272,48 +256,26 @@ def messages(args: Any) -> None:
     reps = 1 if args.quick else 3
     data: dict[str, Any] = {"machine": machine(args.wait_quiet), "rate": LATENCY_RATE}
     data |= {"provider": provider, "arms": list(arms)}
-    workdir = Path(tempfile.mkdtemp(prefix="lane-messages-bench-"))
     with ServerProcess() as mock:
-        params = deployment(provider, mock.url)
-        models = [
-            {"model_name": "claude-python", "litellm_params": dict(params)},
-            {"model_name": "claude-rust", "litellm_params": {**params, "rust": True}},
-        ]
-        servers = {
-            name: proxy(models, workdir, route=MESSAGES_ROUTE, body=body, **kw)
-            for name, kw in (
-                ("plain", {}),
-                ("native", {"env": {"LITELLM_RUST": "1"}}),
-                ("lane", {"lane": True}),
-            )
-            if name != "native" or "native" in arms
-        }
-        targets = {
-            "python": (servers["plain"], "claude-python"),
-            "native": (servers.get("native"), "claude-python"),
-            "rust": (servers["plain"], "claude-rust"),
-            "lane": (servers["lane"], "claude-rust"),
-        }
-        runs: dict[tuple[str, str], Any] = {}
-        for kind in KINDS:
-            stream = kind == "stream"
-            url, sent = direct_target(provider, mock.url, stream)
-            runs[kind, "direct"] = lambda u=url, b=sent: direct_step(u, b, LATENCY_RATE, secs)
-            for arm in arms:
-                runs[kind, arm] = lambda a=arm, s=stream: messages_step(*targets[a], a, secs, s)
-        try:
-            warm = [messages_step(*targets[a], a, 2.0, k == "stream") for a in arms for k in KINDS]
+        params, rate = deployment(provider, mock.url), LATENCY_RATE
+        with Arms(params, arms, body, headers=SDK_HEADERS, route=MESSAGES_ROUTE) as on:
+            runs: dict[tuple[str, str], Any] = {}
+            for kind in KINDS:
+                stream = kind == "stream"
+                url, sent = direct_target(provider, mock.url, stream)
+                runs[kind, "direct"] = lambda u=url, b=sent: direct_step(u, b, rate, secs)
+                for arm in arms:
+                    runs[kind, arm] = lambda a=arm, s=stream: on.step(a, rate, secs, stream=s)
+            for arm, kind in ((a, k) for a in arms for k in KINDS):  # warm every arm
+                on.step(arm, rate, 2.0, stream=kind == "stream")
             steps = interleaved(runs, reps)
-        finally:
-            stop(*servers.values())
     data["kinds"] = {}
     for kind in KINDS:
         data["kinds"][kind] = added({a: steps[kind, a] for a in ("direct", *arms)}, "direct", arms)
         cpu = {a: median(s["cpu_ms_per_request"] for s in steps[kind, a]) for a in arms}
         data["kinds"][kind]["cpu_ms_per_request"] = cpu
     data["steps"] = {kind: {a: steps[kind, a] for a in ("direct", *arms)} for kind in KINDS}
-    lane_steps = [*warm[-len(KINDS) :], *(s for kind in KINDS for s in steps[kind, "lane"])]
-    data["callbacks"] = lane_callbacks(servers["lane"].log_file, "claude-rust", lane_steps)
+    data["callbacks"] = on.callbacks()
     name = "lane-messages" if provider == "anthropic" else f"lane-messages-{provider}"
     finish(args, name, render_messages(data), data)
 

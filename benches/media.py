@@ -26,6 +26,7 @@ from typing import Any
 from benches._common import (
     ROOT,
     arg_parser,
+    bar_panels,
     cells,
     failed,
     fetch_json,
@@ -427,24 +428,21 @@ def plot(report: dict[str, Any], plt: Any) -> Any:
     size, conc = report["bar_size_mib"], report["bar_concurrency"]
     rows = {(r["approach"], r["kind"], r["size_mib"], r["concurrency"]): r for r in report["rows"]}
     approaches = [a for a in ALL_APPROACHES if any(r["approach"] == a for r in report["rows"])]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    metrics = [
-        ("peak_minus_setup_mib", "peak RSS - RSS after setup (MiB)", "%.0f"),
-        ("wire_mib_s", "wire MiB/s", "%.0f"),
-        ("cpu_s", "CPU seconds (sending phase)", "%.2f"),
+    metrics = {"peak RSS - RSS after setup (MiB)": ("peak_minus_setup_mib", "%.0f")}
+    metrics |= {"wire MiB/s": ("wire_mib_s", "%.0f"), "CPU s (sending phase)": ("cpu_s", "%.2f")}
+
+    def values(approach: str, key: str) -> list[float]:
+        return [rows.get((approach, k, size, conc), {}).get(key, 0.0) for k in KINDS]
+
+    panels = [
+        (t, KINDS, {a: values(a, key) for a in approaches}) for t, (key, _) in metrics.items()
     ]
-    width = 0.8 / max(len(approaches), 1)
-    for ax, (key, label, label_fmt) in zip(axes, metrics, strict=True):
-        for i, approach in enumerate(approaches):
-            values = [rows.get((approach, kind, size, conc), {}).get(key, 0.0) for kind in KINDS]
-            xs = [k + (i - (len(approaches) - 1) / 2) * width for k in range(len(KINDS))]
-            ax.bar_label(ax.bar(xs, values, width, label=approach), fmt=label_fmt, fontsize=8)
-        ax.set_xticks(range(len(KINDS)), KINDS)
-        ax.set_title(label, fontsize=10)
-        if key == "peak_minus_setup_mib":
-            ax.axhline(MEMORY_BAR_MIB, color="red", linestyle="--", linewidth=1)
-            ax.text(-0.45, MEMORY_BAR_MIB * 1.05, "bar: 64 MiB", color="red", fontsize=8)
-    axes[0].legend(fontsize=8)
+    fig, axes = bar_panels(plt, panels, (15, 4.5))
+    for ax, (_, label_fmt) in zip(axes, metrics.values(), strict=True):
+        for bars in ax.containers:
+            ax.bar_label(bars, fmt=label_fmt, fontsize=8)
+    axes[0].axhline(MEMORY_BAR_MIB, color="red", linestyle="--", linewidth=1)
+    axes[0].text(-0.45, MEMORY_BAR_MIB * 1.05, "bar: 64 MiB", color="red", fontsize=8)
     fig.suptitle(
         f"Bedrock transcription body, {size} MiB x {conc} concurrent, "
         f"fresh process per measurement (medians of {report['reps']})",

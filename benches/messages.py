@@ -16,7 +16,16 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from benches._common import arg_parser, finish, log, machine, machine_line, percentile, table
+from benches._common import (
+    arg_parser,
+    bar_panels,
+    finish,
+    log,
+    machine,
+    machine_line,
+    percentile,
+    table,
+)
 from benches.inprocess import arm_stats, interleaved_calls
 from benches.streaming import run_client, spec, twin_proxy
 from devtools.deployments import bedrock_invoke_kwargs, deployment_kwargs
@@ -209,32 +218,13 @@ def render(data: dict[str, Any]) -> str:
 
 
 def plot(data: dict[str, Any]) -> Any:
-    def draw(plt: Any) -> Any:
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-        rows = [r for r in data["in_process"] if r["provider"] == "anthropic"]
-        labels = [r["request"] for r in rows]
-        width = 0.27
-        for i, (arm, name) in enumerate(
-            (("python", "Python"), ("native", "native"), ("rust", "fast"))
-        ):
-            axes[0].bar(
-                [x + (i - 1) * width for x in range(len(rows))],
-                [r["arms"][arm]["median_ms"] for r in rows],
-                width,
-                label=name,
-            )
-        axes[0].set_xticks(range(len(rows)), labels)
-        axes[0].set_title("anthropic, in-process median ms/call")
-        axes[0].legend()
-        stream = data["streaming"]
-        arms = ("python", "native", "rust")
-        axes[1].bar(
-            ["Python", "native", "fast"], [stream[a]["first_event_added_p99_ms"] for a in arms]
-        )
-        axes[1].set_title("first event added p99 ms, 20 streams")
-        return fig
-
-    return draw
+    rows = [r for r in data["in_process"] if r["provider"] == "anthropic"]
+    names = {"python": "Python", "native": "native", "rust": "fast"}
+    medians = {names[a]: [r["arms"][a]["median_ms"] for r in rows] for a in IN_ARMS}
+    firsts = {"": [data["streaming"][a]["first_event_added_p99_ms"] for a in IN_ARMS]}
+    panels = [("anthropic, in-process median ms/call", [r["request"] for r in rows], medians)]
+    panels += [("first event added p99 ms, 20 streams", list(names.values()), firsts)]
+    return lambda plt: bar_panels(plt, panels, (10, 3.4))[0]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from typing import Any
 
 from benches._common import (
     arg_parser,
+    bar_panels,
     finish,
     log,
     machine,
@@ -253,18 +254,12 @@ def render(data: dict[str, Any]) -> str:
 
 
 def plot(data: dict[str, Any]) -> Any:
-    def draw(plt: Any) -> Any:
-        fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-        keys = [("chunks/s", "chunks_per_s"), ("CPU ms/chunk", "cpu_ms_per_chunk")]
-        for ax, (title, key) in zip(axes, keys, strict=True):
-            ax.bar(
-                ["Python", "Rust", "Rust, lane on"],
-                [data["plain"][key], data["rust"][key], data["lane"][key]],
-            )
-            ax.set_title(title)
-        return fig
-
-    return draw
+    labels = ["Python", "Rust", "Rust, lane on"]
+    keys = {"chunks/s": "chunks_per_s", "CPU ms/chunk": "cpu_ms_per_chunk"}
+    panels = [
+        (title, labels, {"": [data[arm][key] for arm in ARMS]}) for title, key in keys.items()
+    ]
+    return lambda plt: bar_panels(plt, panels, (9, 3.2))[0]
 
 
 def main(argv: list[str] | None = None) -> int:
