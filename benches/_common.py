@@ -154,6 +154,11 @@ def bar_panels(plt: Any, panels: Sequence[Any], size: tuple[float, float]) -> tu
     return fig, axes[0]
 
 
+def errors(step: dict[str, Any]) -> str:
+    """A step's error count, and its first error when there is one."""
+    return f"{step['errors']}" + (f" ({step['first_error']})" if step["errors"] else "")
+
+
 def write_results(
     name: str, markdown: str, data: Any, indent: int = 2, plot: Any = None, alt: str = ""
 ) -> None:

@@ -28,6 +28,7 @@ from benches._common import (
     arg_parser,
     bench_mock,
     direct_step,
+    errors,
     fmt,
     loadavg,
     loadgen_cmd,
@@ -382,9 +383,8 @@ def render(data: dict[str, Any]) -> str:
         ]
         rows = []
         for s in all_steps:
-            err = f"{s['errors']}" + (f" ({s['first_error']})" if s["errors"] else "")
             cells = [f"{s['rate']:g}", s["rep"], f"{s['provider']}-{s['arm']}"]
-            cells += [f"{s['achieved_rps']:.1f}", err, *(fmt(s["lat"][q]) for q in QS)]
+            cells += [f"{s['achieved_rps']:.1f}", errors(s), *(fmt(s["lat"][q]) for q in QS)]
             cells += [fmt(s["added"][q]) for q in QS]
             cells += [f"{s['proxy_cpu_s_per_1k']:.1f}", f"{s['proxy_cores']:.2f}"]
             rows.append([*cells, f"{s['foreign_cores']:.2f}", f"{s['proxy_peak_rss_mib']:.0f}"])
