@@ -23,11 +23,10 @@ from benches._common import (
     log,
     machine,
     machine_line,
-    percentile,
     table,
 )
 from benches.inprocess import arm_stats, interleaved_calls
-from benches.streaming import run_client, spec, twin_proxy
+from benches.streaming import added_ms, run_client, spec, twin_proxy
 from devtools.deployments import bedrock_invoke_kwargs, deployment_kwargs
 from devtools.procfs import cpu_seconds, process_tree
 
@@ -162,18 +161,15 @@ def bench_streaming(mock_url: str, quick: bool) -> dict[str, Any]:
                 r = streams(arm)
                 cpu_per_stream[arm].append((cpu_seconds(pids) - cpu0) * 1e3 / len(r["streams"]))
                 firsts[arm] += [s["first"] for s in r["streams"]]
-    direct_sorted = sorted(firsts["direct"])
-    out: dict[str, Any] = {}
-    for arm in arms:
-        values = sorted(firsts[arm])
-        added = {q: (percentile(values, q) - percentile(direct_sorted, q)) * 1e3 for q in (50, 99)}
-        out[arm] = {
-            "streams": len(values),
-            "first_event_added_p50_ms": added[50],
-            "first_event_added_p99_ms": added[99],
+    return {
+        arm: {
+            "streams": len(firsts[arm]),
+            "first_event_added_p50_ms": added_ms(firsts[arm], firsts["direct"], 50),
+            "first_event_added_p99_ms": added_ms(firsts[arm], firsts["direct"], 99),
             "proxy_cpu_ms_per_stream": min(cpu_per_stream[arm]),
         }
-    return out
+        for arm in arms
+    }
 
 
 # -- report ----------------------------------------------------------------------------------------

@@ -125,7 +125,8 @@ PACE_S = 0.020
 PACED_SPAN_S = {"openai": 51 * PACE_S, "anthropic": 54 * PACE_S, "bedrock": 52 * PACE_S}
 
 
-def _added(arm: list[float], direct: list[float], q: float) -> float:
+def added_ms(arm: list[float], direct: list[float], q: float) -> float:
+    """The arm's percentile `q` of times (s) over the direct fetch's, in ms."""
     return (percentile(sorted(arm), q) - percentile(sorted(direct), q)) * 1000
 
 
@@ -184,10 +185,10 @@ def measure(quick: bool, provider: str) -> dict[str, Any]:
                 data[arm] = {
                     "chunks_per_s": max(s["chunks_per_s"] for s in throughput[arm]),
                     "cpu_ms_per_chunk": min(s["cpu_ms_per_chunk"] for s in throughput[arm]),
-                    "ttft1_added_p50_ms": _added(ttft1[arm], ttft1["direct"], 50),
-                    "ttft1_added_p99_ms": _added(ttft1[arm], ttft1["direct"], 99),
-                    "ttft20_added_p99_ms": _added(ttft20[arm], ttft20["direct"], 99),
-                    "paced20_last_chunk_added_p99_ms": _added(lag[arm], lag["direct"], 99),
+                    "ttft1_added_p50_ms": added_ms(ttft1[arm], ttft1["direct"], 50),
+                    "ttft1_added_p99_ms": added_ms(ttft1[arm], ttft1["direct"], 99),
+                    "ttft20_added_p99_ms": added_ms(ttft20[arm], ttft20["direct"], 99),
+                    "paced20_last_chunk_added_p99_ms": added_ms(lag[arm], lag["direct"], 99),
                 }
             data["raw"] = {"throughput": throughput}
             # The lane arm's streams the proxy served itself (its first, which teaches the lane
