@@ -412,14 +412,17 @@ def teach_lane(proxy: Any, route: str, bodies: Iterable[dict[str, Any]], workers
     time.sleep(0.5)
 
 
-def lane_callbacks(log_path: Path, model: str, steps: Iterable[dict[str, Any]]) -> dict:
+def lane_callbacks(
+    log_path: Path, model: str, steps: Iterable[dict[str, Any]], taught: int = 3
+) -> dict:
     """Events logged for `model` on the lane proxy (read after its shutdown) against the
-    requests it answered: each step's measured and unrecorded ones, and the 3 of the start."""
+    requests it answered: each step's measured and unrecorded ones, and the `taught` ones of
+    the start (`teach_lane`'s, 3 per worker)."""
     steps = list(steps)
     events = [json.loads(line) for line in log_path.read_text().splitlines()]
     return {
         "lane_events": sum(e.get("model_group") == model for e in events),
-        "lane_requests": sum(s["ok"] + WARMUP for s in steps) + 3,
+        "lane_requests": sum(s["ok"] + WARMUP for s in steps) + taught,
         "lane_errors": sum(s["errors"] for s in steps),
         "lane_served": max([(e.get("lane") or {}).get("served", 0) for e in events] or [0]),
     }

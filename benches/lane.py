@@ -104,16 +104,21 @@ class Arms:
 
     def __init__(self, params: dict, arms: Any, body: Any = chat_body, workers: int = 1, **kw: Any):
         self.models, self.body, self.kw = twin_models("bench", params), body, kw
+        self.workers = workers
         workdir, self.lane_steps = Path(tempfile.mkdtemp(prefix="lane-bench-")), []
         self.servers: dict[str, Any] = {}
-        for name in dict.fromkeys(SERVERS[arm] for arm in arms):
-            log_path = workdir / f"{name}-{workers}.jsonl"
-            log_path.touch()
-            settings = SETTINGS.get(name, {})
-            server = start_proxy(self.models, workers=workers, log_path=log_path, **settings)
-            self.servers[name], server.log_file = server, log_path
-            route, bodies = kw.get("route", ROUTE), [body(m["model_name"]) for m in self.models]
-            teach_lane(server, route, bodies, workers)
+        route, bodies = kw.get("route", ROUTE), [body(m["model_name"]) for m in self.models]
+        try:
+            for name in dict.fromkeys(SERVERS[arm] for arm in arms):
+                log_path = workdir / f"{name}-{workers}.jsonl"
+                log_path.touch()
+                settings = SETTINGS.get(name, {})
+                server = start_proxy(self.models, workers=workers, log_path=log_path, **settings)
+                self.servers[name], server.log_file = server, log_path
+                teach_lane(server, route, bodies, workers)
+        except BaseException:
+            self.__exit__()  # the proxies already started
+            raise
 
     def step(self, arm: str, rate: float, secs: float, **body: Any) -> dict[str, Any]:
         server = self.servers[SERVERS[arm]]
@@ -123,8 +128,9 @@ class Arms:
         return result
 
     def callbacks(self) -> dict[str, Any]:
-        """The lane proxy's logged events against the requests it answered (after `stop`)."""
-        return lane_callbacks(self.servers["lane"].log_file, "rust-bench", self.lane_steps)
+        """The lane proxy's logged events against the requests it answered (after the exit)."""
+        log_file, taught = self.servers["lane"].log_file, 3 * self.workers
+        return lane_callbacks(log_file, "rust-bench", self.lane_steps, taught)
 
     def __enter__(self) -> Arms:
         return self
