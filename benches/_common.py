@@ -133,6 +133,32 @@ def table(head: Sequence[str], rows: Iterable[Sequence[object]], align: str = ""
     return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
 
 
+def cells(row: dict[str, Any], *specs: str) -> list[str]:
+    """Table cells of `row`: one `key:format` spec each (`wall_s:.2f`; `key` as is)."""
+    return [format(row[key], f) for key, _, f in (spec.partition(":") for spec in specs)]
+
+
+def bar_panels(plt: Any, panels: Sequence[Any], size: tuple[float, float]) -> tuple[Any, Any]:
+    """A figure of bar charts side by side, one per panel `(title, x labels, {series: values})`
+    (several series: grouped bars and a legend); the figure and its axes."""
+    fig, axes = plt.subplots(1, len(panels), figsize=size, squeeze=False)
+    for ax, (title, labels, series) in zip(axes[0], panels, strict=True):
+        width = 0.8 / len(series)
+        for i, (name, values) in enumerate(series.items()):
+            xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(labels))]
+            ax.bar(xs, values, width, label=name)
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_title(title, fontsize=10)
+        if len(series) > 1:
+            ax.legend(fontsize=8)
+    return fig, axes[0]
+
+
+def errors(step: dict[str, Any]) -> str:
+    """A step's error count, and its first error when there is one."""
+    return f"{step['errors']}" + (f" ({step['first_error']})" if step["errors"] else "")
+
+
 def write_results(
     name: str, markdown: str, data: Any, indent: int = 2, plot: Any = None, alt: str = ""
 ) -> None:
@@ -164,6 +190,15 @@ def finish(args: Any, name: str, markdown: str, data: Any, **results: Any) -> No
     print(markdown)
     if not args.no_write:
         write_results(name, markdown, data, **results)
+
+
+def failed(problems: Sequence[str]) -> int:
+    """The exit status of a bench that verifies what it measures: 1 (the problems on stderr)
+    if anything failed verification."""
+    if problems:
+        print(f"FAILED: {len(problems)} problem(s)", file=sys.stderr)
+        print("\n".join(f"  {p}" for p in problems[:20]), file=sys.stderr)
+    return 1 if problems else 0
 
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -234,9 +269,9 @@ def added(steps: dict[Any, list[dict[str, Any]]], direct: Any, arms: Iterable[An
 def loadgen_cmd(
     url: str, body: str, rate: float, secs: float, *flags: str, warm: bool = True
 ) -> list[str]:
-    """`benches/loadgen.py` at `rate` for `secs` with a FIFO pool, after (`warm`) WARMUP
+    """`benches/loadgen.py` at `rate` for `secs`, after (`warm`) WARMUP
     unrecorded requests on 8 connections; `flags` add to or override these (`--closed 16`)."""
-    cmd = [sys.executable, "-m", "benches.loadgen", "--url", url, "--body", body, "--fifo"]
+    cmd = [sys.executable, "-m", "benches.loadgen", "--url", url, "--body", body]
     cmd += ["--rate", str(rate), "--duration", str(secs), "--timeout", "5", "--max-conns", "512"]
     return cmd + (["--conns", "8", "--warmup", str(WARMUP)] if warm else []) + list(flags)
 
@@ -318,9 +353,17 @@ def load_step(
     }
 
 
-def direct_step(url: str, body: dict[str, Any], rate: float, secs: float) -> dict[str, Any]:
-    """The same load straight at the mock: the baseline a proxy's latency is compared with."""
-    return {"lat": lat_stats(run_loadgen(url, json.dumps(body), rate, secs)["latencies_ms"])}
+def direct_step(
+    url: str, body: dict[str, Any], rate: float, secs: float, *flags: str, watch: Sequence[int] = ()
+) -> dict[str, Any]:
+    """The same load straight at the mock: the baseline a proxy's latency is compared with, and
+    the cores every other process used meanwhile (the `watch`ed ones count as ours)."""
+    c0, b0, w0 = cpu_seconds(watch), system_busy_seconds(), time.monotonic()
+    res = run_loadgen(url, json.dumps(body), rate, secs, *flags)
+    wall, ours = time.monotonic() - w0, cpu_seconds(watch) - c0 + res["gen_cpu_s"]
+    step = {"rate": rate, **{k: res[k] for k in ("ok", "errors", "gen_cpu_util")}}
+    step["foreign_cores"] = max(0.0, (system_busy_seconds() - b0 - ours) / wall)
+    return step | {"lat": lat_stats(res["latencies_ms"])}
 
 
 # -- the proxies under test ------------------------------------------------------------------
@@ -369,14 +412,17 @@ def teach_lane(proxy: Any, route: str, bodies: Iterable[dict[str, Any]], workers
     time.sleep(0.5)
 
 
-def lane_callbacks(log_path: Path, model: str, steps: Iterable[dict[str, Any]]) -> dict:
+def lane_callbacks(
+    log_path: Path, model: str, steps: Iterable[dict[str, Any]], taught: int = 3
+) -> dict:
     """Events logged for `model` on the lane proxy (read after its shutdown) against the
-    requests it answered: each step's measured and unrecorded ones, and the 3 of the start."""
+    requests it answered: each step's measured and unrecorded ones, and the `taught` ones of
+    the start (`teach_lane`'s, 3 per worker)."""
     steps = list(steps)
     events = [json.loads(line) for line in log_path.read_text().splitlines()]
     return {
         "lane_events": sum(e.get("model_group") == model for e in events),
-        "lane_requests": sum(s["ok"] + WARMUP for s in steps) + 3,
+        "lane_requests": sum(s["ok"] + WARMUP for s in steps) + taught,
         "lane_errors": sum(s["errors"] for s in steps),
         "lane_served": max([(e.get("lane") or {}).get("served", 0) for e in events] or [0]),
     }
@@ -402,62 +448,30 @@ WORKLOAD_NAMES += ("embed-openai", "embed-cohere", "embed-titan")
 def workloads() -> dict[str, Workload]:
     """Chat per provider (named after it), `/v1/messages` (`messages`) and embeddings
     (`embed-*`, one input, 1,536 dims)."""
-    from devtools.deployments import (
-        BEDROCK_MODEL_ID,
-        deployment_kwargs,
-        embedding_deployment_kwargs,
-    )
+    from devtools.deployments import BEDROCK_MODEL_ID, deployment_kwargs
+    from devtools.deployments import embedding_deployment_kwargs as embedding
 
-    chat, embed = partial(partial, deployment_kwargs), partial(partial, embedding_deployment_kwargs)
+    chat, embed = partial(partial, deployment_kwargs), partial(partial, embedding)
     text, chats, msgs, embeds = "Say hello.", "/chat/completions", "/v1/messages", "/embeddings"
-    chat_body, embed_body = {"messages": MESSAGES}, {"input": [text]}
-    claude = {"model": "claude-sonnet-4-5", "messages": MESSAGES}
+    asked, inputs, short = {"messages": MESSAGES}, {"input": [text]}, {"max_tokens": 64}
+    claude = {"model": "claude-sonnet-4-5", **asked}
+    ids = {"cohere": "cohere.embed-english-v3", "titan": "amazon.titan-embed-text-v1"}
+
+    def invoke(kind: str) -> str:
+        return f"/model/{ids[kind]}/invoke"
+
     converse = {"messages": [{"role": "user", "content": [{"text": text}]}]}
     cohere = {"input_type": "search_document", "texts": [text]}
-    rows = [
-        ("openai", chats, chat_body, chat("openai"), chats, {"model": "gpt-4o-mini", **chat_body}),
-        ("anthropic", chats, chat_body, chat("anthropic"), msgs, {**claude, "max_tokens": 64000}),
-        (
-            "bedrock",
-            chats,
-            chat_body,
-            chat("bedrock"),
-            f"/model/{BEDROCK_MODEL_ID}/converse",
-            converse,
-        ),
+    openai_embed = {"model": "text-embedding-3-small", **inputs}
+    rows = [  # name, route, body, deployment, the same request to the mock: path, body
+        ("openai", chats, asked, chat("openai"), chats, {"model": "gpt-4o-mini", **asked}),
+        ("anthropic", chats, asked, chat("anthropic"), msgs, {**claude, "max_tokens": 64000}),
+        ("bedrock", chats, asked, chat("bedrock"), f"/model/{BEDROCK_MODEL_ID}/converse", converse),
         # The Anthropic Messages API (`/v1/messages`) on the same Anthropic deployment.
-        (
-            "messages",
-            msgs,
-            {**chat_body, "max_tokens": 64},
-            chat("anthropic"),
-            msgs,
-            {**claude, "max_tokens": 64},
-        ),
-        (
-            "embed-openai",
-            embeds,
-            embed_body,
-            embed("openai"),
-            "/v1/embeddings",
-            {"model": "text-embedding-3-small", **embed_body},
-        ),
-        (
-            "embed-cohere",
-            embeds,
-            embed_body,
-            embed("cohere"),
-            "/model/cohere.embed-english-v3/invoke",
-            cohere,
-        ),
-        (
-            "embed-titan",
-            embeds,
-            embed_body,
-            embed("titan-v1"),
-            "/model/amazon.titan-embed-text-v1/invoke",
-            {"inputText": text},
-        ),
+        ("messages", msgs, asked | short, chat("anthropic"), msgs, claude | short),
+        ("embed-openai", embeds, inputs, embed("openai"), "/v1/embeddings", openai_embed),
+        ("embed-cohere", embeds, inputs, embed("cohere"), invoke("cohere"), cohere),
+        ("embed-titan", embeds, inputs, embed("titan-v1"), invoke("titan"), {"inputText": text}),
     ]
     return {row[0]: Workload(*row) for row in rows}
 

@@ -27,8 +27,9 @@ from benches._common import (
     BenchProxy,
     arg_parser,
     bench_mock,
+    direct_step,
+    errors,
     fmt,
-    lat_stats,
     loadavg,
     loadgen_cmd,
     log,
@@ -41,7 +42,7 @@ from benches._common import (
     workloads,
     write_results,
 )
-from devtools.procfs import MIB, cpu_seconds, proc_status, system_busy_seconds
+from devtools.procfs import MIB, cpu_seconds, proc_status
 
 P99_LIMIT_MS = 50.0
 # Finer steps where a 1-worker proxy saturates (~80-120 req/s on these 2-core boxes).
@@ -86,26 +87,14 @@ def arm_step(gw: BenchProxy, provider: str, arm: str, rate: float) -> dict[str, 
     return checked(gw.args, measure, f"{provider}-{arm}")
 
 
-def direct_step(gw: BenchProxy, provider: str, rate: float) -> dict[str, Any]:
-    """The same load straight at the mock: the baseline the proxy's latency is compared with."""
+def baseline(gw: BenchProxy, provider: str, rate: float) -> dict[str, Any]:
+    """`direct_step` of the provider's workload (the idle proxy's timers count as ours)."""
+    work, flags = workloads()[provider], ("--timeout", str(gw.args.timeout))
+    url, secs, watch = gw.mock.url + work.upstream_path, gw.args.direct_duration, gw.pids()
 
     def measure() -> dict[str, Any]:
-        watched = [gw.mock.pid, *gw.pids()]  # the idle proxy's timers count as ours
-        c0, b0, w0 = cpu_seconds(watched), system_busy_seconds(), time.monotonic()
-        url = gw.mock.url + workloads()[provider].upstream_path
-        body, secs = upstream_body(provider), gw.args.direct_duration
-        res = run_loadgen(url, body, rate, secs, "--timeout", str(gw.args.timeout))
-        wall = time.monotonic() - w0
-        ours = cpu_seconds(watched) - c0 + res["gen_cpu_s"]
-        return {
-            "provider": provider,
-            "rate": rate,
-            "ok": res["ok"],
-            "errors": res["errors"],
-            "lat": lat_stats(res["latencies_ms"]),
-            "gen_cpu_util": res["gen_cpu_util"],
-            "foreign_cores": max(0.0, (system_busy_seconds() - b0 - ours) / wall),
-        }
+        step = direct_step(url, work.upstream_body, rate, secs, *flags, watch=[gw.mock.pid, *watch])
+        return {"provider": provider, **step}
 
     return checked(gw.args, measure, f"direct {provider}")
 
@@ -143,7 +132,7 @@ def run_workers(gw: BenchProxy, workers: int, args: Any) -> dict[str, Any]:
             rep = 0
             pending = set(active)
             while pending:
-                direct = {p: direct_step(gw, p, rate) for p in args.providers}
+                direct = {p: baseline(gw, p, rate) for p in args.providers}
                 directs += [{**direct[p], "rep": rep, "workers": workers} for p in args.providers]
                 for p, arm in ((p, arm) for p in args.providers for arm in ARMS):
                     if (p, arm) not in pending:
@@ -177,7 +166,7 @@ def run_workers(gw: BenchProxy, workers: int, args: Any) -> dict[str, Any]:
                 rate = held_max[(p, "python")] / 2
                 if rate <= 0:
                     continue
-                d = direct_step(gw, p, rate)
+                d = baseline(gw, p, rate)
                 for arm in ARMS:
                     half.append(s := with_direct(arm_step(gw, p, arm, rate), d, rep))
                     log(
@@ -349,24 +338,17 @@ def render(data: dict[str, Any]) -> str:
         machine_line(meta["machine"]),
         "",
         f"Mode: {meta['mode']}; steps of {meta['duration']} s, {meta['reps']} repetitions "
-        f"per rate (arms interleaved python/rust per provider), direct-to-mock baseline "
-        f"{meta['direct_duration']} s per provider and repetition; p99 limit "
-        f"{meta['p99_limit']} ms; request timeout {meta['timeout']} s; a step during which "
-        f"other processes used > {meta['foreign_limit']} cores is rerun up to "
-        f"{meta['contended_retries']} times. Proxy: "
-        "`litellm --config` (real proxy, master key auth, no DB), "
-        '`callbacks: ["litellm_fastpath.proxy.accelerator"]`, default logging.',
+        f"per rate, arms interleaved, direct-to-mock baseline {meta['direct_duration']} s; p99 "
+        f"limit {meta['p99_limit']} ms; request timeout {meta['timeout']} s; steps with > "
+        f"{meta['foreign_limit']} foreign cores rerun up to {meta['contended_retries']} times. "
+        "Method: benches/README.md (*Gateway*).",
         "",
-        "Load generator and mock capacity (separate processes, loopback):",
-        "",
-        f"- mock + generator, closed loop 16 connections: "
-        f"{cap['closed']['achieved_rps']:.0f} req/s (p99 {fmt(cap['closed']['p99_ms'], 2)} ms)",
-        f"- generator open loop at {cap['open']['rate']:.0f} req/s against the mock: achieved "
-        f"{cap['open']['achieved_rps']:.0f} req/s, p50 {fmt(cap['open']['p50_ms'], 2)} ms, "
-        f"p99 {fmt(cap['open']['p99_ms'], 2)} ms, generator CPU "
-        f"{cap['open']['gen_cpu_util'] * 100:.0f}% of one core, errors {cap['open']['errors']}",
-        f"- highest generator CPU during any proxy step: {meta['gen_cpu_util_max'] * 100:.1f}% "
-        "of one core",
+        f"Tools' capacity (loopback): mock + generator closed loop (16 connections) "
+        f"{cap['closed']['achieved_rps']:.0f} req/s, p99 {fmt(cap['closed']['p99_ms'])} ms; "
+        f"open loop at {cap['open']['rate']:.0f} req/s: {cap['open']['achieved_rps']:.0f} req/s, "
+        f"p50/p99 {fmt(cap['open']['p50_ms'])}/{fmt(cap['open']['p99_ms'])} ms, errors "
+        f"{cap['open']['errors']}, generator {cap['open']['gen_cpu_util'] * 100:.0f}% of a core "
+        f"(at most {meta['gen_cpu_util_max'] * 100:.1f}% during proxy steps).",
         "",
     ]
     for run in data["runs"]:
@@ -392,19 +374,17 @@ def render(data: dict[str, Any]) -> str:
         lines += table(SUMMARY_HEAD, rows)
         lines += [
             "",
-            "Max req/s = highest offered rate held with p99 ≤ 50 ms and no errors (majority of "
-            "repetitions); ≥ means the rate list ran out first. Added = proxied - direct-to-mock "
-            "at the same percentile, same rate and repetition; half rate = 50% of the Python "
-            "arm's max; values are medians over repetitions.",
+            "Max req/s: held with p99 ≤ 50 ms and no errors (majority of repetitions; ≥: the rate "
+            "list ran out). Added = proxied - direct at the same percentile, rate and repetition; "
+            "half rate = 50% of the Python max; medians over repetitions.",
             "",
             "<details><summary>All steps</summary>",
             "",
         ]
         rows = []
         for s in all_steps:
-            err = f"{s['errors']}" + (f" ({s['first_error']})" if s["errors"] else "")
             cells = [f"{s['rate']:g}", s["rep"], f"{s['provider']}-{s['arm']}"]
-            cells += [f"{s['achieved_rps']:.1f}", err, *(fmt(s["lat"][q]) for q in QS)]
+            cells += [f"{s['achieved_rps']:.1f}", errors(s), *(fmt(s["lat"][q]) for q in QS)]
             cells += [fmt(s["added"][q]) for q in QS]
             cells += [f"{s['proxy_cpu_s_per_1k']:.1f}", f"{s['proxy_cores']:.2f}"]
             rows.append([*cells, f"{s['foreign_cores']:.2f}", f"{s['proxy_peak_rss_mib']:.0f}"])

@@ -171,6 +171,26 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             cells = [fmt(a[k], 3) for k in ("median_ms", "p99_ms", "cpu_ms_per_call")]
             rows.append([r["provider"], arm, a["calls"], *cells, *ratios])
     head = ["case", "arm", "calls", "median ms", "p99 ms", "CPU ms/call", "median rust/py"]
+    head += ["p99 rust/py", "CPU rust/py", "bar ≤ 0.15"]
+    shares = []
+    for r in (r for r in results if "rust_call" in r):
+        whole, core = r["arms"]["rust"], r["rust_call"]
+        values = (whole["median_ms"], core["median_ms"], whole["median_ms"] - core["median_ms"])
+        values += (whole["cpu_ms_per_call"], core["cpu_ms_per_call"])
+        shares.append([r["provider"], *(fmt(v, 3) for v in values)])
+    share_head = ["case", "whole call ms", "Rust call ms", "Python glue ms", "whole CPU ms"]
+    blocks = [
+        f"- {r['provider']} {arm}: " + ", ".join(fmt(v, 3) for v in a["block_medians_ms"])
+        for r in results
+        for arm, a in r["arms"].items()
+    ]
+    problems = [
+        f"- {r['provider']}: {n} {arm} calls answered by {other}"
+        for r in results
+        for arm, other in (("rust", "Python"), ("python", "Rust"))
+        if (n := r["arms"][arm]["misrouted"])
+    ]
+    foreign = ", ".join(f"{r['provider']} {r['foreign_cores']:.2f}" for r in results)
     lines = [
         "# In-process: `litellm.acompletion` / `litellm.aembedding` with `rust=True` vs "
         "LiteLLM's Python path",
@@ -178,75 +198,31 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         machine_line(meta["machine"]),
         "",
         f"Mode: {meta['mode']}; {meta['blocks']} blocks x {meta['block_size']} sequential calls "
-        f"per arm and provider, arms interleaved (python, rust, python, rust, ...), "
-        f"{meta['warmup']} warm-up calls per arm first; event loop: {meta['loop']}. "
-        "Mock provider in a separate process on loopback.",
+        f"per arm and case, arms interleaved, {meta['warmup']} warm-up calls per arm first; "
+        f"event loop: {meta['loop']}; "
+        + ("one `CustomLogger` configured" if meta["callbacks"] else "no callbacks configured")
+        + ". Method (what is timed, which calls count as Rust's): benches/README.md.",
         "",
-        *table([*head, "p99 rust/py", "CPU rust/py", "bar ≤ 0.15"], rows, "llrrrrrrrc"),
-    ]
-    shares = [r for r in results if "rust_call" in r]
-    if shares:
-        head = ["case", "whole call ms", "Rust call ms", "Python glue ms", "whole CPU ms"]
-        rows = []
-        for r in shares:
-            whole, core = r["arms"]["rust"], r["rust_call"]
-            values = (whole["median_ms"], core["median_ms"], whole["median_ms"] - core["median_ms"])
-            values += (whole["cpu_ms_per_call"], core["cpu_ms_per_call"])
-            rows.append([r["provider"], *(fmt(v, 3) for v in values)])
-        lines += [
-            "",
-            "The Rust call's own share of a `rust=True` call (tokio + reqwest + parse and the "
-            "bridge to asyncio, timed around the awaited call alone) beside the whole call:",
-            "",
-            *table([*head, "Rust call CPU ms"], rows),
-        ]
-    lines += ["", "Per-block medians (ms), in run order — drift check:", ""]
-    for r in results:
-        for arm, a in r["arms"].items():
-            blocks = ", ".join(fmt(v, 3) for v in a["block_medians_ms"])
-            lines.append(f"- {r['provider']} {arm}: {blocks}")
-    problems = [
-        f"{r['provider']}: {n} {arm} calls answered by {other}"
-        for r in results
-        for arm, other in (("rust", "Python"), ("python", "Rust"))
-        if (n := r["arms"][arm]["misrouted"])
-    ]
-    foreign = ", ".join(
-        f"{r['provider']} {r['foreign_cores']:.2f} (loadavg {r['loadavg_after']})" for r in results
-    )
-    lines += [
+        *table(head, rows, "llrrrrrrrc"),
+        *(["", "The Rust call's own share of a `rust=True` call (the awaited call alone):", ""]),
+        *(table([*share_head, "Rust call CPU ms"], shares) if shares else []),
         "",
-        f"Other processes on the machine used on average (cores): {foreign}. "
-        "Anything well above 0 means the absolute numbers are noisy; the ratios compare arms "
-        "interleaved in the same run.",
+        "Per-block medians (ms), in run order — drift check:",
         "",
+        *blocks,
+        "",
+        f"Cores other processes used on average: {foreign} (well above 0: noisy absolute numbers).",
+        "",
+        *(["Problems:", "", *problems, ""] if problems else []),
     ]
-    if problems:
-        lines += ["Problems:", "", *[f"- {p}" for p in problems], ""]
     if cap := meta.get("mock_capacity"):
         c1, c16 = cap["closed_1"], cap["closed_16"]
         lines += [
-            f"Mock provider capacity (closed loop, `benches/loadgen.py`, separate processes): "
-            f"{c1['achieved_rps']:.0f} req/s on 1 connection (p50 {fmt(c1['p50_ms'], 3)} ms), "
-            f"{c16['achieved_rps']:.0f} req/s on 16 connections "
-            f"(p99 {fmt(c16['p99_ms'], 3)} ms) — far above anything measured here.",
+            f"Mock provider capacity (closed loop): {c1['achieved_rps']:.0f} req/s on 1 "
+            f"connection (p50 {fmt(c1['p50_ms'], 3)} ms), {c16['achieved_rps']:.0f} req/s on 16 "
+            f"(p99 {fmt(c16['p99_ms'], 3)} ms).",
             "",
         ]
-    logging = (
-        "one `CustomLogger` configured (LiteLLM's logging, cost and standard logging payload "
-        "run on both arms, as in a proxy)."
-        if meta["callbacks"]
-        else "no callbacks configured."
-    )
-    lines += [
-        "Notes: latency is wall time around each `await`; CPU is the `time.process_time()` delta "
-        "around it, which counts all threads of this process (the Rust runtime's threads "
-        "included). A call is credited to the rust arm only if its response carries both "
-        "fast-path headers (`x-litellm-rust: true`, `x-litellm-fastpath`) in "
-        '`_hidden_params["additional_headers"]`, to the python arm only if it carries neither. '
-        f"`LITELLM_LOCAL_MODEL_COST_MAP=True`; {logging}",
-        "",
-    ]
     return "\n".join(lines)
 
 

@@ -1,27 +1,18 @@
 """The fast lane (`fastpath_lane: true`) through the proxy, against the plain model, in one run.
 
-Chat (`python -m benches.lane [--quick]`; results in `benches/results/lane.{md,json,png}`): two
-proxies on one mock provider, the usual one (`openai-python`, `openai-rust`) and one with the
-lane on (`openai-rust` served by the lane). Open-loop load from its own process, arms
-interleaved per step:
-- added latency over direct-to-mock at 45 req/s (p50, p99), one worker;
-- each arm's highest rate at p99 <= 50 ms and no errors, one worker, and the lane with two;
-- callback count = request count on the lane proxy (a counting callback, read after the run).
+    python -m benches.lane [--quick]                    # chat: results/lane.{md,json,png}
+    python -m benches.lane --route messages [--quick] [--provider bedrock]
+                                                        # results/lane-messages[-bedrock].*
 
-`/v1/messages` (`python -m benches.lane --route messages [--quick] [--provider bedrock]`; results
-in `benches/results/lane-messages[-bedrock].{md,json}`): against the plain model (LiteLLM's
-Python path), `rust: true` without the lane, and LiteLLM's own native route (`LITELLM_RUST=1`),
-requests as the Anthropic SDK sends them (`x-api-key`, `anthropic-version`), to `anthropic/…` on
-the mock provider, non-streaming and streamed (64 text deltas); with `--provider bedrock`, to
-Bedrock Invoke (Claude) on the mock, where LiteLLM has no native route (three arms). Added
-latency over direct-to-mock at 45 req/s through one worker (p50, p99; to the last byte for
-streams) and the proxy's CPU per request, open loop, arms interleaved per repetition; callback
-count = request count on the lane proxy (read after its shutdown). Method: benches/README.md.
+Chat: added latency over direct-to-mock at 45 req/s, each arm's highest rate at p99 <= 50 ms (the
+lane also with two workers). `/v1/messages` (Anthropic SDK headers), non-streaming and streamed:
+added latency and the proxy's CPU per request against the plain model, `rust: true` and LiteLLM's
+native route (`LITELLM_RUST=1`; not for Bedrock). Both: callback count = request count on the
+lane proxy. Method: benches/README.md.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +21,6 @@ from typing import Any
 from benches._common import (
     CHECKS,
     MESSAGES,
-    RESULTS,
     WARMUP,
     added,
     arg_parser,
@@ -46,10 +36,9 @@ from benches._common import (
     start_proxy,
     table,
     teach_lane,
-    write_results,
 )
 from benches.messages import deployment
-from devtools.deployments import BEDROCK_MODEL_ID, deployment_kwargs
+from devtools.deployments import BEDROCK_MODEL_ID, deployment_kwargs, twin_models
 from devtools.processes import MASTER_KEY, ServerProcess
 
 ROUTE = "/chat/completions"
@@ -70,10 +59,17 @@ NAMES = {
 }
 
 
-def step(proxy: Any, model: str, rate: float, secs: float, arm: str) -> dict[str, Any]:
-    s = load_step(proxy, ROUTE, {"model": model, "messages": MESSAGES}, CHECKS[arm], rate, secs)
+def step(server: Any, arm: str, body: dict, rate: float, secs: float, **kw: Any) -> dict[str, Any]:
+    """`load_step` on `server` (the chat route unless `route=`), checked as `arm`'s answers; the
+    proxy's CPU per request counts the unrecorded warm-up ones too."""
+    route = kw.pop("route", ROUTE)
+    s = load_step(server, route, body, CHECKS["rust" if arm == "lane" else arm], rate, secs, **kw)
     del s["latencies_ms"]
-    return s
+    return s | {"cpu_ms_per_request": s["proxy_cpu_s"] / max(1, s["ok"] + WARMUP) * 1000}
+
+
+def chat_body(model: str) -> dict[str, Any]:
+    return {"model": model, "messages": MESSAGES}
 
 
 def held(s: dict) -> bool:
@@ -94,26 +90,55 @@ def highest(run: Any, rates: list[float]) -> tuple[float, list[dict]]:
     return best, steps
 
 
-def proxy(
-    models: list[dict[str, Any]],
-    workdir: Path,
-    *,
-    lane: bool = False,
-    workers: int = 1,
-    route: str = ROUTE,
-    body: Any = lambda model: {"model": model, "messages": MESSAGES},
-    env: dict[str, str] | None = None,
-) -> Any:
-    """A proxy with `models`, the event recorder (its log at `.log_file`) and, with `lane`, the
-    fast lane, whose every worker has learnt the master key (from requests the proxy served,
-    `body(model)` to `route`) when it returns."""
-    name = "lane" if lane else "native" if env else "plain"
-    log_path = workdir / f"{name}-{workers}.jsonl"
-    log_path.touch()
-    server = start_proxy(models, lane=lane, workers=workers, log_path=log_path, env=env)
-    server.log_file = log_path
-    teach_lane(server, route, [body(m["model_name"]) for m in models], workers)
-    return server
+SERVERS = {"python": "plain", "rust": "plain", "native": "native", "lane": "lane"}
+SETTINGS: dict[str, Any] = {"native": {"env": {"LITELLM_RUST": "1"}}, "lane": {"lane": True}}
+
+
+class Arms:
+    """The proxies the arms run on, each with the event recorder, and one load step per arm: the
+    `python` and `rust` arms on one proxy (the plain and `rust: true` twins of one deployment),
+    `native` on a second with LiteLLM's native routes (`LITELLM_RUST=1`, the plain twin), `lane`
+    on a third with the fast lane (the `rust: true` twin), whose every worker has learnt the
+    master key (from requests it served) when they start. Stops them on exit, a lane with time
+    to replay what it served."""
+
+    def __init__(self, params: dict, arms: Any, body: Any = chat_body, workers: int = 1, **kw: Any):
+        self.models, self.body, self.kw = twin_models("bench", params), body, kw
+        self.workers = workers
+        workdir, self.lane_steps = Path(tempfile.mkdtemp(prefix="lane-bench-")), []
+        self.servers: dict[str, Any] = {}
+        route, bodies = kw.get("route", ROUTE), [body(m["model_name"]) for m in self.models]
+        try:
+            for name in dict.fromkeys(SERVERS[arm] for arm in arms):
+                log_path = workdir / f"{name}-{workers}.jsonl"
+                log_path.touch()
+                settings = SETTINGS.get(name, {})
+                server = start_proxy(self.models, workers=workers, log_path=log_path, **settings)
+                self.servers[name], server.log_file = server, log_path
+                teach_lane(server, route, bodies, workers)
+        except BaseException:
+            self.__exit__()  # the proxies already started
+            raise
+
+    def step(self, arm: str, rate: float, secs: float, **body: Any) -> dict[str, Any]:
+        server = self.servers[SERVERS[arm]]
+        model = self.models[arm in ("rust", "lane")]["model_name"]
+        result = step(server, arm, self.body(model, **body), rate, secs, **self.kw)
+        self.lane_steps += [result] if arm == "lane" else []
+        return result
+
+    def callbacks(self) -> dict[str, Any]:
+        """The lane proxy's logged events against the requests it answered (after the exit)."""
+        log_file, taught = self.servers["lane"].log_file, 3 * self.workers
+        return lane_callbacks(log_file, "rust-bench", self.lane_steps, taught)
+
+    def __enter__(self) -> Arms:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for server in self.servers.values():
+            server.stop(term_timeout=60)  # a lane worker drains its replays, then exits
+            server.__exit__(None, None, None)
 
 
 def chat(args: Any) -> None:
@@ -121,37 +146,17 @@ def chat(args: Any) -> None:
     secs = 4.0 if args.quick else 8.0
     reps = 1 if args.quick else 3
     data: dict[str, Any] = {"machine": machine(args.wait_quiet)}
-    workdir = Path(tempfile.mkdtemp(prefix="lane-bench-"))
     with ServerProcess() as mock:
         params = deployment_kwargs("openai", mock.url)
-        models = [
-            {"model_name": "openai-python", "litellm_params": dict(params)},
-            {"model_name": "openai-rust", "litellm_params": {**params, "rust": True}},
-        ]
-        plain, lane = proxy(models, workdir), proxy(models, workdir, lane=True)
-        targets = {
-            "python": (plain, "openai-python"),
-            "rust": (plain, "openai-rust"),
-            "lane": (lane, "openai-rust"),
-        }
-        lane_steps: list[dict] = []
-
-        def run(arm: str, rate: float, s: float = secs) -> dict:
-            server, model = targets[arm]
-            result = step(server, model, rate, s, "rust" if arm == "lane" else arm)
-            if arm == "lane":
-                lane_steps.append(result)
-            return result
-
-        try:
+        with Arms(params, ARMS) as arms:
             for arm in ARMS:  # warm every arm
-                run(arm, 50, 2.0)
+                arms.step(arm, 50, 2.0)
             log(f"added latency at {LATENCY_RATE:g} req/s, {reps} interleaved repetitions")
-            direct_body = {"model": "gpt-4o-mini", "messages": MESSAGES}
+            direct_body = chat_body("gpt-4o-mini")
             runs = {
                 "direct": lambda: direct_step(mock.url + ROUTE, direct_body, LATENCY_RATE, secs)
             }
-            runs |= {arm: lambda a=arm: run(a, LATENCY_RATE) for arm in ARMS}
+            runs |= {arm: lambda a=arm: arms.step(a, LATENCY_RATE, secs) for arm in ARMS}
             steps = interleaved(runs, reps)
             data["latency"] = {**added(steps, "direct", ARMS), "steps": steps}
             log("highest rate at p99 <= 50 ms")
@@ -159,23 +164,12 @@ def chat(args: Any) -> None:
             data["rates"] = {}
             for arm, ladder in ladders.items():
                 log(f" {arm}")
-                best, ladder_steps = highest(lambda r, a=arm: run(a, r), ladder)
+                best, ladder_steps = highest(lambda r, a=arm: arms.step(a, r, secs), ladder)
                 data["rates"][arm] = {"max": best, "steps": ladder_steps}
-        finally:
-            # SIGTERM with time to replay what was served (each worker drains, then exits).
-            lane.stop(term_timeout=60)
-            lane.__exit__(None, None, None)
-            plain.__exit__(None, None, None)
-        data["callbacks"] = lane_callbacks(lane.log_file, "openai-rust", lane_steps)
-        lane2 = proxy(models, workdir, lane=True, workers=2)
-        try:
+        data["callbacks"] = arms.callbacks()
+        with Arms(params, ["lane"], workers=2) as two:
             log(" lane, two workers")
-            best2, steps2 = highest(
-                lambda r: step(lane2, "openai-rust", r, secs, "rust"), LANE_RATES
-            )
-        finally:
-            lane2.stop(term_timeout=60)
-            lane2.__exit__(None, None, None)
+            best2, steps2 = highest(lambda r: two.step("lane", r, secs), LANE_RATES)
         data["rates"]["lane_2_workers"] = {"max": best2, "steps": steps2}
     finish(args, "lane", render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
 
@@ -259,15 +253,6 @@ def direct_target(provider: str, mock_url: str, stream: bool) -> tuple[str, dict
     return mock_url + MESSAGES_ROUTE, body("claude-sonnet-4-5", stream)
 
 
-def messages_step(server: Any, model: str, arm: str, secs: float, stream: bool) -> dict[str, Any]:
-    checks = CHECKS["rust" if arm == "lane" else arm]
-    s = load_step(
-        server, MESSAGES_ROUTE, body(model, stream), checks, LATENCY_RATE, secs, headers=SDK_HEADERS
-    )
-    cpu_ms = s["proxy_cpu_s"] / max(1, s["ok"] + WARMUP) * 1000
-    return {"ok": s["ok"], "errors": s["errors"], "lat": s["lat"], "cpu_ms_per_request": cpu_ms}
-
-
 def messages(args: Any) -> None:
     """`/v1/messages`, non-streaming and streamed: added latency and CPU per request."""
     provider = args.provider
@@ -277,50 +262,26 @@ def messages(args: Any) -> None:
     reps = 1 if args.quick else 3
     data: dict[str, Any] = {"machine": machine(args.wait_quiet), "rate": LATENCY_RATE}
     data |= {"provider": provider, "arms": list(arms)}
-    workdir = Path(tempfile.mkdtemp(prefix="lane-messages-bench-"))
     with ServerProcess() as mock:
-        params = deployment(provider, mock.url)
-        models = [
-            {"model_name": "claude-python", "litellm_params": dict(params)},
-            {"model_name": "claude-rust", "litellm_params": {**params, "rust": True}},
-        ]
-        servers = {
-            name: proxy(models, workdir, route=MESSAGES_ROUTE, body=body, **kw)
-            for name, kw in (
-                ("plain", {}),
-                ("native", {"env": {"LITELLM_RUST": "1"}}),
-                ("lane", {"lane": True}),
-            )
-            if name != "native" or "native" in arms
-        }
-        targets = {
-            "python": (servers["plain"], "claude-python"),
-            "native": (servers.get("native"), "claude-python"),
-            "rust": (servers["plain"], "claude-rust"),
-            "lane": (servers["lane"], "claude-rust"),
-        }
-        runs: dict[tuple[str, str], Any] = {}
-        for kind in KINDS:
-            stream = kind == "stream"
-            url, sent = direct_target(provider, mock.url, stream)
-            runs[kind, "direct"] = lambda u=url, b=sent: direct_step(u, b, LATENCY_RATE, secs)
-            for arm in arms:
-                runs[kind, arm] = lambda a=arm, s=stream: messages_step(*targets[a], a, secs, s)
-        try:
-            warm = [messages_step(*targets[a], a, 2.0, k == "stream") for a in arms for k in KINDS]
+        params, rate = deployment(provider, mock.url), LATENCY_RATE
+        with Arms(params, arms, body, headers=SDK_HEADERS, route=MESSAGES_ROUTE) as on:
+            runs: dict[tuple[str, str], Any] = {}
+            for kind in KINDS:
+                stream = kind == "stream"
+                url, sent = direct_target(provider, mock.url, stream)
+                runs[kind, "direct"] = lambda u=url, b=sent: direct_step(u, b, rate, secs)
+                for arm in arms:
+                    runs[kind, arm] = lambda a=arm, s=stream: on.step(a, rate, secs, stream=s)
+            for arm, kind in ((a, k) for a in arms for k in KINDS):  # warm every arm
+                on.step(arm, rate, 2.0, stream=kind == "stream")
             steps = interleaved(runs, reps)
-        finally:
-            servers["lane"].stop(term_timeout=60)  # drains: every served request is replayed
-            for server in servers.values():
-                server.__exit__(None, None, None)
     data["kinds"] = {}
     for kind in KINDS:
         data["kinds"][kind] = added({a: steps[kind, a] for a in ("direct", *arms)}, "direct", arms)
         cpu = {a: median(s["cpu_ms_per_request"] for s in steps[kind, a]) for a in arms}
         data["kinds"][kind]["cpu_ms_per_request"] = cpu
     data["steps"] = {kind: {a: steps[kind, a] for a in ("direct", *arms)} for kind in KINDS}
-    lane_steps = [*warm[-len(KINDS) :], *(s for kind in KINDS for s in steps[kind, "lane"])]
-    data["callbacks"] = lane_callbacks(servers["lane"].log_file, "claude-rust", lane_steps)
+    data["callbacks"] = on.callbacks()
     name = "lane-messages" if provider == "anthropic" else f"lane-messages-{provider}"
     finish(args, name, render_messages(data), data)
 
@@ -370,15 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--provider", choices=("anthropic", "bedrock"), default="anthropic", help="messages only"
     )
-    parser.add_argument("--replot", action="store_true", help="redraw from results/lane.json")
     args = parser.parse_args(argv)
-    if args.replot:
-        data = json.loads((RESULTS / "lane.json").read_text())
-        write_results("lane", render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
-    elif args.route == "chat":
-        chat(args)
-    else:
-        messages(args)
+    (chat if args.route == "chat" else messages)(args)
     return 0
 
 

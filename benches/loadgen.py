@@ -118,11 +118,11 @@ class Conn(asyncio.Protocol):
 
 class Pool:
     """Keep-alive connections opened on demand, at most `max_conns` (one request each at a
-    time). FIFO reuse spreads requests over every open connection (and so over every worker
-    process that accepted one); LIFO keeps the fewest connections hot."""
+    time), reused first in, first out: requests spread over every open connection (and so over
+    every worker process that accepted one)."""
 
-    def __init__(self, host: str, port: int, max_conns: int, fifo: bool) -> None:
-        self.host, self.port, self.fifo = host, port, fifo
+    def __init__(self, host: str, port: int, max_conns: int) -> None:
+        self.host, self.port = host, port
         self.slots = asyncio.Semaphore(max_conns)
         self.idle: collections.deque[Conn] = collections.deque()
         self.open = self.total_opened = self.peak_open = 0
@@ -130,7 +130,7 @@ class Pool:
     async def acquire(self) -> Conn:
         await self.slots.acquire()
         while self.idle:
-            conn = self.idle.popleft() if self.fifo else self.idle.pop()
+            conn = self.idle.popleft()
             if not conn.closed:
                 return conn
             self.open -= 1
@@ -160,10 +160,7 @@ class Run:
             sys.exit("loadgen targets plain http on loopback only")
         host, port = url.hostname, url.port or 80
         body = (args.body or "").encode()
-        if args.body is not None and args.body.startswith("@"):
-            with open(args.body[1:], "rb") as fh:
-                body = fh.read()
-        method = args.method or ("POST" if args.body is not None else "GET")
+        method = "POST" if args.body is not None else "GET"
         path = (url.path or "/") + (f"?{url.query}" if url.query else "")
         lines = [f"{method} {path} HTTP/1.1", f"Host: {host}:{port}"]
         if args.body is not None:
@@ -175,7 +172,7 @@ class Run:
         ]
         self.forbid = [f"\r\n{name.strip().lower()}:".encode() for name in args.forbid_header]
         self.timeout = args.timeout
-        self.pool, self.max_conns = Pool(host, port, args.max_conns, args.fifo), args.max_conns
+        self.pool, self.max_conns = Pool(host, port, args.max_conns), args.max_conns
         self.latencies: list[float] = []  # seconds, successful responses only
         self.send_lag: list[float] = []  # seconds between scheduled time and write
         self.errors: collections.Counter[str] = collections.Counter()
@@ -313,14 +310,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rate", type=float, default=100.0, help="requests per second (open loop)")
     p.add_argument("--duration", type=float, default=5.0, help="seconds of scheduled sends")
     p.add_argument("--closed", type=int, default=0, help="closed loop with N connections")
-    p.add_argument("--method", default=None)
-    p.add_argument("--body", default=None, help="request body, or @file")
+    p.add_argument("--body", default=None, help="request body (POST; without it, GET)")
     p.add_argument("-H", "--header", action="append", default=[])
     p.add_argument("--expect-header", action="append", default=[], help="'name: value' required")
     p.add_argument("--forbid-header", action="append", default=[], help="header name forbidden")
     p.add_argument("--max-conns", type=int, default=512)
     p.add_argument("--conns", type=int, default=0, help="connections opened during warm-up")
-    p.add_argument("--fifo", action="store_true", help="reuse idle connections round-robin")
     p.add_argument("--timeout", type=float, default=10.0, help="s after the scheduled time")
     p.add_argument("--warmup", type=int, default=0, help="unrecorded requests first")
     p.add_argument("--no-latencies", action="store_true", help="omit the raw latency list")

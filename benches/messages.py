@@ -1,14 +1,8 @@
 """`/v1/messages` (`litellm.anthropic_messages`): LiteLLM's Python path, LiteLLM's own native
-route (`LITELLM_RUST=1`, Anthropic only) and the fast path (`rust: true`), against the package's
-mock provider (method: benches/README.md).
-
-- in-process, non-streaming: per-call median latency and CPU, arms interleaved in blocks, for a
-  small request and a coding-agent request (long system prompt, tools, a tool exchange), on
-  `anthropic/…` (three arms) and Bedrock Invoke (two arms: LiteLLM's native route has no
-  Bedrock);
-- through one proxy worker, streaming: time to the first event added over the same stream
-  fetched from the mock directly, 20 concurrent streams of 200 events back to back (p50/p99);
-  the native arm is a second proxy started with `LITELLM_RUST=1` (same config, no `rust: true`).
+route (`LITELLM_RUST=1`, Anthropic only) and the fast path (`rust: true`), against the mock:
+in-process per-call median and CPU (a small and a coding-agent request, `anthropic/…` and Bedrock
+Invoke), and through one proxy worker the first streamed event's added latency at 20 concurrent
+streams (method: benches/README.md).
 
 `python -m benches.messages [--quick]`; results in benches/results/messages.{md,json,png}.
 """
@@ -22,9 +16,17 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from benches._common import arg_parser, finish, log, machine, machine_line, percentile, table
+from benches._common import (
+    arg_parser,
+    bar_panels,
+    finish,
+    log,
+    machine,
+    machine_line,
+    table,
+)
 from benches.inprocess import arm_stats, interleaved_calls
-from benches.streaming import run_client, spec, twin_proxy
+from benches.streaming import added_ms, run_client, spec, twin_proxy
 from devtools.deployments import bedrock_invoke_kwargs, deployment_kwargs
 from devtools.procfs import cpu_seconds, process_tree
 
@@ -159,18 +161,15 @@ def bench_streaming(mock_url: str, quick: bool) -> dict[str, Any]:
                 r = streams(arm)
                 cpu_per_stream[arm].append((cpu_seconds(pids) - cpu0) * 1e3 / len(r["streams"]))
                 firsts[arm] += [s["first"] for s in r["streams"]]
-    direct_sorted = sorted(firsts["direct"])
-    out: dict[str, Any] = {}
-    for arm in arms:
-        values = sorted(firsts[arm])
-        added = {q: (percentile(values, q) - percentile(direct_sorted, q)) * 1e3 for q in (50, 99)}
-        out[arm] = {
-            "streams": len(values),
-            "first_event_added_p50_ms": added[50],
-            "first_event_added_p99_ms": added[99],
+    return {
+        arm: {
+            "streams": len(firsts[arm]),
+            "first_event_added_p50_ms": added_ms(firsts[arm], firsts["direct"], 50),
+            "first_event_added_p99_ms": added_ms(firsts[arm], firsts["direct"], 99),
             "proxy_cpu_ms_per_stream": min(cpu_per_stream[arm]),
         }
-    return out
+        for arm in arms
+    }
 
 
 # -- report ----------------------------------------------------------------------------------------
@@ -215,32 +214,13 @@ def render(data: dict[str, Any]) -> str:
 
 
 def plot(data: dict[str, Any]) -> Any:
-    def draw(plt: Any) -> Any:
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-        rows = [r for r in data["in_process"] if r["provider"] == "anthropic"]
-        labels = [r["request"] for r in rows]
-        width = 0.27
-        for i, (arm, name) in enumerate(
-            (("python", "Python"), ("native", "native"), ("rust", "fast"))
-        ):
-            axes[0].bar(
-                [x + (i - 1) * width for x in range(len(rows))],
-                [r["arms"][arm]["median_ms"] for r in rows],
-                width,
-                label=name,
-            )
-        axes[0].set_xticks(range(len(rows)), labels)
-        axes[0].set_title("anthropic, in-process median ms/call")
-        axes[0].legend()
-        stream = data["streaming"]
-        arms = ("python", "native", "rust")
-        axes[1].bar(
-            ["Python", "native", "fast"], [stream[a]["first_event_added_p99_ms"] for a in arms]
-        )
-        axes[1].set_title("first event added p99 ms, 20 streams")
-        return fig
-
-    return draw
+    rows = [r for r in data["in_process"] if r["provider"] == "anthropic"]
+    names = {"python": "Python", "native": "native", "rust": "fast"}
+    medians = {names[a]: [r["arms"][a]["median_ms"] for r in rows] for a in IN_ARMS}
+    firsts = {"": [data["streaming"][a]["first_event_added_p99_ms"] for a in IN_ARMS]}
+    panels = [("anthropic, in-process median ms/call", [r["request"] for r in rows], medians)]
+    panels += [("first event added p99 ms, 20 streams", list(names.values()), firsts)]
+    return lambda plt: bar_panels(plt, panels, (10, 3.4))[0]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,6 @@ import math
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from benches._common import (
@@ -24,6 +23,8 @@ from benches._common import (
     BenchProxy,
     arg_parser,
     bench_mock,
+    cells,
+    errors,
     finish,
     fmt,
     lat_stats,
@@ -32,6 +33,7 @@ from benches._common import (
     machine,
     machine_line,
     median,
+    table,
 )
 from devtools.procfs import Sampler, proc_state
 
@@ -40,31 +42,6 @@ CAPACITY_SHARE = 0.8
 STEP_MIB = 1.0  # an RSS rise of at least this much between consecutive samples is a "step"
 MAX_DURATION_S = 3600.0
 MAX_RATE = 1000.0
-
-
-def rate_from_gateway(
-    provider: str, path: Path = RESULTS / "gateway.json"
-) -> dict[str, Any] | None:
-    """The 1-worker held rates for `provider` from a gateway.py result, or None."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    run = next((r for r in data.get("runs", []) if r.get("workers") == 1), None)
-    summary = (run or {}).get("summary", {}).get(provider)
-    if not summary or not summary.get("rust_max_rps"):
-        return None
-    meta = data.get("meta", {})
-    return {
-        "file": str(path.relative_to(RESULTS.parent.parent)),
-        "mode": meta.get("mode"),
-        "date": meta.get("machine", {}).get("date"),
-        "complete": data.get("complete"),
-        "rust_max_rps": float(summary["rust_max_rps"]),
-        "python_max_rps": float(summary.get("python_max_rps") or 0.0),
-        # The rate list ran out before the rust arm failed: its max is a lower bound.
-        "rust_capped_by_rate_list": bool(summary.get("rust_capped_by_rate_list")),
-    }
 
 
 def rss_trend(samples: list[dict[str, float]], key: str, warmup_s: float) -> dict[str, Any]:
@@ -251,10 +228,9 @@ def render(data: dict[str, Any]) -> str:
         *([""] if meta["warnings"] else []),
     ]
     present = [a for a in ARMS if a in arms]
-    lines += ["| | " + " | ".join(present) + " |", "|---|" + "---:|" * len(present)]
     columns = [summary_rows(arms[a]) for a in present]
-    for i, (label, _) in enumerate(columns[0] if columns else []):
-        lines.append(f"| {label} | " + " | ".join(c[i][1] for c in columns) + " |")
+    rows = [[label, *(c[i][1] for c in columns)] for i, (label, _) in enumerate(columns[0])]
+    lines += table(["", *present], rows if columns else [], "l" + "r" * len(present))
     lines += [
         "",
         f"**RSS slope rust/python: {fmt(cmp_.get('rss_slope_ratio', math.nan))}** "
@@ -263,32 +239,20 @@ def render(data: dict[str, Any]) -> str:
         "A ratio is only meaningful when the Python slope is clearly non-zero; compare the "
         "difference and the growth row too.",
         "",
-        "Slope = least squares over the samples after the warm-up (samples are autocorrelated; "
-        "read r² and the growth row before trusting a small slope). Growth = median RSS of the "
-        "last window - median of the first window after warm-up (windows of min(60 s, span/3)). "
-        "Errors = non-2xx, timeouts, connection errors, and responses on the wrong path "
-        "(rust arm without `x-litellm-rust: true`, python arm with `x-litellm-rust`). Duty cycle "
-        "= share of the load phase during which requests were scheduled (the rest is loadgen "
-        "start-up and drain between segments). Foreign cores = CPU used by other processes.",
+        "Slope, growth, errors, duty cycle and foreign cores as in benches/README.md (*Soak*).",
         "",
     ]
+    head = ["#", "t (s)", "sent", "err", "achieved", "p50 ms", "p99 ms", "p99.9 ms"]
+    head += ["proxy cores", "foreign cores", "RSS MiB"]
+    tail = ("proxy_cores:.2f", "foreign_cores:.2f", "rss_mib:.1f")
     for a in present:
-        lines += [
-            f"<details><summary>{a} arm: {len(arms[a]['segments'])} segments</summary>",
-            "",
-            "| # | t (s) | sent | err | achieved | p50 ms | p99 ms | p99.9 ms | proxy cores | "
-            "foreign cores | RSS MiB |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        ]
+        rows = []
         for s in arms[a]["segments"]:
-            err = f"{s['errors']}" + (f" ({s['first_error']})" if s["errors"] else "")
-            lat = " | ".join(fmt(s["lat"][q], 1) for q in ("p50", "p99", "p999"))
-            lines.append(
-                f"| {s['index']} | {s['t_start_s']:.0f} | {s['scheduled']} | {err} | "
-                f"{s['achieved_rps']:.1f} | {lat} | {s['proxy_cores']:.2f} | "
-                f"{s['foreign_cores']:.2f} | {s['rss_mib']:.1f} |"
-            )
-        lines += ["", "</details>", ""]
+            row = [*cells(s, "index", "t_start_s:.0f", "scheduled"), errors(s)]
+            lat = [fmt(s["lat"][q], 1) for q in ("p50", "p99", "p999")]
+            rows.append([*row, *cells(s, "achieved_rps:.1f"), *lat, *cells(s, *tail)])
+        summary = f"<details><summary>{a} arm: {len(arms[a]['segments'])} segments</summary>"
+        lines += [summary, "", *table(head, rows, "r" * 11), "", "</details>", ""]
     return "\n".join(lines)
 
 
@@ -364,30 +328,30 @@ def parse_args(argv: list[str] | None) -> Any:
 
 
 def choose_rates(args: Any) -> tuple[dict[str, float], dict[str, Any], list[str]]:
-    results = "gateway-embeddings.json" if args.provider.startswith("embed-") else "gateway.json"
-    gw_rates = rate_from_gateway(args.provider, RESULTS / results)
-    warnings: list[str] = []
-    if args.rate is not None:
-        rate = args.rate
-        source: dict[str, Any] = {"text": f"{rate:g} req/s (--rate)", "gateway": gw_rates}
-    elif gw_rates is not None:
-        rate = round(CAPACITY_SHARE * gw_rates["rust_max_rps"], 1)
-        bound = "≥ " if gw_rates["rust_capped_by_rate_list"] else ""
-        source = {
-            "text": f"{rate:g} req/s = {CAPACITY_SHARE:.0%} of the rust arm's 1-worker max held "
-            f"rate {bound}{gw_rates['rust_max_rps']:g} req/s ({gw_rates['file']}, "
-            f"{gw_rates['mode']} run of {gw_rates['date']})",
-            "gateway": gw_rates,
-        }
-    else:
-        rate = DEFAULT_RATE
-        source = {"text": f"{rate:g} req/s (default; no 1-worker rust figure in gateway.json)"}
-    rates = {"python": args.python_rate or rate, "rust": rate}
-    py_max = (gw_rates or {}).get("python_max_rps") or 0.0
+    """Each arm's rate, where it comes from, and warnings: by default 80% of the rust arm's
+    highest held 1-worker rate in gateway.py's results for the workload."""
+    name = "gateway-embeddings.json" if args.provider.startswith("embed-") else "gateway.json"
+    try:
+        runs = json.loads((RESULTS / name).read_text())["runs"]
+        held = next(r for r in runs if r["workers"] == 1)["summary"][args.provider]
+    except (OSError, ValueError, KeyError, StopIteration):
+        held = {}
+    rust_max, py_max = held.get("rust_max_rps") or 0.0, held.get("python_max_rps") or 0.0
+    capped = "≥ " if held.get("rust_capped_by_rate_list") else ""
+    rate = args.rate or (round(CAPACITY_SHARE * rust_max, 1) if rust_max else DEFAULT_RATE)
+    text = f"{rate:g} req/s " + (
+        "(--rate)"
+        if args.rate
+        else f"= {CAPACITY_SHARE:.0%} of the rust arm's 1-worker max held rate {capped}"
+        f"{rust_max:g} req/s (benches/results/{name})"
+        if rust_max
+        else f"(default; no 1-worker rust figure in {name})"
+    )
+    rates, warnings = {"python": args.python_rate or rate, "rust": rate}, []
     if "python" in args.arms and py_max and rates["python"] > py_max:
         warnings.append(
             f"the python arm runs at {rates['python']:g} req/s, above its own 1-worker max held "
-            f"rate ({py_max:g} req/s in gateway.json): expect queueing, timeouts and RSS from "
+            f"rate ({py_max:g} req/s in {name}): expect queueing, timeouts and RSS from "
             "in-flight requests in that arm (use --python-rate for a control below capacity)"
         )
     if rates["python"] != rates["rust"] and len(args.arms) == 2:
@@ -395,7 +359,7 @@ def choose_rates(args: Any) -> tuple[dict[str, float], dict[str, Any], list[str]
             f"the arms run at different rates (python {rates['python']:g}, rust "
             f"{rates['rust']:g} req/s)"
         )
-    return rates, source, warnings
+    return rates, {"text": text, "gateway": held}, warnings
 
 
 def main(argv: list[str] | None = None) -> int:

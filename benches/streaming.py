@@ -1,26 +1,12 @@
-"""Streamed chat through one proxy worker: LiteLLM's Python path against the fast path.
-
-Three arms: `plain` and `rust` are models of one proxy (`plain-<provider>` and `rust-<provider>`,
-same deployment), and `lane` is the `rust` model of a second, otherwise identical proxy with the
-fast lane on (`fastpath_lane: true`: Rust serves the stream before the proxy's per-request
-Python, which runs afterwards). The deployments are served by the package's mock provider,
-which streams each provider's native format (OpenAI or Anthropic SSE, Bedrock's binary event
-stream; `max_tokens` chunks); the clients run in their own process (asyncio + httpx). Arms are
-interleaved, step by step, in one run:
-
-- throughput: 8 concurrent streams of 1,000 chunks, back to back, for a fixed time: chunks/s the
-  worker sustains and proxy CPU per chunk;
-- time to the first content chunk, added over the same stream fetched from the mock directly:
-  1 stream at a time (8 chunks), and under load: 20 clients streaming 200-chunk answers back to
-  back (p50/p99);
-- pacing: 20 concurrent streams of 50 chunks paced 20 ms apart by the mock: how late the last
-  chunk arrives against the mock's schedule, counted from the client's request, added over the
-  same streams fetched directly (p99);
-- memory: RSS growth of a fresh proxy over its first 10,000-chunk stream, per arm.
+"""Streamed chat through one proxy worker: LiteLLM's Python path (`plain-<provider>`), `rust: true`
+(`rust-<provider>`, same proxy) and the same model on a second proxy with the fast lane on, arms
+interleaved, the mock streaming each provider's native format, clients in their own process:
+chunks/s and proxy CPU per chunk, time to the first content chunk (1 stream; 20 streaming 200
+chunks), last-chunk lateness of 20 paced streams, RSS over a fresh proxy's first 10,000-chunk
+stream (method: benches/README.md).
 
 `python -m benches.streaming [--quick] [--provider openai|anthropic|bedrock]`; results in
-benches/results/streaming[-<provider>].{md,json,png}. The direct-to-mock baseline is the OpenAI
-stream for every provider (same mock, same loopback).
+benches/results/streaming[-<provider>].{md,json,png}.
 """
 
 from __future__ import annotations
@@ -34,6 +20,7 @@ from typing import Any
 
 from benches._common import (
     arg_parser,
+    bar_panels,
     finish,
     log,
     machine,
@@ -138,7 +125,8 @@ PACE_S = 0.020
 PACED_SPAN_S = {"openai": 51 * PACE_S, "anthropic": 54 * PACE_S, "bedrock": 52 * PACE_S}
 
 
-def _added(arm: list[float], direct: list[float], q: float) -> float:
+def added_ms(arm: list[float], direct: list[float], q: float) -> float:
+    """The arm's percentile `q` of times (s) over the direct fetch's, in ms."""
     return (percentile(sorted(arm), q) - percentile(sorted(direct), q)) * 1000
 
 
@@ -197,10 +185,10 @@ def measure(quick: bool, provider: str) -> dict[str, Any]:
                 data[arm] = {
                     "chunks_per_s": max(s["chunks_per_s"] for s in throughput[arm]),
                     "cpu_ms_per_chunk": min(s["cpu_ms_per_chunk"] for s in throughput[arm]),
-                    "ttft1_added_p50_ms": _added(ttft1[arm], ttft1["direct"], 50),
-                    "ttft1_added_p99_ms": _added(ttft1[arm], ttft1["direct"], 99),
-                    "ttft20_added_p99_ms": _added(ttft20[arm], ttft20["direct"], 99),
-                    "paced20_last_chunk_added_p99_ms": _added(lag[arm], lag["direct"], 99),
+                    "ttft1_added_p50_ms": added_ms(ttft1[arm], ttft1["direct"], 50),
+                    "ttft1_added_p99_ms": added_ms(ttft1[arm], ttft1["direct"], 99),
+                    "ttft20_added_p99_ms": added_ms(ttft20[arm], ttft20["direct"], 99),
+                    "paced20_last_chunk_added_p99_ms": added_ms(lag[arm], lag["direct"], 99),
                 }
             data["raw"] = {"throughput": throughput}
             # The lane arm's streams the proxy served itself (its first, which teaches the lane
@@ -267,18 +255,12 @@ def render(data: dict[str, Any]) -> str:
 
 
 def plot(data: dict[str, Any]) -> Any:
-    def draw(plt: Any) -> Any:
-        fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-        keys = [("chunks/s", "chunks_per_s"), ("CPU ms/chunk", "cpu_ms_per_chunk")]
-        for ax, (title, key) in zip(axes, keys, strict=True):
-            ax.bar(
-                ["Python", "Rust", "Rust, lane on"],
-                [data["plain"][key], data["rust"][key], data["lane"][key]],
-            )
-            ax.set_title(title)
-        return fig
-
-    return draw
+    labels = ["Python", "Rust", "Rust, lane on"]
+    keys = {"chunks/s": "chunks_per_s", "CPU ms/chunk": "cpu_ms_per_chunk"}
+    panels = [
+        (title, labels, {"": [data[arm][key] for arm in ARMS]}) for title, key in keys.items()
+    ]
+    return lambda plt: bar_panels(plt, panels, (9, 3.2))[0]
 
 
 def main(argv: list[str] | None = None) -> int:

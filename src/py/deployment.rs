@@ -5,11 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use super::errors::InvalidRequestError;
 use super::headers::header_list;
 use crate::http::sigv4::AwsCredentials;
-use crate::providers::{AwsAuth, AwsSettings, Credentials, Deployment as CoreDeployment, registry};
+use crate::providers::provider::JsonSchemaForm;
+use crate::providers::{
+    AnswerShape, AwsAuth, AwsSettings, Credentials, Deployment as CoreDeployment, registry,
+};
 
 /// A deployment's resolved settings, built once and reused for every call.
 #[pyclass(frozen, module = "litellm_fastpath._native")]
@@ -120,4 +124,27 @@ pub fn timeout_from_secs(seconds: f64) -> PyResult<Duration> {
                 "timeout must be a positive number of seconds, got {seconds}"
             ))
         })
+}
+
+/// The provider registry's answers that Python's provider table also gives, one dict per
+/// provider (fresh copies): what `tests/test_provider_table.py` checks the two tables agree on.
+#[pyfunction]
+pub fn provider_registry(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
+    registry::REGISTRY
+        .iter()
+        .map(|provider| {
+            let entry = PyDict::new(py);
+            entry.set_item("name", provider.name)?;
+            entry.set_item("streams", provider.chat_stream.is_some())?;
+            entry.set_item("embeddings", provider.embeddings.is_some())?;
+            entry.set_item("messages", provider.messages_api.is_some())?;
+            let per_model = provider.json_schema == JsonSchemaForm::PerModel;
+            entry.set_item("json_schema_per_model", per_model)?;
+            let converted = provider.answer_shape == AnswerShape::Converted;
+            entry.set_item("converted_answer", converted)?;
+            let aws = provider.credentials == Credentials::Aws;
+            entry.set_item("credentials", if aws { "aws" } else { "api_key" })?;
+            Ok(entry)
+        })
+        .collect()
 }

@@ -21,7 +21,7 @@ mod _native {
     #[pymodule_export]
     use super::bridge::{CallHandle, PreparedCall};
     #[pymodule_export]
-    use super::deployment::Deployment;
+    use super::deployment::{Deployment, provider_registry};
     #[pymodule_export]
     use super::errors::{
         FastpathError, InternalError, InvalidRequestError, InvalidResponseError,
