@@ -220,6 +220,7 @@ INERT = [
     {"max_request_size_mb": 5},
     {"public_routes": ["/v1/models"]},
     {"admin_only_routes": ["/chat/completions"]},  # premium-only: inert without a license
+    {"global_max_parallel_requests": 100},  # enforced by the legacy limiter only
 ]
 
 
@@ -241,11 +242,13 @@ OFF = [
     ({"missing_session_id": "reject"}, FREE),
     ({"max_request_size_mb": 0.5}, PREMIUM),
     ({"public_routes": ["/v1/*"]}, PREMIUM),
+    ({"public_routes": ["/ch*"]}, PREMIUM),
     ({"admin_only_routes": ["/chat/completions"]}, PREMIUM),
     ({"allowed_routes": ["/chat/completions"]}, FREE),
     ({"max_in_flight_requests_per_worker": 8}, FREE),
     ({"completion_model": "gpt-4o"}, FREE),
     ({"cancel_on_disconnect": True}, FREE),
+    ({"global_max_parallel_requests": 100}, Context(premium=False, legacy_limiter=True)),
 ]
 
 
@@ -303,3 +306,30 @@ def test_settings_changed_in_place_are_noticed(settings_store: Any) -> None:
     assert groups._why_off(router, frozenset()) == (
         "general_settings.forward_client_headers_to_llm_api"
     )
+
+
+def test_a_deployment_updated_under_the_same_id_is_noticed(settings_store: Any) -> None:
+    """`store_model_in_db` reconciles and `/model/update` upsert a deployment under its id."""
+    from litellm.types.router import Deployment
+
+    deployment = {
+        "model_name": "m",
+        "litellm_params": {"model": "openai/gpt-4o", "api_base": "http://a", "rust": True},
+        "model_info": {"id": "d-1"},
+    }
+    router = litellm.Router(model_list=[deployment])
+    before = groups._router_state(router)
+    changed = {
+        **deployment,
+        "litellm_params": {**deployment["litellm_params"], "api_base": "http://b"},
+    }
+    assert router.upsert_deployment(Deployment(**changed)) is not None
+    assert [d["model_info"]["id"] for d in router.model_list] == ["d-1"]
+    assert groups._router_state(router) != before
+
+
+def test_the_docs_list_the_whole_table() -> None:
+    from devtools.settings_doc import render
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "settings.md").read_text()
+    assert render() in docs, "docs/settings.md: paste `python -m devtools.settings_doc`"

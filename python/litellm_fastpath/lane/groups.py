@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -81,21 +82,28 @@ def _router_state(router: Any) -> tuple[Any, ...]:
     return (
         id(router),
         tuple(
-            (d.get("model_name"), (d.get("model_info") or {}).get("id")) for d in router.model_list
+            (
+                d.get("model_name"),
+                (d.get("model_info") or {}).get("id"),
+                # A deployment LiteLLM updates keeps its id (`store_model_in_db`, `/model/update`):
+                # the content of those the lane may serve (the rest keep their group off it).
+                _fingerprint(d) if "rust" in (d.get("litellm_params") or {}) else None,
+            )
+            for d in router.model_list
         ),
         # By content: LiteLLM changes its settings store in place (database rows, `/config/update`),
         # and replaces callbacks in place.
-        _fingerprint(proxy_server.general_settings),
+        _fingerprint(dict(proxy_server.general_settings or {})),
         tuple(id(callback) for callback in litellm.callbacks),
         proxy_server.premium_user,
         compat.hsts_enabled(),
     )
 
 
-def _fingerprint(general_settings: Any) -> str:
-    """A digest of the settings' content (not the settings: they hold secrets)."""
-    content = json.dumps(dict(general_settings or {}), sort_keys=True, default=repr)
-    return hashlib.sha256(content.encode()).hexdigest()
+def _fingerprint(content: Any) -> str:
+    """A digest of settings or a deployment (not them: they hold secrets)."""
+    dumped = json.dumps(content, sort_keys=True, default=repr)
+    return hashlib.sha256(dumped.encode()).hexdigest()
 
 
 def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
@@ -123,7 +131,11 @@ def _why_off(router: Any, litellm_settings: frozenset[str]) -> str | None:
     odd_litellm = sorted(litellm_settings - _NEUTRAL_LITELLM_SETTINGS)
     if odd_litellm:
         return f"litellm_settings.{odd_litellm[0]}"
-    context = settings.Context(premium=proxy_server.premium_user is True)
+    context = settings.Context(
+        premium=proxy_server.premium_user is True,
+        # LiteLLM's own switch for its legacy limiter (`proxy/hooks/__init__.py`).
+        legacy_limiter=os.getenv("LEGACY_MULTI_INSTANCE_RATE_LIMITING", "false").lower() == "true",
+    )
     off = settings.why_off(proxy_server.general_settings or {}, context)
     if off is not None:
         return off

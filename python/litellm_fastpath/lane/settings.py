@@ -27,9 +27,11 @@ class Verdict(enum.Enum):
 @dataclass(frozen=True)
 class Context:
     """What besides a value decides whether it acts: LiteLLM's premium-only settings act only
-    with a license."""
+    with a license, and some only with its legacy limiter
+    (`LEGACY_MULTI_INSTANCE_RATE_LIMITING=true`)."""
 
     premium: bool
+    legacy_limiter: bool = False
 
 
 # Values under which a key the lane does not reproduce has no effect.
@@ -37,27 +39,33 @@ Inert = Callable[[Any, Context], bool]
 
 
 def UNSET(value: Any, context: Context) -> bool:
+    """unset or null"""
     return value is None
 
 
 def FALSY(value: Any, context: Context) -> bool:
+    """unset, null or false"""
     return value is None or value is False
 
 
 def EMPTY(value: Any, context: Context) -> bool:
+    """unset, null or empty"""
     return value is None or (isinstance(value, (str, list, tuple, dict)) and not value)
 
 
 def PREMIUM_UNSET(value: Any, context: Context) -> bool:
+    """unset or null, or no LiteLLM license"""
     return value is None or not context.premium
 
 
 def SESSION_ID(value: Any, context: Context) -> bool:
+    """unset, null, `generate` or `omit`"""
     # `generate` and `omit` only stamp logging metadata, which the replay writes.
     return value in (None, "generate", "omit")
 
 
 def REQUEST_SIZE(value: Any, context: Context) -> bool:
+    """unset or null, 1 or more, or no LiteLLM license"""
     # The lane reads bodies of at most 1 MiB: a limit of 1 MB (LiteLLM's MB are MiB) or more
     # never turns one away.
     if value is None or not context.premium:
@@ -65,32 +73,47 @@ def REQUEST_SIZE(value: Any, context: Context) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1
 
 
+def NO_LEGACY_LIMITER(value: Any, context: Context) -> bool:
+    """unset or null, or no legacy limiter"""
+    return value is None or not context.legacy_limiter
+
+
+def _covers(pattern: str, path: str) -> bool:
+    """Whether a listed route may match a lane path: LiteLLM's wildcard (`/v1/*`: a prefix), or
+    the route or one under it (pass-through endpoints may take subpaths)."""
+    if pattern.endswith("*"):
+        return path.startswith(pattern[:-1])
+    stem = pattern.rstrip("/")
+    return path in (pattern, stem) or path.startswith(stem + "/")
+
+
 def _routes_miss_lane(routes: Any) -> bool:
-    """No listed route (exact, or a prefix LiteLLM may match as a wildcard) covers a lane path."""
+    """No listed route covers a lane path."""
     if not isinstance(routes, (list, tuple)):
         return False
-    for route in routes:
-        if not isinstance(route, str):
-            return False
-        stem = route.rstrip("*").rstrip("/")
-        if any(path == stem or path.startswith(stem + "/") or not stem for path in LANE_PATHS):
-            return False
-    return True
+    return all(
+        isinstance(route, str) and not any(_covers(route, path) for path in LANE_PATHS)
+        for route in routes
+    )
 
 
 def ADMIN_ONLY(value: Any, context: Context) -> bool:
+    """unset, null or empty, no lane route listed, or no LiteLLM license"""
     return EMPTY(value, context) or not context.premium or _routes_miss_lane(value)
 
 
 def PUBLIC_ROUTES(value: Any, context: Context) -> bool:
+    """unset, null or empty, no lane route listed, or no LiteLLM license"""
     return EMPTY(value, context) or not context.premium or _routes_miss_lane(value)
 
 
 def ALLOWED_ROUTES(value: Any, context: Context) -> bool:
+    """unset or null"""
     return value is None
 
 
 def PASS_THROUGH(value: Any, context: Context) -> bool:
+    """unset, null or empty, or no entry at a lane route"""
     # LiteLLM writes `[]` itself whenever its database holds no pass-through endpoints.
     if EMPTY(value, context):
         return True
@@ -140,7 +163,8 @@ GENERAL_SETTINGS: dict[str, Setting] = {
     "alerting_args": _on("Read at startup only."),
     "alerting_threshold": _on("Read at startup only."),
     "allow_agents_for_team_admins": _on(
-        "check_feature_access_for_user builds the key name from the feature. UI runtime flag."
+        "Agent and vector-store management permissions, on routes the lane never serves. UI "
+        "runtime flag."
     ),
     "allow_cli_sso_verification_uri_complete": _on(
         "Acts only on routes the lane never serves (CLI SSO)."
@@ -161,7 +185,8 @@ GENERAL_SETTINGS: dict[str, Setting] = {
     ),
     "allow_user_auth": _on("Only the /user/auth route."),
     "allow_vector_stores_for_team_admins": _on(
-        "check_feature_access_for_user builds the key name from the feature. UI runtime flag."
+        "Agent and vector-store management permissions, on routes the lane never serves. UI "
+        "runtime flag."
     ),
     "allowed_file_extensions": _on("Acts only on routes the lane never serves (/files)."),
     "allowed_ips": _off(UNSET, "403 unless the client IP is in the list. Premium-only."),
@@ -171,8 +196,7 @@ GENERAL_SETTINGS: dict[str, Setting] = {
     "always_include_stream_usage": _off(
         UNSET,
         "true: every stream asks for usage and the client gets the usage chunk; false: usage is "
-        "never injected. The lane implements only the unset behaviour (ask on stream_options "
-        "models, drop the chunk).",
+        "never asked for. The lane does only the unset behaviour.",
     ),
     "apply_user_budget_to_team_keys": _on(
         "Team keys are also held to their user's budget; keys with a team or a user get no lane "
@@ -211,8 +235,8 @@ GENERAL_SETTINGS: dict[str, Setting] = {
         "Acts only on routes the lane never serves (/v3/login, SSO return_to)."
     ),
     "coordination_redis": _on(
-        "Builds the Redis the limiter, budgets and auth-cache invalidation share. Under #26 the "
-        "lane must use the same Redis."
+        "Builds the Redis LiteLLM's limiter, budgets and auth-cache invalidation share; keys with "
+        "limits or budgets get no lane verdict (#26 point 5 revisits it)."
     ),
     "custom_auth": _off(
         UNSET,
@@ -248,12 +272,13 @@ GENERAL_SETTINGS: dict[str, Setting] = {
     "database_socket_timeout": _on("Builds the DB URL/pool at startup."),
     "database_statement_timeout": _on("Builds the DB URL/pool at startup."),
     "database_url": _on(
-        "Builds the DB URL/pool at startup. A DB also registers callbacks and a middleware sink: "
-        "see the sections below."
+        "Builds the database URL and pool at startup. A database also registers callbacks, judged "
+        "as any other (see docs/settings.md)."
     ),
     "default_team_disabled": _on("Acts only on routes the lane never serves (UI settings)."),
     "disable_agents_for_internal_users": _on(
-        "check_feature_access_for_user builds the key name from the feature. UI runtime flag."
+        "Agent and vector-store management permissions, on routes the lane never serves. UI "
+        "runtime flag."
     ),
     "disable_auto_add_proxy_admin_to_teams": _on(
         "Acts only on routes the lane never serves (/team/new)."
@@ -287,39 +312,37 @@ GENERAL_SETTINGS: dict[str, Setting] = {
     ),
     "disable_prisma_schema_update": _on("Schema migration at boot."),
     "disable_reset_budget": _on(
-        "Background job only. Under #26 the lane's windows/budgets reset when LiteLLM's job resets"
-        " them."
+        "Background job only (budget resets); keys with budgets get no lane verdict."
     ),
     "disable_responses_id_security": _on(
-        "Acts only on routes the lane never serves (Responses API)(acts on Responses "
-        "routes/objects only)."
+        "Acts only on routes the lane never serves (Responses API)."
     ),
     "disable_retry_on_max_parallel_request_limit_error": _on(
         "Read only by giveup, which nothing calls in 1.106.12 (dead)."
     ),
     "disable_spend_logs": _on("Spend-log rows and their queue monitor."),
     "disable_spend_updates": _on(
-        "After the answer (the replay runs it)proxy/hooks/proxy_track_cost_callback.py:813. Under "
-        "#26: with it on, no spend reaches the counters, so the lane's reconcile must add nothing "
-        "either."
+        "After the answer (the replay runs it). Under #26 point 2: with it on no spend reaches the"
+        " counters, so the lane's reconcile must add nothing either."
     ),
     "disable_vector_stores_for_internal_users": _on(
-        "check_feature_access_for_user builds the key name from the feature. UI runtime flag."
+        "Agent and vector-store management permissions, on routes the lane never serves. UI "
+        "runtime flag."
     ),
     "drain_endpoint_token": _on("Acts only on routes the lane never serves (/health/drain)."),
     "email_settings": _on("Acts only on routes the lane never serves (email events)."),
     "enable_claude_code_gateway": _on(
-        "Acts only on routes the lane never serves (Claude Code gateway OAuth/settings)(routes "
-        "/oauth/, /managed/settings)."
+        "Acts only on routes the lane never serves (Claude Code gateway: /oauth/, "
+        "/managed/settings)."
     ),
     "enable_drain_endpoint": _on(
-        "Acts only on routes the lane never serves (/health/drain). Its drain waits on the "
-        "in-flight counter, which lane requests never enter (see middleware)."
+        "Acts only on routes the lane never serves (/health/drain); its drain waits on LiteLLM's "
+        "in-flight count, which counts lane requests too."
     ),
     "enable_health_check_routing": _off(
         FALSY,
-        "The router drops deployments background health checks marked unhealthy. Reproduce like "
-        "cooldowns: hand the lane router.health_state_cache's unhealthy ids each refresh.",
+        "The router drops deployments its background health checks marked unhealthy; the lane does"
+        " not see that health state.",
     ),
     "enable_jwt_auth": _off(
         FALSY,
@@ -386,22 +409,21 @@ GENERAL_SETTINGS: dict[str, Setting] = {
     "forward_openai_org_id": _off(
         FALSY, "An openai-organization request header becomes the provider call's organization."
     ),
-    "global_max_parallel_requests": _on(
-        "Only copied into metadata; only the legacy limiter enforces it, registered only with "
-        "LEGACY_MULTI_INSTANCE_RATE_LIMITING=true — and then it caps every request, while lane.py "
-        "lists that handler as idle."
+    "global_max_parallel_requests": _off(
+        NO_LEGACY_LIMITER,
+        "Caps every request, but only in the legacy limiter "
+        "(LEGACY_MULTI_INSTANCE_RATE_LIMITING=true), which lane requests do not pass; otherwise "
+        "only copied into metadata.",
     ),
     "health_check_concurrency": _on("Background job only."),
     "health_check_details": _on("Acts only on routes the lane never serves (/health)."),
     "health_check_ignore_transient_errors": _on(
-        "Parameter of enable_health_check_routing; inert without it, part of its reproduction with"
-        " it."
+        "Parameter of enable_health_check_routing (which turns the lane off); inert without it."
     ),
     "health_check_interval": _on("Background job only."),
     "health_check_skip_disabled_background_models": _on("Background job only."),
     "health_check_staleness_threshold": _on(
-        "Parameter of enable_health_check_routing; inert without it, part of its reproduction with"
-        " it."
+        "Parameter of enable_health_check_routing (which turns the lane off); inert without it."
     ),
     "hide_default_credentials_hint": _on("Acts only on routes the lane never serves (UI)."),
     "image_generation_model": _on("Acts only on routes the lane never serves (images)."),
@@ -440,9 +462,8 @@ GENERAL_SETTINGS: dict[str, Setting] = {
     "max_file_size_mb": _on("Acts only on routes the lane never serves (/files)."),
     "max_in_flight_requests_per_worker": _off(
         UNSET,
-        "Per-worker semaphore; past it requests queue, then get 503 overloaded_error + "
-        "retry-after: 1. The lane bypasses the middleware: lane requests must take the same slots "
-        "(one count per worker) and answer the same 503.",
+        "Per-worker admission: past it requests queue, then get 503 overloaded_error with "
+        "retry-after: 1; lane requests do not take its slots.",
     ),
     "max_queued_requests_per_worker": _on(
         "Read only with max_in_flight_requests_per_worker, which turns the lane off."
@@ -499,9 +520,7 @@ GENERAL_SETTINGS: dict[str, Setting] = {
         " checks. Also set from the DB at runtime.",
     ),
     "pass_through_request_timeout": _on(
-        "Acts only on routes the lane never serves (pass-through): "
-        "passthrough/timeout_utils.py:36, "
-        "proxy/pass_through_endpoints/llm_passthrough_endpoints.py:3535."
+        "Acts only on routes the lane never serves (pass-through endpoints)."
     ),
     "passthrough_managed_object_ids": _on(
         "Acts only on routes the lane never serves (pass-through)."
@@ -567,12 +586,13 @@ GENERAL_SETTINGS: dict[str, Setting] = {
     ),
     "spend_capture_rate_check": _on("Background job only."),
     "spend_logs_metadata_fields": _on(
-        "After the answer (the replay runs it); validated at startup proxy/proxy_server.py:6982."
+        "After the answer (the replay runs it); validated at startup."
     ),
     "spend_report_frequency": _on("Background job only."),
     "store_model_in_db": _on(
-        "Schedules add_deployment every proxy_config_reload_interval_seconds: deployments, "
-        "general_settings and UI flags change at runtime — the lane must notice them."
+        "Reconciles deployments and settings from the database every "
+        "proxy_config_reload_interval_seconds; the lane's refresh notices changed settings and "
+        "deployments by content, under the same id too."
     ),
     "store_prompts_in_spend_logs": _on("After the answer (the replay runs it)."),
     "supported_db_objects": _on("Which DB objects are loaded."),
@@ -587,9 +607,8 @@ GENERAL_SETTINGS: dict[str, Setting] = {
         "Acts only on routes the lane never serves (team management)."
     ),
     "token_rate_limit_type": _on(
-        "Which tokens (input/output/total) the v3 limiter adds to tpm windows, in "
-        "async_log_success_event — the replay does it. Under #26 the lane's tpm estimate must "
-        "count the same tokens."
+        "Which tokens the v3 limiter adds to tpm windows after the answer (the replay does it); "
+        "keys with limits get no lane verdict (#26 point 3 revisits it)."
     ),
     "tracing": _on(
         "Lens tracing: registers a logging callback (LensExporter) at startup, judged by the "
@@ -613,7 +632,7 @@ GENERAL_SETTINGS: dict[str, Setting] = {
     "use_spend_logs_partitioning": _on("Background job only."),
     "use_team_public_model_name": _on("Model listing only."),
     "use_x_forwarded_for": _on(
-        "Chooses the client IP for allowed_ips (reproduced there) and for logged "
+        "Chooses the client IP for allowed_ips (which turns the lane off) and for the logged "
         "requester_ip_address, which the replay computes from the same headers."
     ),
     "user_api_key_cache_max_size": _on(
