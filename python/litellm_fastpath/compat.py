@@ -66,7 +66,15 @@ _PRIVATE: dict[str, tuple[str, str]] = {
         "litellm.proxy.middleware.security_headers_middleware",
         "STATIC_SECURITY_HEADERS",
     ),
+    # `Strict-Transport-Security`, which the proxy adds when `LITELLM_ENABLE_HSTS=true`.
+    "HSTS_HEADER": ("litellm.proxy.middleware.security_headers_middleware", "HSTS_HEADER"),
+    "hsts_enabled": ("litellm.proxy.middleware.security_headers_middleware", "_hsts_enabled"),
     "OPENAI_RESPONSE_HEADERS": ("litellm.types.utils", "OPENAI_RESPONSE_HEADERS"),
+    # The per-worker in-flight counter behind `/health/backlog` and graceful shutdown.
+    "InFlightRequestsMiddleware": (
+        "litellm.proxy.middleware.in_flight_requests_middleware",
+        "InFlightRequestsMiddleware",
+    ),
     "LITELLM_PROXY_MASTER_KEY_ALIAS": ("litellm.constants", "LITELLM_PROXY_MASTER_KEY_ALIAS"),
     "can_key_call_model": ("litellm.proxy.auth.auth_checks", "can_key_call_model"),
     "user_api_key_auth": ("litellm.proxy.auth.user_api_key_auth", "user_api_key_auth"),

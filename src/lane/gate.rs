@@ -71,7 +71,8 @@ pub(super) fn gate(
     parts: &http::request::Parts,
     route: Route,
 ) -> Result<String, LaneReason> {
-    if !lane.table.settings().enabled {
+    if let Some(why) = &lane.table.settings().off {
+        lane.count_off(why);
         return Err(LaneReason::Off);
     }
     if has_proxy_options(&parts.headers, route) {

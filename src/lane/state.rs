@@ -12,6 +12,7 @@ use bytes::Bytes;
 use super::replay::{Replay, Replays};
 use super::table::Table;
 use super::tickets::{Ticket, Tickets};
+use crate::model::LaneReason;
 use crate::runtime::Engine;
 
 /// Replays waiting for the proxy (each runs the proxy's per-request Python, so they keep logging
@@ -21,6 +22,9 @@ const MAX_BACKLOG: usize = 256;
 /// With several workers on one socket: replays waiting past which this worker counts as busy
 /// (about 0.1 s of the proxy's Python). Env `LITELLM_FASTPATH_LANE_BUSY_BACKLOG` overrides.
 const BUSY_BACKLOG: usize = 32;
+/// Distinct `lane_off:<setting>` counts kept (the settings come from the proxy's config, so a
+/// handful; the bound only guards memory).
+const MAX_OFF_REASONS: usize = 64;
 
 fn backlog_setting(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -64,6 +68,8 @@ pub struct Lane {
     /// Requests the lane is serving now (each joins the backlog when it is answered).
     serving: AtomicUsize,
     counts: Mutex<HashMap<&'static str, u64>>,
+    /// `lane_off` requests by what turned the lane off (`lane_off:<setting>`).
+    off_counts: Mutex<HashMap<String, u64>>,
 }
 
 impl Lane {
@@ -85,6 +91,7 @@ impl Lane {
             keep_alive_timeout,
             serving: AtomicUsize::new(0),
             counts: Mutex::new(HashMap::new()),
+            off_counts: Mutex::new(HashMap::new()),
         })
     }
 
@@ -94,12 +101,24 @@ impl Lane {
         self.replays.send_tail(ticket, tail);
     }
 
-    /// Requests per outcome: `served`, `replayed`, and each reason a request went to the proxy.
-    pub fn counts(&self) -> HashMap<&'static str, u64> {
-        self.counts
+    /// Requests per outcome: `served`, `replayed`, each reason a request went to the proxy, and
+    /// `lane_off` requests by what turned the lane off (`lane_off:<setting>`).
+    pub fn counts(&self) -> HashMap<String, u64> {
+        let mut counts: HashMap<String, u64> = self
+            .counts
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+            .iter()
+            .map(|(name, count)| ((*name).to_string(), *count))
+            .collect();
+        let off = self
+            .off_counts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (why, count) in off.iter() {
+            counts.insert(format!("{}:{why}", LaneReason::Off.as_str()), *count);
+        }
+        counts
     }
 
     /// Requests being served, and served requests whose replay has not finished yet (what a
@@ -135,6 +154,19 @@ impl Lane {
     /// Whether the replays are too far behind for the lane to take more requests.
     pub(super) fn backlog_full(&self) -> bool {
         self.replays.backlog() >= self.max_backlog
+    }
+
+    /// A request turned away because the lane is off, by the setting that turned it off.
+    pub(super) fn count_off(&self, why: &str) {
+        let mut off = self
+            .off_counts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(count) = off.get_mut(why) {
+            *count += 1;
+        } else if off.len() < MAX_OFF_REASONS {
+            off.insert(why.to_string(), 1);
+        }
     }
 
     pub(super) fn count(&self, what: &'static str) {

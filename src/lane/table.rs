@@ -130,8 +130,9 @@ pub struct Settings {
     /// Provider headers LiteLLM passes on under their own name (OpenAI's rate-limit headers);
     /// every provider header is passed on as `llm_provider-<name>` too.
     pub openai_headers: HashSet<String>,
-    /// Whether requests may take the lane at all.
-    pub enabled: bool,
+    /// Why no request may take the lane (the setting that turns it off, never its value); None
+    /// when requests may take it.
+    pub off: Option<String>,
 }
 
 #[derive(Default)]

@@ -34,7 +34,7 @@ fn running() -> PyResult<Arc<Lane>> {
 
 /// Starts the lane on the runtime: it accepts on the listening socket `listen_fd` (a duplicate
 /// is taken; the caller keeps its own) and forwards what it does not serve to the app on the
-/// Unix socket `app_socket`. Serves nothing until `lane_configure(enabled=True)`.
+/// Unix socket `app_socket`. Serves nothing until `lane_configure(None, ...)`.
 /// `shared_socket`: other workers accept on the same socket. `keep_alive_timeout`: uvicorn's
 /// `timeout_keep_alive` in seconds, for idle client connections (None: never closed).
 #[pyfunction]
@@ -95,18 +95,20 @@ pub fn lane_stop() {
     }
 }
 
-/// The proxy-wide settings: whether the lane serves, the headers every answer carries, and
-/// the provider headers LiteLLM passes on under their own names.
+/// The proxy-wide settings: why the lane serves nothing (the setting that turns it off, None
+/// when it serves), the headers every answer carries, and the provider headers LiteLLM passes
+/// on under their own names.
 #[pyfunction]
+#[pyo3(signature = (off, headers, openai_headers))]
 pub fn lane_configure(
-    enabled: bool,
+    off: Option<String>,
     headers: Vec<(String, String)>,
     openai_headers: Vec<String>,
 ) -> PyResult<()> {
     running()?.table.set_settings(Settings {
         headers,
         openai_headers: openai_headers.into_iter().collect(),
-        enabled,
+        off,
     });
     Ok(())
 }
@@ -269,7 +271,7 @@ pub fn lane_replayed() -> PyResult<()> {
 
 /// Requests per outcome since the lane started.
 #[pyfunction]
-pub fn lane_counts() -> PyResult<HashMap<&'static str, u64>> {
+pub fn lane_counts() -> PyResult<HashMap<String, u64>> {
     Ok(running()?.counts())
 }
 

@@ -7,7 +7,10 @@ answers with, and the groups cooling down.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,16 +18,13 @@ import litellm
 
 from litellm_fastpath import _native, claims, compat, messages, routing, streaming
 from litellm_fastpath.declines import Decline
-from litellm_fastpath.lane import prices, replay
+from litellm_fastpath.lane import middleware, prices, replay, settings
 from litellm_fastpath.providers import PROVIDERS
 
 logger = logging.getLogger("litellm_fastpath")
 
 # How often LiteLLM's router state (groups, cooldowns) is handed to the lane.
 REFRESH_S = 0.25
-# Proxy settings under which a request means the same on the lane as on the normal path;
-# any other `general_settings` key keeps the lane off (it may change auth or the request).
-_NEUTRAL_GENERAL_SETTINGS = frozenset({"master_key", "user_api_key_cache_ttl"})
 # `litellm_settings` besides the lane's own under which the lane's requests mean what they mean
 # on the normal path (the rest keep it off): logging, and options the fast path's own admission
 # already reads.
@@ -53,8 +53,8 @@ def served_groups() -> frozenset[str]:
 
 async def keep_current(litellm_settings: frozenset[str]) -> None:
     """Hands the lane LiteLLM's router state whenever it changes, and the groups cooling down,
-    for as long as the worker runs. `litellm_settings`: the config file's keys besides the
-    lane's own."""
+    and LiteLLM the lane's in-flight count, for as long as the worker runs.
+    `litellm_settings`: the config file's keys besides the lane's own."""
     proxy_server = compat.proxy_server()
 
     seen: tuple[Any, ...] | None = None
@@ -69,9 +69,10 @@ async def keep_current(litellm_settings: frozenset[str]) -> None:
                 _configure(router, litellm_settings)
                 seen = state
             _native.lane_set_cooling(_cooling_groups(router))
+            middleware.count_in_flight()
         except Exception:  # a failed refresh turns the lane off, never the proxy
             logger.exception("fastpath_lane: refresh failed; the lane is off until the next one")
-            _native.lane_configure(False, [], [])
+            _native.lane_configure("refresh_failed", [], [])
             seen = None
 
 
@@ -81,11 +82,28 @@ def _router_state(router: Any) -> tuple[Any, ...]:
     return (
         id(router),
         tuple(
-            (d.get("model_name"), (d.get("model_info") or {}).get("id")) for d in router.model_list
+            (
+                d.get("model_name"),
+                (d.get("model_info") or {}).get("id"),
+                # A deployment LiteLLM updates keeps its id (`store_model_in_db`, `/model/update`):
+                # the content of those the lane may serve (the rest keep their group off it).
+                _fingerprint(d) if "rust" in (d.get("litellm_params") or {}) else None,
+            )
+            for d in router.model_list
         ),
-        id(proxy_server.general_settings),
-        len(litellm.callbacks),
+        # By content: LiteLLM changes its settings store in place (database rows, `/config/update`),
+        # and replaces callbacks in place.
+        _fingerprint(dict(proxy_server.general_settings or {})),
+        tuple(id(callback) for callback in litellm.callbacks),
+        proxy_server.premium_user,
+        compat.hsts_enabled(),
     )
+
+
+def _fingerprint(content: Any) -> str:
+    """A digest of settings or a deployment (not them: they hold secrets)."""
+    dumped = json.dumps(content, sort_keys=True, default=repr)
+    return hashlib.sha256(dumped.encode()).hexdigest()
 
 
 def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
@@ -98,7 +116,7 @@ def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
     _lane_groups = frozenset(groups)
     replay.install_forced_pick(router)
     _native.lane_set_groups(groups)
-    _native.lane_configure(why_off is None, _answer_headers(), list(_openai_headers()))
+    _native.lane_configure(why_off, _answer_headers(), list(_openai_headers()))
     status = f"off ({why_off})" if why_off else f"serving model groups {sorted(groups)}"
     if status != _status:
         logger.warning("fastpath_lane: %s", status)
@@ -106,18 +124,23 @@ def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
 
 
 def _why_off(router: Any, litellm_settings: frozenset[str]) -> str | None:
-    """Proxy-wide settings under which no request can take the lane (None: it can)."""
+    """The proxy-wide setting under which no request can take the lane (None: it can), named
+    as the lane counts it (`lane_off:<setting>`), never with its value."""
     proxy_server = compat.proxy_server()
 
     odd_litellm = sorted(litellm_settings - _NEUTRAL_LITELLM_SETTINGS)
     if odd_litellm:
-        return f"litellm_settings {odd_litellm}"
-    general = proxy_server.general_settings or {}
-    odd = sorted(set(general) - _NEUTRAL_GENERAL_SETTINGS)
-    if odd:
-        return f"general_settings {odd}"
+        return f"litellm_settings.{odd_litellm[0]}"
+    context = settings.Context(
+        premium=proxy_server.premium_user is True,
+        # LiteLLM's own switch for its legacy limiter (`proxy/hooks/__init__.py`).
+        legacy_limiter=os.getenv("LEGACY_MULTI_INSTANCE_RATE_LIMITING", "false").lower() == "true",
+    )
+    off = settings.why_off(proxy_server.general_settings or {}, context)
+    if off is not None:
+        return off
     if proxy_server.master_key is None:
-        return "no master key"
+        return "no_master_key"
     for name in (
         "model_alias_map",
         "cache",
@@ -130,13 +153,13 @@ def _why_off(router: Any, litellm_settings: frozenset[str]) -> str | None:
             return f"litellm.{name}"
     busy = [type(c).__name__ for c in litellm.callbacks if not _idle_hook(c)]
     if busy:
-        return f"callbacks {busy}"
+        return f"callback.{busy[0]}"
     if getattr(router, "routing_strategy", "simple-shuffle") != "simple-shuffle":
-        return "a routing strategy other than simple-shuffle"
+        return "router.routing_strategy"
     if getattr(router, "enable_pre_call_checks", False) or getattr(
         router, "optional_pre_call_checks", None
     ):
-        return "router pre-call checks"
+        return "router.pre_call_checks"
     return None
 
 
@@ -159,6 +182,9 @@ _IDLE_CALLBACKS = frozenset(
         "_PROXY_MaxIterationsHandler",
         "_PROXY_MaxBudgetPerSessionHandler",
         "_PROXY_SensitiveDataRoutingHandler",
+        # Registered when the proxy has a database: acts only on `/v1/messages` calls an
+        # auto-router stamped (`_autorouter_baseline_route`), and the lane serves no auto-router.
+        "AutoRouterBaselineCache",
     }
 )
 _HOOKS = (
@@ -367,7 +393,9 @@ def _messages_streams(
 
 
 def _answer_headers() -> list[tuple[str, str]]:
-    security = compat.STATIC_SECURITY_HEADERS
+    security = list(compat.STATIC_SECURITY_HEADERS)
+    if compat.hsts_enabled():
+        security.append(compat.HSTS_HEADER)
     headers = [("x-litellm-rust", "true"), ("x-litellm-fastpath", _native.__version__)]
     return [*headers, ("vary", "Origin"), *((k.lower(), v) for k, v in security)]
 

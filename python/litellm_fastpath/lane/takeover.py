@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from litellm_fastpath import _native, claims, compat
-from litellm_fastpath.lane import groups, replay
+from litellm_fastpath.lane import groups, middleware, replay
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -158,6 +158,8 @@ def _wrap_shutdown(server: Any) -> None:
         deadline = loop.time() + DRAIN_S
         while _native.lane_backlog() > 0 and loop.time() < deadline:
             await asyncio.sleep(0.02)
+        # LiteLLM's own drain, next, waits for its in-flight count to reach zero.
+        middleware.count_in_flight()
         await shutdown(*args, **kwargs)
 
     server.shutdown = drained_shutdown
