@@ -4,8 +4,10 @@ It speaks enough of OpenAI's realtime protocol for LiteLLM's relay: `session.cre
 `response.create` answered with `response.created`, audio deltas and `response.done` with usage,
 and anything else echoed back (text as a `mock.echo` event, binary as the same bytes). A client
 event `{"type": "mock.close", "code": N}` makes it close the session with code N. Every session's
-handshake headers, received frames and close code are recorded; the handshake can be delayed
-(a slow provider) or refused with an HTTP status.
+handshake headers, received frames and close code are recorded, and every upgrade attempt counted
+(`dials`); the handshake can be delayed (a slow provider, or one that stalls) or refused with an
+HTTP status, and the sessions that wait idle can be closed from the provider's side
+(`close_idle`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Session:
     received: list[str | bytes] = field(default_factory=list)
     close_code: int | None = None
     closed: bool = False
+    connection: ServerConnection | None = field(default=None, repr=False, compare=False)
 
 
 class RealtimeUpstream:
@@ -50,6 +53,7 @@ class RealtimeUpstream:
         self.handshake_delay_s = handshake_delay_s
         self.audio_deltas = audio_deltas
         self.refuse_status: int | None = None
+        self.dials = 0
         self.sessions: list[Session] = []
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -87,6 +91,26 @@ class RealtimeUpstream:
             self.sessions.clear()
         self.refuse_status = None
 
+    def snapshot(self) -> list[Session]:
+        with self._lock:
+            return list(self.sessions)
+
+    def idle_sessions(self) -> list[Session]:
+        """Open sessions no client has spoken on yet (a pool's warm sessions)."""
+        return [s for s in self.snapshot() if not s.closed and not s.received]
+
+    def close_idle(self, code: int = 1001) -> int:
+        """Closes every idle session from the provider's side; how many there were."""
+        idle = self.idle_sessions()
+        loop = self._loop
+        assert loop is not None
+        for session in idle:
+            if session.connection is not None:
+                asyncio.run_coroutine_threadsafe(
+                    session.connection.close(code=code, reason="provider ends it"), loop
+                ).result(10)
+        return len(idle)
+
     def wait_closed(self, count: int, timeout: float = 10.0) -> list[Session]:
         """The first `count` sessions once each has closed (the relay closes them after the
         client: allow it a moment)."""
@@ -119,6 +143,8 @@ class RealtimeUpstream:
         if "websocket" not in request.headers.get("Upgrade", "").lower():
             # Plain HTTP (the proxy asks an OpenAI-compatible base for `/v1/models` at startup).
             return Response(404, "Not Found", Headers([("Content-Length", "0")]), b"")
+        with self._lock:
+            self.dials += 1
         if self.handshake_delay_s:
             await asyncio.sleep(self.handshake_delay_s)
         if self.refuse_status is not None:
@@ -135,7 +161,9 @@ class RealtimeUpstream:
         request = connection.request
         assert request is not None
         session = Session(
-            path=request.path, headers={k.lower(): v for k, v in request.headers.raw_items()}
+            path=request.path,
+            headers={k.lower(): v for k, v in request.headers.raw_items()},
+            connection=connection,
         )
         with self._lock:
             self.sessions.append(session)
