@@ -152,6 +152,7 @@ class Recorder(CustomLogger):
                 "rust": _rust_header(response_obj),
                 "status_code": getattr(exception, "status_code", None),
                 "lane": _lane_counts(),
+                "realtime_pool": _realtime_pool_counts(),
                 "exception": type(exception).__name__ if exception is not None else None,
             }
         )

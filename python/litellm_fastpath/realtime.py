@@ -14,7 +14,8 @@ that replays the held `session.created` as its first frame. A miss dials exactly
 
 Settings: `fastpath_realtime_pool: N` under `litellm_settings` (the default for every `rust: true`
 realtime deployment, 0 = off, the default), `model_info: {fastpath_realtime_pool: N}` on a
-deployment (wins), `fastpath_realtime_pool_idle_s` (how long a warm session may wait, 30 s).
+deployment (wins); `fastpath_realtime_pool_idle_s` (how long a warm session may wait, 30 s), in
+either place likewise.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ MAX_KEYS_PER_DEPLOYMENT = 4
 
 _COUNT_NAMES = ("hits", "misses", "expiries", "dead", "dials", "dial_failures")
 _counts: dict[str, int] = dict.fromkeys(_COUNT_NAMES, 0)
-_pools: dict[Hashable, _Pool] = {}
+# (deployment id, URL, LiteLLM's other `connect` arguments frozen) -> its pool.
+_PoolKey = tuple[str, str, Hashable]
+_pools: dict[_PoolKey, _Pool] = {}
 _original_connect: Callable[..., Any] | None = None
 
 
@@ -63,6 +66,7 @@ class _Binding:
 
     deployment_id: str
     size: int
+    idle_s: float
 
 
 _binding: contextvars.ContextVar[_Binding | None] = contextvars.ContextVar(
@@ -87,9 +91,10 @@ def install() -> None:
     from litellm.realtime_api import main as realtime_main
 
     _original_connect = websockets.connect
-    websockets.connect = _connect  # type: ignore[assignment,unused-ignore]
+    # Looked up at call time by LiteLLM's handler (`import websockets; websockets.connect`).
+    setattr(websockets, "connect", _connect)  # noqa: B010
     handler = realtime_main.openai_realtime
-    handler.async_realtime = _gated(handler.async_realtime)  # type: ignore[method-assign]
+    handler.async_realtime = _gated(handler.async_realtime)
 
 
 def _gated(async_realtime: Callable[..., Any]) -> Callable[..., Any]:
@@ -120,7 +125,10 @@ def _binding_for(logging_obj: Any) -> _Binding | None:
     size = model_info.get(SETTING, getattr(litellm, SETTING, 0))
     if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
         return None
-    return _Binding(str(deployment_id), size)
+    idle_s = model_info.get(IDLE_SETTING, getattr(litellm, IDLE_SETTING, DEFAULT_IDLE_S))
+    if not isinstance(idle_s, int | float) or isinstance(idle_s, bool) or idle_s <= 0:
+        idle_s = DEFAULT_IDLE_S
+    return _Binding(str(deployment_id), size, float(idle_s))
 
 
 def _is_rust_deployment(deployment_id: str) -> bool:
@@ -133,13 +141,6 @@ def _is_rust_deployment(deployment_id: str) -> bool:
         if (deployment.get("model_info") or {}).get("id") == deployment_id:
             return (deployment.get("litellm_params") or {}).get("rust") is True
     return False
-
-
-def _idle_s() -> float:
-    import litellm
-
-    value = getattr(litellm, IDLE_SETTING, DEFAULT_IDLE_S)
-    return float(value) if isinstance(value, int | float) and value > 0 else DEFAULT_IDLE_S
 
 
 def _connect(uri: Any, *args: Any, **kwargs: Any) -> Any:
@@ -193,14 +194,14 @@ class _PooledConnect:
 
 
 def _pool_for(binding: _Binding, uri: str, kwargs: dict[str, Any]) -> _Pool | None:
-    key = (binding.deployment_id, uri, _freeze(kwargs))
+    key: _PoolKey = (binding.deployment_id, uri, _freeze(kwargs))
     pool = _pools.get(key)
     if pool is None:
-        held = sum(1 for k in _pools if k[0] == binding.deployment_id)  # type: ignore[index]
+        held = sum(1 for k in _pools if k[0] == binding.deployment_id)
         if held >= MAX_KEYS_PER_DEPLOYMENT:
             return None
-        pool = _pools[key] = _Pool(key, uri, kwargs, binding.size)
-    pool.size = binding.size
+        pool = _pools[key] = _Pool(key, uri, kwargs, binding)
+    pool.size, pool.idle_s = binding.size, binding.idle_s
     return pool
 
 
@@ -215,7 +216,7 @@ class _WarmBackend:
     async def recv(self, decode: bool | None = None) -> str | bytes:
         first, self._first_event = self._first_event, None
         if first is None:
-            return await self._connection.recv(decode=decode)  # type: ignore[no-any-return]
+            return await self._connection.recv(decode=decode)
         if decode is False and isinstance(first, str):
             return first.encode()
         if decode is True and isinstance(first, bytes):
@@ -249,9 +250,10 @@ class _Warm:
 class _Pool:
     """One key's warm sessions, kept at `size` by dials run side by side."""
 
-    def __init__(self, key: Hashable, uri: str, kwargs: dict[str, Any], size: int) -> None:
+    def __init__(self, key: _PoolKey, uri: str, kwargs: dict[str, Any], binding: _Binding) -> None:
         self.key = key
-        self.size = size
+        self.size = binding.size
+        self.idle_s = binding.idle_s
         self.ready: deque[_Warm] = deque()
         self._uri = uri
         self._kwargs = kwargs
@@ -276,7 +278,7 @@ class _Pool:
         try:
             while self.ready:
                 warm = self.ready.popleft()
-                if time.monotonic() - warm.born > _idle_s():
+                if time.monotonic() - warm.born > self.idle_s:
                     _counts["expiries"] += 1
                     self._discard(warm)
                     continue
@@ -305,7 +307,7 @@ class _Pool:
         """While pooled, a session should say nothing: a frame or a close makes it dead."""
         try:
             await warm.connection.recv()
-        except Exception:  # noqa: BLE001  # closed, reset or protocol error: dead all the same
+        except Exception:  # closed, reset or protocol error: dead all the same
             pass
         if warm in self.ready:
             self.ready.remove(warm)
@@ -326,7 +328,7 @@ class _Pool:
             if now - self._last_demand > RETIRE_S or self.size <= 0:
                 self._retire()
                 return
-            idle_s = _idle_s()
+            idle_s = self.idle_s
             while self.ready and now - self.ready[0].born > idle_s:
                 _counts["expiries"] += 1
                 self._discard(self.ready.popleft())
@@ -353,7 +355,7 @@ class _Pool:
             first_event = await asyncio.wait_for(connection.recv(), FIRST_EVENT_S)
             if not _is_session_created(first_event):
                 raise _NotASession
-        except Exception as exc:  # noqa: BLE001  # refused, unreachable, stalled: back off
+        except Exception as exc:  # refused, unreachable, stalled: back off
             _counts["dial_failures"] += 1
             if connection is not None:
                 self._spawn(_close_quietly(connection))
@@ -399,5 +401,5 @@ def _is_session_created(event: str | bytes) -> bool:
 async def _close_quietly(connection: Any) -> None:
     try:
         await connection.close()
-    except Exception:  # noqa: BLE001  # closing a dead session: nothing to report
+    except Exception:  # closing a dead session: nothing to report
         logger.debug("realtime pool: closing a session failed", exc_info=True)
