@@ -3,10 +3,9 @@
 One proxy, one realtime mock, the same deployment four ways: `plain-realtime` (LiteLLM's path,
 the specification), `rust-realtime` (`rust: true`, pool of 2 from the global setting),
 `rust-nopool` (`rust: true`, pool 0 on the deployment) and `rust-otherkey` (`rust: true`, another
-provider key). The mock gives every session its own id in `session.created`, so a test knows which
-provider session a client got: whether it was warm before the client came, and that it served no
-one else.
-"""
+provider key); and `rust-expiring` (idle limit 1 s) on a second mock. The mock gives every
+session its own id in `session.created`, so a test knows which provider session a client got:
+whether it was warm before the client came, and that it served no one else."""
 
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 
 from devtools import realtime
-from devtools.polling import wait_until
+from devtools.polling import ABSENCE_S, wait_until
 from devtools.processes import MASTER_KEY, ProxyProcess
 from devtools.proxy_logger import events_for, logged_proxy, read_events
 from devtools.realtime import ClientRun, RealtimeUpstream, Session
@@ -144,9 +143,24 @@ def _logged_count(log: Path, model: str) -> int:
     return sum(1 for e in read_events(log) if e.get("model_group") == model)
 
 
+def test_each_worker_warms_its_deployments_at_startup(
+    proxy: ProxyProcess, upstream: RealtimeUpstream, callback_log: Path
+) -> None:
+    """Before any client: the GA key of each `rust: true` realtime deployment with a pool is
+    warm (none for the plain model or a pool of 0), and the first client gets a warm session."""
+    assert not [s for s in upstream.snapshot() if s.received]
+    warm = _wait_warm(upstream)
+    _wait_warm(upstream, key="sk-other")
+    wait_until(lambda: len(upstream.idle_sessions()) >= 2 * POOL)
+    time.sleep(ABSENCE_S)  # no other deployment dials
+    assert len(upstream.idle_sessions()) == 2 * POOL
+    run = _run(proxy, "rust-realtime", "client_close_code")
+    assert run.session_id in warm
+
+
 @pytest.fixture(scope="module")
 def warmed(proxy: ProxyProcess, upstream: RealtimeUpstream) -> ProxyProcess:
-    """Pools are made on a key's first session (a miss); after that they are kept warm."""
+    """Every key in use warm: the GA keys from startup, others from their first session."""
     for model in ("rust-realtime", "rust-otherkey"):
         _run(proxy, model, "client_close_code")
     _wait_warm(upstream)

@@ -58,6 +58,9 @@ _counts: dict[str, int] = dict.fromkeys(_COUNT_NAMES, 0)
 _PoolKey = tuple[str, str, Hashable]
 _pools: dict[_PoolKey, _Pool] = {}
 _original_connect: Callable[..., Any] | None = None
+_background: set[asyncio.Task[None]] = set()
+# How often the startup pass looks for the router and for deployments it has not warmed yet.
+PREWARM_EVERY_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,11 @@ def install() -> None:
     setattr(websockets, "connect", _connect)  # noqa: B010
     handler = realtime_main.openai_realtime
     handler.async_realtime = _gated(handler.async_realtime)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not under the proxy's startup (an SDK import): pools are learned
+        return
+    _background.add(loop.create_task(_prewarm(), context=contextvars.Context()))
 
 
 def _gated(async_realtime: Callable[..., Any]) -> Callable[..., Any]:
@@ -115,20 +123,24 @@ def _gated(async_realtime: Callable[..., Any]) -> Callable[..., Any]:
 def _binding_for(logging_obj: Any) -> _Binding | None:
     """The pool binding of the deployment LiteLLM's router picked, when it is `rust: true` and
     its pool is on; None otherwise (LiteLLM dials as always)."""
-    import litellm
-
     details = getattr(logging_obj, "model_call_details", None) or {}
     model_info = (details.get("litellm_params") or {}).get("model_info") or {}
     deployment_id = model_info.get("id")
     if not deployment_id or not _is_rust_deployment(str(deployment_id)):
         return None
+    return _binding_of(str(deployment_id), model_info)
+
+
+def _binding_of(deployment_id: str, model_info: dict[str, Any]) -> _Binding | None:
+    import litellm
+
     size = model_info.get(SETTING, getattr(litellm, SETTING, 0))
     if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
         return None
     idle_s = model_info.get(IDLE_SETTING, getattr(litellm, IDLE_SETTING, DEFAULT_IDLE_S))
     if not isinstance(idle_s, int | float) or isinstance(idle_s, bool) or idle_s <= 0:
         idle_s = DEFAULT_IDLE_S
-    return _Binding(str(deployment_id), size, float(idle_s))
+    return _Binding(deployment_id, size, float(idle_s))
 
 
 def _is_rust_deployment(deployment_id: str) -> bool:
@@ -141,6 +153,75 @@ def _is_rust_deployment(deployment_id: str) -> bool:
         if (deployment.get("model_info") or {}).get("id") == deployment_id:
             return (deployment.get("litellm_params") or {}).get("rust") is True
     return False
+
+
+async def _prewarm() -> None:
+    """Warms, for as long as the worker runs, the GA key of each `rust: true` OpenAI realtime
+    deployment with a pool (`?model=<model>`, no beta header: what the SDK's
+    `client.realtime.connect()` asks for), so a worker's first client of it is a hit; other keys
+    are learned from their first client."""
+    from litellm_fastpath import compat
+
+    warmed: set[str] = set()
+    while True:
+        router = getattr(compat.proxy_server(), "llm_router", None)
+        for deployment in getattr(router, "model_list", None) or ():
+            try:
+                _prewarm_deployment(deployment, warmed)
+            except Exception:  # one deployment's odd settings never stop the others
+                logger.debug("realtime pool: not prewarming a deployment", exc_info=True)
+        await asyncio.sleep(PREWARM_EVERY_S)
+
+
+def _prewarm_deployment(deployment: dict[str, Any], warmed: set[str]) -> None:
+    import litellm
+    from litellm.constants import REALTIME_WEBSOCKET_MAX_MESSAGE_SIZE_BYTES
+    from litellm.litellm_core_utils.get_llm_provider_logic import get_llm_provider
+    from litellm.realtime_api.main import openai_realtime
+    from litellm.secret_managers.main import get_secret_str
+
+    params = deployment.get("litellm_params") or {}
+    model_info = deployment.get("model_info") or {}
+    deployment_id = str(model_info.get("id") or "")
+    if not deployment_id or deployment_id in warmed or params.get("rust") is not True:
+        return
+    binding = _binding_of(deployment_id, model_info)
+    if binding is None:
+        return
+    # The same resolution as `litellm._arealtime` for an `openai/` model.
+    model, provider, api_key, api_base = get_llm_provider(
+        model=params["model"], api_base=params.get("api_base"), api_key=params.get("api_key")
+    )
+    if provider != "openai" or not _is_realtime(model, model_info):
+        return
+    api_base = api_base or litellm.api_base or "https://api.openai.com/"
+    api_key = api_key or litellm.api_key or litellm.openai_key or get_secret_str("OPENAI_API_KEY")
+    if not api_key:
+        return
+    url = openai_realtime._construct_url(api_base, {"model": model})
+    kwargs = {
+        "additional_headers": openai_realtime._get_additional_headers(api_key),
+        "max_size": REALTIME_WEBSOCKET_MAX_MESSAGE_SIZE_BYTES,
+        "ssl": openai_realtime._get_ssl_config(url),
+    }
+    pool = _pool_for(binding, url, kwargs)
+    if pool is not None:
+        pool.pinned = True
+    warmed.add(deployment_id)
+
+
+def _is_realtime(model: str, model_info: dict[str, Any]) -> bool:
+    """A realtime model by the deployment's `mode`, LiteLLM's model map, or a pool set on the
+    deployment itself."""
+    import litellm
+
+    if model_info.get("mode") == "realtime" or SETTING in model_info:
+        return True
+    try:
+        info = litellm.get_model_info(model, custom_llm_provider="openai")
+    except Exception:  # a model LiteLLM's map does not know
+        return False
+    return info.get("mode") == "realtime"
 
 
 def _connect(uri: Any, *args: Any, **kwargs: Any) -> Any:
@@ -261,6 +342,7 @@ class _Pool:
         self._backoff = 0.0
         self._retry_at = 0.0
         self._last_demand = time.monotonic()
+        self.pinned = False  # warmed at startup: kept even when no client comes
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._spawn(self._keep_filled())
@@ -325,7 +407,8 @@ class _Pool:
         while True:
             self._wake.clear()
             now = time.monotonic()
-            if now - self._last_demand > RETIRE_S or self.size <= 0:
+            unused = not self.pinned and now - self._last_demand > RETIRE_S
+            if unused or self.size <= 0:
                 self._retire()
                 return
             idle_s = self.idle_s
