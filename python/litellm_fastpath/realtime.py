@@ -165,11 +165,18 @@ async def _prewarm() -> None:
     warmed: set[str] = set()
     while True:
         router = getattr(compat.proxy_server(), "llm_router", None)
-        for deployment in getattr(router, "model_list", None) or ():
+        deployments = list(getattr(router, "model_list", None) or ())
+        for deployment in deployments:
             try:
                 _prewarm_deployment(deployment, warmed)
             except Exception:  # one deployment's odd settings never stop the others
                 logger.debug("realtime pool: not prewarming a deployment", exc_info=True)
+        # A deployment gone from the router (a config change): its pools retire when unused.
+        current = {str((d.get("model_info") or {}).get("id")) for d in deployments}
+        for key, pool in list(_pools.items()):
+            if key[0] not in current:
+                pool.pinned = False
+        warmed &= current
         await asyncio.sleep(PREWARM_EVERY_S)
 
 
@@ -233,6 +240,10 @@ def _connect(uri: Any, *args: Any, **kwargs: Any) -> Any:
     return _PooledConnect(binding, str(uri), kwargs)
 
 
+class _Unpoolable(Exception):
+    """A `connect` argument the key cannot hold by value: such a dial is never pooled."""
+
+
 def _freeze(value: Any) -> Hashable:
     if isinstance(value, dict):
         return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
@@ -240,7 +251,7 @@ def _freeze(value: Any) -> Hashable:
         return tuple(_freeze(v) for v in value)
     if isinstance(value, Hashable):
         return value
-    return id(value)
+    raise _Unpoolable
 
 
 class _PooledConnect:
@@ -275,7 +286,10 @@ class _PooledConnect:
 
 
 def _pool_for(binding: _Binding, uri: str, kwargs: dict[str, Any]) -> _Pool | None:
-    key: _PoolKey = (binding.deployment_id, uri, _freeze(kwargs))
+    try:
+        key: _PoolKey = (binding.deployment_id, uri, _freeze(kwargs))
+    except _Unpoolable:
+        return None
     pool = _pools.get(key)
     if pool is None:
         held = sum(1 for k in _pools if k[0] == binding.deployment_id)
@@ -415,6 +429,8 @@ class _Pool:
             while self.ready and now - self.ready[0].born > idle_s:
                 _counts["expiries"] += 1
                 self._discard(self.ready.popleft())
+            while len(self.ready) > self.size:  # the pool was made smaller
+                self._discard(self.ready.pop())
             if now >= self._retry_at:
                 for _ in range(self.size - len(self.ready) - self._dialing):
                     self._dialing += 1
