@@ -5,7 +5,8 @@ the specification), `rust-realtime` (`rust: true`, pool of 2 from the global set
 `rust-nopool` (`rust: true`, pool 0 on the deployment) and `rust-otherkey` (`rust: true`, another
 provider key); and `rust-expiring` (idle limit 1 s) on a second mock. The mock gives every
 session its own id in `session.created`, so a test knows which provider session a client got:
-whether it was warm before the client came, and that it served no one else."""
+whether it was warm before the client came, and that it served no one else. A second proxy runs
+the plain and pooled twins with the fast lane on."""
 
 from __future__ import annotations
 
@@ -196,6 +197,9 @@ def test_a_warm_session_is_the_session_litellm_dials(
             runs[model] += (_logged(events[0]["payload"]),)
     assert runs["rust-nopool"] == runs["plain-realtime"]
     assert runs["rust-realtime"] == runs["plain-realtime"]
+    # The lane was on: the proxy's events carry its counts.
+    events = events_for(lane_log, "rust-realtime", 1)
+    assert events and events[-1]["lane"] is not None
     if script == "conversation":
         logged = runs["plain-realtime"][-1]
         assert logged["total_tokens"] == 60 and logged["response_cost"] > 0
@@ -367,3 +371,54 @@ def test_the_openai_sdk_client(
     assert [e["type"] for e in plain][-1] == "response.done"
     assert session_id in warm_before
     assert ("openai-beta" in upstream.session(session_id).headers) == beta
+
+
+@pytest.fixture(scope="module")
+def lane_upstream() -> Iterator[RealtimeUpstream]:
+    with RealtimeUpstream() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def lane_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("realtime-pool-lane") / "events.jsonl"
+
+
+@pytest.fixture(scope="module")
+def lane_proxy(lane_upstream: RealtimeUpstream, lane_log: Path) -> Iterator[ProxyProcess]:
+    """The plain and pooled twins behind the fast lane (which carries WebSockets to the proxy)."""
+    params = {
+        "model": "openai/gpt-realtime",
+        "api_key": "sk-upstream",
+        "api_base": lane_upstream.url,
+    }
+    models = [
+        {"model_name": "plain-realtime", "litellm_params": params},
+        {"model_name": "rust-realtime", "litellm_params": {**params, "rust": True}},
+    ]
+    server = logged_proxy(models, lane_log, fastpath_realtime_pool=POOL, fastpath_lane=True)
+    with server:
+        yield server
+
+
+@pytest.mark.parametrize("script", ["conversation", "upstream_close_code"])
+def test_the_pool_behind_the_lane(
+    lane_proxy: ProxyProcess, lane_upstream: RealtimeUpstream, lane_log: Path, script: str
+) -> None:
+    runs = {}
+    for model in ("plain-realtime", "rust-realtime"):
+        warm_before = _wait_warm(lane_upstream) if model == "rust-realtime" else []
+        run = _run(lane_proxy, model, script)
+        served = _served(lane_upstream, run)
+        assert (run.session_id in warm_before) == (model == "rust-realtime")
+        runs[model] = (
+            run.received,
+            run.close,
+            [realtime.normalized(m) for m in served.received],
+            served.close_code,
+            _handshake(served),
+        )
+    assert runs["rust-realtime"] == runs["plain-realtime"]
+    # The lane was on: the proxy's events carry its counts.
+    events = events_for(lane_log, "rust-realtime", 1)
+    assert events and events[-1]["lane"] is not None
