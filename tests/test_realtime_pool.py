@@ -197,9 +197,6 @@ def test_a_warm_session_is_the_session_litellm_dials(
             runs[model] += (_logged(events[0]["payload"]),)
     assert runs["rust-nopool"] == runs["plain-realtime"]
     assert runs["rust-realtime"] == runs["plain-realtime"]
-    # The lane was on: the proxy's events carry its counts.
-    events = events_for(lane_log, "rust-realtime", 1)
-    assert events and events[-1]["lane"] is not None
     if script == "conversation":
         logged = runs["plain-realtime"][-1]
         assert logged["total_tokens"] == 60 and logged["response_cost"] > 0

@@ -31,6 +31,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from litellm_fastpath import compat
+
 logger = logging.getLogger("litellm_fastpath")
 
 SETTING = "fastpath_realtime_pool"
@@ -91,12 +93,11 @@ def install() -> None:
     if _original_connect is not None:
         return
     import websockets
-    from litellm.realtime_api import main as realtime_main
 
     _original_connect = websockets.connect
     # Looked up at call time by LiteLLM's handler (`import websockets; websockets.connect`).
     setattr(websockets, "connect", _connect)  # noqa: B010
-    handler = realtime_main.openai_realtime
+    handler = compat.openai_realtime
     handler.async_realtime = _gated(handler.async_realtime)
     try:
         loop = asyncio.get_running_loop()
@@ -146,7 +147,6 @@ def _binding_of(deployment_id: str, model_info: dict[str, Any]) -> _Binding | No
 def _is_rust_deployment(deployment_id: str) -> bool:
     """Only the deployment's configured flag counts (a caller cannot send one to a realtime
     route anyway: it carries no body)."""
-    from litellm_fastpath import compat
 
     router = getattr(compat.proxy_server(), "llm_router", None)
     for deployment in getattr(router, "model_list", None) or ():
@@ -160,7 +160,6 @@ async def _prewarm() -> None:
     deployment with a pool (`?model=<model>`, no beta header: what the SDK's
     `client.realtime.connect()` asks for), so a worker's first client of it is a hit; other keys
     are learned from their first client."""
-    from litellm_fastpath import compat
 
     warmed: set[str] = set()
     while True:
@@ -182,11 +181,8 @@ async def _prewarm() -> None:
 
 def _prewarm_deployment(deployment: dict[str, Any], warmed: set[str]) -> None:
     import litellm
-    from litellm.constants import REALTIME_WEBSOCKET_MAX_MESSAGE_SIZE_BYTES
-    from litellm.litellm_core_utils.get_llm_provider_logic import get_llm_provider
-    from litellm.realtime_api.main import openai_realtime
-    from litellm.secret_managers.main import get_secret_str
 
+    openai_realtime = compat.openai_realtime
     params = deployment.get("litellm_params") or {}
     model_info = deployment.get("model_info") or {}
     deployment_id = str(model_info.get("id") or "")
@@ -196,19 +192,21 @@ def _prewarm_deployment(deployment: dict[str, Any], warmed: set[str]) -> None:
     if binding is None:
         return
     # The same resolution as `litellm._arealtime` for an `openai/` model.
-    model, provider, api_key, api_base = get_llm_provider(
+    model, provider, api_key, api_base = compat.get_llm_provider(
         model=params["model"], api_base=params.get("api_base"), api_key=params.get("api_key")
     )
     if provider != "openai" or not _is_realtime(model, model_info):
         return
     api_base = api_base or litellm.api_base or "https://api.openai.com/"
-    api_key = api_key or litellm.api_key or litellm.openai_key or get_secret_str("OPENAI_API_KEY")
+    api_key = (
+        api_key or litellm.api_key or litellm.openai_key or compat.get_secret_str("OPENAI_API_KEY")
+    )
     if not api_key:
         return
     url = openai_realtime._construct_url(api_base, {"model": model})
     kwargs = {
         "additional_headers": openai_realtime._get_additional_headers(api_key),
-        "max_size": REALTIME_WEBSOCKET_MAX_MESSAGE_SIZE_BYTES,
+        "max_size": compat.REALTIME_WEBSOCKET_MAX_MESSAGE_SIZE_BYTES,
         "ssl": openai_realtime._get_ssl_config(url),
     }
     pool = _pool_for(binding, url, kwargs)
