@@ -7,7 +7,7 @@ WHEEL_VENV ?= target/venv-wheel
 # LiteLLM otherwise fetches its model price map from the internet at import.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup build demo test lint rust-test py-test wheel wheel-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-soak bench-streaming bench-messages bench-lane bench-lane-messages clean
+.PHONY: setup build demo test lint rust-test py-test wheel wheel-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-soak bench-streaming bench-messages bench-lane bench-lane-messages bench-realtime clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -59,7 +59,7 @@ wheel-test: wheel
 
 test: setup lint rust-test py-test wheel-test
 
-bench: bench-inprocess bench-gateway bench-media bench-sha256 bench-streaming bench-messages bench-lane bench-lane-messages
+bench: bench-inprocess bench-gateway bench-media bench-sha256 bench-streaming bench-messages bench-lane bench-lane-messages bench-realtime
 
 bench-inprocess: $(PY)
 	$(PY) -m benches.inprocess
@@ -95,6 +95,9 @@ bench-lane-messages: $(PY)
 	$(PY) -m pip install -q matplotlib
 	$(PY) -m benches.lane --route messages
 	$(PY) -m benches.lane --route messages --provider bedrock
+
+bench-realtime: $(PY)
+	$(PY) -m benches.realtime
 
 # Not part of `bench`: 10 minutes per arm (~22 min in all).
 bench-soak: $(PY)

@@ -383,10 +383,12 @@ def start_proxy(
     workers: int = 1,
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
+    settings_extra: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> Any:
     """The real proxy with the accelerator (and with `log_path`, `devtools.proxy_logger`'s
-    recorder), started; `lane` turns the fast lane on. The caller stops it."""
+    recorder), started; `lane` turns the fast lane on; `settings_extra`: more `litellm_settings`.
+    The caller stops it."""
     from devtools.processes import ProxyProcess
     from devtools.proxy_logger import RECORDER, recorder_env
 
@@ -396,6 +398,7 @@ def start_proxy(
         env = {**recorder_env(log_path), **(env or {})}
     if lane:
         settings["fastpath_lane"] = True
+    settings.update(settings_extra or {})
     proxy = ProxyProcess(
         models, settings, workers=workers, extra_env=env, startup_timeout=120, **kwargs
     )

@@ -98,6 +98,12 @@ def _lane_counts() -> dict[str, int] | None:
     return lane.counts() if lane.is_running() else None
 
 
+def _realtime_pool_counts() -> dict[str, int]:
+    from litellm_fastpath import realtime_pool_counts
+
+    return realtime_pool_counts()
+
+
 class Recorder(CustomLogger):
     """Appends one JSON line per logged event."""
 
@@ -125,6 +131,7 @@ class Recorder(CustomLogger):
                 "usage": _usage(response_obj),
                 "rust": _rust_header(response_obj),
                 "lane": _lane_counts(),
+                "realtime_pool": _realtime_pool_counts(),
                 "pid": os.getpid(),
                 "requester_ip": _requester_ip(kwargs),
                 "payload": kwargs.get("standard_logging_object"),
@@ -145,6 +152,7 @@ class Recorder(CustomLogger):
                 "rust": _rust_header(response_obj),
                 "status_code": getattr(exception, "status_code", None),
                 "lane": _lane_counts(),
+                "realtime_pool": _realtime_pool_counts(),
                 "exception": type(exception).__name__ if exception is not None else None,
             }
         )

@@ -4,8 +4,10 @@ It speaks enough of OpenAI's realtime protocol for LiteLLM's relay: `session.cre
 `response.create` answered with `response.created`, audio deltas and `response.done` with usage,
 and anything else echoed back (text as a `mock.echo` event, binary as the same bytes). A client
 event `{"type": "mock.close", "code": N}` makes it close the session with code N. Every session's
-handshake headers, received frames and close code are recorded; the handshake can be delayed
-(a slow provider) or refused with an HTTP status.
+handshake headers, received frames and close code are recorded, and every upgrade attempt counted
+(`dials`); the handshake can be delayed (a slow provider, or one that stalls) or refused with an
+HTTP status, and the sessions that wait idle can be closed from the provider's side
+(`close_idle`).
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.http11 import Request, Response
 
 USAGE = {
@@ -41,6 +45,8 @@ class Session:
     received: list[str | bytes] = field(default_factory=list)
     close_code: int | None = None
     closed: bool = False
+    id: str = ""  # `session.created`'s session id, unique per mock: which session a client got
+    connection: ServerConnection | None = field(default=None, repr=False, compare=False)
 
 
 class RealtimeUpstream:
@@ -50,6 +56,8 @@ class RealtimeUpstream:
         self.handshake_delay_s = handshake_delay_s
         self.audio_deltas = audio_deltas
         self.refuse_status: int | None = None
+        self.dials = 0
+        self._created = 0
         self.sessions: list[Session] = []
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -87,6 +95,29 @@ class RealtimeUpstream:
             self.sessions.clear()
         self.refuse_status = None
 
+    def snapshot(self) -> list[Session]:
+        with self._lock:
+            return list(self.sessions)
+
+    def session(self, session_id: str) -> Session:
+        return next(s for s in self.snapshot() if s.id == session_id)
+
+    def idle_sessions(self) -> list[Session]:
+        """Open sessions no client has spoken on yet (a pool's warm sessions)."""
+        return [s for s in self.snapshot() if not s.closed and not s.received]
+
+    def close_idle(self, code: int = 1001) -> int:
+        """Closes every idle session from the provider's side; how many there were."""
+        idle = self.idle_sessions()
+        loop = self._loop
+        assert loop is not None
+        for session in idle:
+            if session.connection is not None:
+                asyncio.run_coroutine_threadsafe(
+                    session.connection.close(code=code, reason="provider ends it"), loop
+                ).result(10)
+        return len(idle)
+
     def wait_closed(self, count: int, timeout: float = 10.0) -> list[Session]:
         """The first `count` sessions once each has closed (the relay closes them after the
         client: allow it a moment)."""
@@ -119,6 +150,8 @@ class RealtimeUpstream:
         if "websocket" not in request.headers.get("Upgrade", "").lower():
             # Plain HTTP (the proxy asks an OpenAI-compatible base for `/v1/models` at startup).
             return Response(404, "Not Found", Headers([("Content-Length", "0")]), b"")
+        with self._lock:
+            self.dials += 1
         if self.handshake_delay_s:
             await asyncio.sleep(self.handshake_delay_s)
         if self.refuse_status is not None:
@@ -135,14 +168,18 @@ class RealtimeUpstream:
         request = connection.request
         assert request is not None
         session = Session(
-            path=request.path, headers={k.lower(): v for k, v in request.headers.raw_items()}
+            path=request.path,
+            headers={k.lower(): v for k, v in request.headers.raw_items()},
+            connection=connection,
         )
         with self._lock:
             self.sessions.append(session)
+            self._created += 1
+            session.id = f"sess_mock_{self._created}"
         model = request.path.partition("model=")[2].partition("&")[0] or "gpt-4o-realtime-preview"
         try:
             await connection.send(
-                _event("session.created", session={"id": "sess_mock", "model": model})
+                _event("session.created", session={"id": session.id, "model": model})
             )
             async for message in connection:
                 session.received.append(message)
@@ -181,6 +218,110 @@ class RealtimeUpstream:
             )
         done = {**response, "status": "completed", "output": [], "usage": USAGE}
         await connection.send(_event("response.done", response=done))
+
+
+# -- the client side: session scripts, as the tests and benches run them ---------------------
+
+SCRIPTS = ("conversation", "binary", "client_close_code", "upstream_close_code")
+
+
+def normalized(message: str | bytes) -> Any:
+    """A frame as compared across runs: JSON, the mock's per-session id made one."""
+    if isinstance(message, bytes):
+        return {"binary": message.hex()}
+    event = json.loads(message)
+    if event.get("type") == "session.created" and isinstance(event.get("session"), dict):
+        event["session"] = {**event["session"], "id": "sess_mock"}
+    return event
+
+
+async def receive_until(ws: ClientConnection, kind: str) -> list[Any]:
+    """Events up to and including the first of `kind`."""
+    events = []
+    while True:
+        event = normalized(await asyncio.wait_for(ws.recv(), 10))
+        events.append(event)
+        if isinstance(event, dict) and event.get("type") == kind:
+            return events
+
+
+@dataclass
+class ClientRun:
+    """One scripted session as its client saw it: frames, close, and the mock session it got."""
+
+    received: list[Any]
+    close: tuple[int | None, str | None]
+    session_id: str
+
+
+async def run_script(url: str, script: str, headers: dict[str, str]) -> ClientRun:
+    """Runs one of `SCRIPTS` against `url` (`ws://.../v1/realtime?model=...`)."""
+    received: list[Any] = []
+    async with connect(url, additional_headers=headers, open_timeout=20) as ws:
+        first = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        session_id = str((first.get("session") or {}).get("id", ""))
+        received.append(normalized(json.dumps(first)))
+        if first.get("type") != "session.created":
+            received += await receive_until(ws, "session.created")
+        if script == "conversation":
+            for index in range(20):
+                item = {"type": "message", "role": "user", "content": [f"turn {index}"]}
+                await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
+                received += await receive_until(ws, "mock.echo")
+            await ws.send(json.dumps({"type": "response.create"}))
+            received += await receive_until(ws, "response.done")
+            await ws.ping()
+            await ws.close(code=1000)
+        elif script == "binary":
+            await ws.send(bytes(range(256)))
+            try:
+                received.append(normalized(await asyncio.wait_for(ws.recv(), 5)))
+            except ConnectionClosed:
+                pass
+            await ws.close()
+        elif script == "client_close_code":
+            await ws.send(json.dumps({"type": "input_audio_buffer.clear"}))
+            received += await receive_until(ws, "mock.echo")
+            await ws.close(code=4001, reason="client leaves")
+        elif script == "upstream_close_code":
+            await ws.send(json.dumps({"type": "mock.close", "code": 4002}))
+            try:
+                while True:
+                    received.append(normalized(await asyncio.wait_for(ws.recv(), 10)))
+            except ConnectionClosed:
+                pass
+        return ClientRun(received, (ws.close_code, ws.close_reason), session_id)
+
+
+async def attempt(url: str, headers: dict[str, str]) -> tuple[Any, ...]:
+    """A session attempt the proxy may refuse: `("refused", status)` for a refused upgrade, else
+    `("open", first frame, close code)` once the proxy has closed the session."""
+    try:
+        async with connect(url, additional_headers=headers, open_timeout=20) as ws:
+            try:
+                message = normalized(await asyncio.wait_for(ws.recv(), 10))
+            except ConnectionClosed:
+                message = None
+            try:
+                while True:
+                    await asyncio.wait_for(ws.recv(), 10)
+            except ConnectionClosed:
+                pass
+            return ("open", message, ws.close_code)
+    except InvalidStatus as refused:
+        return ("refused", refused.response.status_code)
+
+
+async def vanish(url: str, headers: dict[str, str]) -> str:
+    """A client that has its `session.created` and then is simply gone (RST, no close frame);
+    the id of the mock session it got."""
+    ws = await connect(url, additional_headers=headers, open_timeout=20)
+    first = json.loads(await asyncio.wait_for(ws.recv(), 10))
+    transport = ws.transport
+    sock = transport.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    transport.abort()
+    return str((first.get("session") or {}).get("id", ""))
 
 
 def _event(kind: str, **fields: Any) -> str:

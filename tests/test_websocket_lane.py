@@ -8,16 +8,15 @@ side closed."""
 from __future__ import annotations
 
 import asyncio
-import json
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from devtools import realtime
 from devtools.deployments import twin_models
 from devtools.processes import MASTER_KEY, ProxyProcess
 from devtools.realtime import RealtimeUpstream
@@ -69,58 +68,13 @@ class Transcript:
     upstream_close: int | None
 
 
-def _normalized(message: str | bytes) -> Any:
-    if isinstance(message, bytes):
-        return {"binary": message.hex()}
-    return json.loads(message)
-
-
-async def _receive_until(ws: ClientConnection, kind: str) -> list[Any]:
-    """Events up to and including the first of `kind`."""
-    events = []
-    while True:
-        event = _normalized(await asyncio.wait_for(ws.recv(), 10))
-        events.append(event)
-        if isinstance(event, dict) and event.get("type") == kind:
-            return events
-
-
 def _ws_url(proxy: ProxyProcess, model: str = MODEL) -> str:
     return proxy.url.replace("http://", "ws://") + f"/v1/realtime?model={model}"
 
 
 async def _session(proxy: ProxyProcess, script: str) -> tuple[list[Any], tuple[Any, Any]]:
-    received: list[Any] = []
-    async with connect(_ws_url(proxy), additional_headers=AUTH, open_timeout=20) as ws:
-        received += await _receive_until(ws, "session.created")
-        if script == "conversation":
-            for index in range(20):
-                item = {"type": "message", "role": "user", "content": [f"turn {index}"]}
-                await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
-                received += await _receive_until(ws, "mock.echo")
-            await ws.send(json.dumps({"type": "response.create"}))
-            received += await _receive_until(ws, "response.done")
-            await ws.ping()
-            await ws.close(code=1000)
-        elif script == "binary":
-            await ws.send(bytes(range(256)))
-            try:
-                received.append(_normalized(await asyncio.wait_for(ws.recv(), 5)))
-            except ConnectionClosed:
-                pass
-            await ws.close()
-        elif script == "client_close_code":
-            await ws.send(json.dumps({"type": "input_audio_buffer.clear"}))
-            received += await _receive_until(ws, "mock.echo")
-            await ws.close(code=4001, reason="client leaves")
-        elif script == "upstream_close_code":
-            await ws.send(json.dumps({"type": "mock.close", "code": 4002}))
-            try:
-                while True:
-                    received.append(_normalized(await asyncio.wait_for(ws.recv(), 10)))
-            except ConnectionClosed:
-                pass
-        return received, (ws.close_code, ws.close_reason)
+    run = await realtime.run_script(_ws_url(proxy), script, AUTH)
+    return run.received, run.close
 
 
 def run_script(proxy: ProxyProcess, upstream: RealtimeUpstream, script: str) -> Transcript:
@@ -132,14 +86,12 @@ def run_script(proxy: ProxyProcess, upstream: RealtimeUpstream, script: str) -> 
     return Transcript(
         client_received=received,
         client_close=close,
-        upstream_received=[_normalized(m) for m in session.received],
+        upstream_received=[realtime.normalized(m) for m in session.received],
         upstream_close=session.close_code,
     )
 
 
-@pytest.mark.parametrize(
-    "script", ["conversation", "binary", "client_close_code", "upstream_close_code"]
-)
+@pytest.mark.parametrize("script", realtime.SCRIPTS)
 def test_a_session_through_the_lane_is_the_session_without_it(
     proxies: dict[str, ProxyProcess], realtime_upstream: RealtimeUpstream, script: str
 ) -> None:
@@ -177,18 +129,7 @@ def test_a_client_that_vanishes_ends_its_upstream_session(
     for name in ("lane", "no_lane"):
         realtime_upstream.reset()
 
-        async def vanish(proxy: ProxyProcess = proxies[name]) -> None:
-            ws = await connect(_ws_url(proxy), additional_headers=AUTH, open_timeout=20)
-            await _receive_until(ws, "session.created")
-            transport = ws.transport
-            sock = transport.get_extra_info("socket")
-            # RST instead of FIN: the client is simply gone.
-            sock.setsockopt(
-                socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
-            )
-            transport.abort()
-
-        asyncio.run(vanish())
+        asyncio.run(realtime.vanish(_ws_url(proxies[name]), AUTH))
         sessions = realtime_upstream.wait_closed(1)
         assert len(sessions) == 1 and sessions[0].closed, name
         realtime_upstream.reset()
@@ -204,18 +145,7 @@ def test_a_refused_handshake_reaches_the_client_alike(
         realtime_upstream.reset()
         realtime_upstream.refuse_status = 429
 
-        async def attempt(proxy: ProxyProcess = proxies[name]) -> tuple[Any, ...]:
-            try:
-                async with connect(_ws_url(proxy), additional_headers=AUTH) as ws:
-                    try:
-                        message = await asyncio.wait_for(ws.recv(), 10)
-                    except ConnectionClosed:
-                        message = None
-                    return ("open", message, ws.close_code)
-            except InvalidStatus as refused:
-                return ("refused", refused.response.status_code)
-
-        outcomes.append(asyncio.run(attempt()))
+        outcomes.append(asyncio.run(realtime.attempt(_ws_url(proxies[name]), AUTH)))
     realtime_upstream.reset()
     assert outcomes[0] == outcomes[1]
 

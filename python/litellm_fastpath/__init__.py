@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from litellm_fastpath.compat import UntestedLiteLLMWarning
     from litellm_fastpath.declines import decline_counts, reset_decline_counts
     from litellm_fastpath.integration import install, is_installed, uninstall
+    from litellm_fastpath.realtime import realtime_pool_counts
 
 __all__ = [
     "UntestedLiteLLMWarning",
@@ -21,6 +22,7 @@ __all__ = [
     "decline_counts",
     "install",
     "is_installed",
+    "realtime_pool_counts",
     "reset_decline_counts",
     "uninstall",
 ]
@@ -33,6 +35,7 @@ _LAZY = {
     "decline_counts": "declines",
     "reset_decline_counts": "declines",
     "UntestedLiteLLMWarning": "compat",
+    "realtime_pool_counts": "realtime",
 }
 
 

@@ -61,6 +61,18 @@ _PRIVATE: dict[str, tuple[str, str]] = {
         "litellm.constants",
         "LITELLM_LOGGING_NO_UPSTREAM_LLM_CALL",
     ),
+    # The realtime pool: LiteLLM's OpenAI realtime handler (its dial is gated), and how
+    # `litellm._arealtime` resolves a deployment's URL and key before it dials.
+    "openai_realtime": ("litellm.realtime_api.main", "openai_realtime"),
+    "REALTIME_WEBSOCKET_MAX_MESSAGE_SIZE_BYTES": (
+        "litellm.constants",
+        "REALTIME_WEBSOCKET_MAX_MESSAGE_SIZE_BYTES",
+    ),
+    "get_llm_provider": (
+        "litellm.litellm_core_utils.get_llm_provider_logic",
+        "get_llm_provider",
+    ),
+    "get_secret_str": ("litellm.secret_managers.main", "get_secret_str"),
     # The fast lane: what the proxy answers with, and how it judges keys.
     "STATIC_SECURITY_HEADERS": (
         "litellm.proxy.middleware.security_headers_middleware",

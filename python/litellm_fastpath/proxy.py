@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from litellm_fastpath import compat, lane
+from litellm_fastpath import compat, lane, realtime
 from litellm_fastpath.integration import install
 
 
@@ -29,6 +29,8 @@ class FastpathAccelerator(compat.CustomLogger):
 
 
 install()
+if compat.usable():
+    realtime.install()
 accelerator = FastpathAccelerator()
 # With `fastpath_lane: true`, the lane takes the proxy's socket now, before uvicorn binds it.
 lane.take_over()

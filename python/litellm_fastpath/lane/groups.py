@@ -38,6 +38,9 @@ _NEUTRAL_LITELLM_SETTINGS = frozenset(
         "drop_params",
         "request_timeout",
         "num_retries",
+        # The realtime pool changes how a `/v1/realtime` session is dialed, never a request.
+        "fastpath_realtime_pool",
+        "fastpath_realtime_pool_idle_s",
     }
 )
 _lane_groups: frozenset[str] = frozenset()
