@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from litellm_fastpath import compat, lane
+from litellm_fastpath import compat, lane, metrics
 from litellm_fastpath.integration import install
 
 
@@ -30,5 +30,7 @@ class FastpathAccelerator(compat.CustomLogger):
 
 install()
 accelerator = FastpathAccelerator()
+# With LiteLLM's prometheus callback on, our metrics join its /metrics.
+metrics.enable(compat.config_litellm_settings())
 # With `fastpath_lane: true`, the lane takes the proxy's socket now, before uvicorn binds it.
 lane.take_over()

@@ -154,6 +154,9 @@ _IDLE_CALLBACKS = frozenset(
         "_ProxyDBLogger",
         "ServiceLogging",
         "SkillsInjectionHook",  # acts on `container.skills`, a field the lane does not take
+        # `callbacks: ["prometheus"]`: its post-call success hook is empty; its metrics come
+        # from success and failure logging, which the replay runs.
+        "PrometheusLogger",
         # Act only on requests in a session (`metadata.session_id`, or `x-litellm-*`
         # headers), which the lane leaves to the proxy.
         "_PROXY_MaxIterationsHandler",
