@@ -108,16 +108,34 @@ def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
 def _why_off(router: Any, litellm_settings: frozenset[str]) -> str | None:
     """Proxy-wide settings under which no request can take the lane (None: it can)."""
     proxy_server = compat.proxy_server()
+    reasons = off_reasons(
+        router,
+        litellm_settings,
+        proxy_server.general_settings or {},
+        proxy_server.master_key,
+        litellm.callbacks,
+    )
+    return "; ".join(reasons) or None
 
+
+def off_reasons(
+    router: Any,
+    litellm_settings: frozenset[str],
+    general_settings: Mapping[str, Any],
+    master_key: Any,
+    callbacks: list[Any],
+) -> list[str]:
+    """Every proxy-wide setting under which no request can take the lane (empty: it can).
+    `litellm_settings`: the config's keys besides the lane's own. Also what `explain` says."""
+    reasons = []
     odd_litellm = sorted(litellm_settings - _NEUTRAL_LITELLM_SETTINGS)
     if odd_litellm:
-        return f"litellm_settings {odd_litellm}"
-    general = proxy_server.general_settings or {}
-    odd = sorted(set(general) - _NEUTRAL_GENERAL_SETTINGS)
+        reasons.append(f"litellm_settings {odd_litellm}")
+    odd = sorted(set(general_settings) - _NEUTRAL_GENERAL_SETTINGS)
     if odd:
-        return f"general_settings {odd}"
-    if proxy_server.master_key is None:
-        return "no master key"
+        reasons.append(f"general_settings {odd}")
+    if master_key is None:
+        reasons.append("no master key")
     for name in (
         "model_alias_map",
         "cache",
@@ -127,17 +145,17 @@ def _why_off(router: Any, litellm_settings: frozenset[str]) -> str | None:
         "modify_params",
     ):
         if getattr(litellm, name, None):
-            return f"litellm.{name}"
-    busy = [type(c).__name__ for c in litellm.callbacks if not _idle_hook(c)]
+            reasons.append(f"litellm.{name}")
+    busy = [type(c).__name__ for c in callbacks if not _idle_hook(c)]
     if busy:
-        return f"callbacks {busy}"
+        reasons.append(f"callbacks {busy}")
     if getattr(router, "routing_strategy", "simple-shuffle") != "simple-shuffle":
-        return "a routing strategy other than simple-shuffle"
+        reasons.append("a routing strategy other than simple-shuffle")
     if getattr(router, "enable_pre_call_checks", False) or getattr(
         router, "optional_pre_call_checks", None
     ):
-        return "router pre-call checks"
-    return None
+        reasons.append("router pre-call checks")
+    return reasons
 
 
 # Callbacks that see requests but never change one the lane serves.
@@ -187,36 +205,57 @@ def _idle_hook(callback: Any) -> bool:
 
 
 def _groups(router: Any) -> dict[str, list[_native.LaneDeployment]]:
+    served: dict[str, list[_native.LaneDeployment]] = {}
+    for name, entries in _group_entries(router).items():
+        if not isinstance(entries, tuple):
+            served[name] = entries
+    return served
+
+
+def group_reasons(router: Any) -> dict[str, list[str]]:
+    """Every model group of the router: why the lane does not serve it (empty: it does), by
+    the decisions the lane makes on its table. Also what `explain` says."""
+    return {
+        name: list(entries) if isinstance(entries, tuple) else []
+        for name, entries in _group_entries(router).items()
+    }
+
+
+def _group_entries(router: Any) -> dict[str, list[_native.LaneDeployment] | tuple[str, ...]]:
+    """Per group: the lane's deployments, or the reasons it does not serve it."""
     by_group: dict[str, list[dict[str, Any]]] = {}
     for deployment in router.model_list:
         by_group.setdefault(deployment["model_name"], []).append(deployment)
     fallbacks = _fallback_groups(router)
-    served: dict[str, list[_native.LaneDeployment]] = {}
+    result: dict[str, list[_native.LaneDeployment] | tuple[str, ...]] = {}
     for name, deployments in by_group.items():
-        if name in fallbacks or name in (getattr(router, "model_group_alias", None) or {}):
+        if name in fallbacks:
+            result[name] = ("the group has fallbacks (the router would try others)",)
+            continue
+        if name in (getattr(router, "model_group_alias", None) or {}):
+            result[name] = ("the group is a model_group_alias",)
             continue
         entries = [_entry(deployment, router) for deployment in deployments]
-        if all(entry is not None for entry in entries):
-            weights = _weights(deployments)
-            # The proxy asks every stream of the group for usage when all its models take
-            # `stream_options` (and drops the usage chunk the client did not ask for).
-            usage_asked = compat.model_deployments_support_stream_options(
-                model=name, llm_router=router, team_id=None
-            )
-            served[name] = []
-            for entry, weight in zip(entries, weights, strict=True):
-                if entry is None:
-                    continue
-                kwargs, stream_timeout = entry
-                streams = None
-                if stream_timeout is not None:
-                    streams = _native.LaneStreams(
-                        timeout=stream_timeout, asks_usage=bool(usage_asked)
-                    )
-                served[name].append(
-                    _native.LaneDeployment(**kwargs, streams=streams, weight=weight)
-                )
-    return served
+        why_not = [entry for entry in entries if isinstance(entry, str)]
+        if why_not:
+            result[name] = tuple(sorted(set(why_not)))
+            continue
+        weights = _weights(deployments)
+        # The proxy asks every stream of the group for usage when all its models take
+        # `stream_options` (and drops the usage chunk the client did not ask for).
+        usage_asked = compat.model_deployments_support_stream_options(
+            model=name, llm_router=router, team_id=None
+        )
+        served: list[_native.LaneDeployment] = []
+        for entry, weight in zip(entries, weights, strict=True):
+            assert not isinstance(entry, str)
+            kwargs, stream_timeout = entry
+            streams = None
+            if stream_timeout is not None:
+                streams = _native.LaneStreams(timeout=stream_timeout, asks_usage=bool(usage_asked))
+            served.append(_native.LaneDeployment(**kwargs, streams=streams, weight=weight))
+        result[name] = served
+    return result
 
 
 def _fallback_groups(router: Any) -> set[str]:
@@ -240,18 +279,18 @@ def _weights(deployments: list[dict[str, Any]]) -> list[float | None]:
     return [None] * len(deployments)
 
 
-def _entry(
-    deployment: Mapping[str, Any], router: Any
-) -> tuple[dict[str, Any], float | None] | None:
+def _entry(deployment: Mapping[str, Any], router: Any) -> tuple[dict[str, Any], float | None] | str:
     """`_native.LaneDeployment`'s arguments but its streams and weight, and its streams'
-    timeout, for a deployment the lane can call; the stream timeout is None when its streams
-    stay with the proxy, `messages` when its `/v1/messages` calls do. Timeouts are the
-    router's for the deployment, as it passes them to each call."""
+    timeout, for a deployment the lane can call (else why not); the stream timeout is None when
+    its streams stay with the proxy, `messages` when its `/v1/messages` calls do. Timeouts are
+    the router's for the deployment, as it passes them to each call."""
     litellm_params = dict(deployment.get("litellm_params") or {})
     params = dict(litellm_params)
     info = deployment.get("model_info") or {}
-    if params.pop("rust", None) is not True or any("cost" in key for key in info):
-        return None
+    if params.pop("rust", None) is not True:
+        return "a deployment without rust: true"
+    if any("cost" in key for key in info):
+        return "a deployment with its own prices in model_info"
     kwargs = {**params, "messages": [{"role": "user", "content": "x"}]}
 
     def routed(stream: bool) -> Any:
@@ -262,11 +301,13 @@ def _entry(
         return routing.route(call)
 
     route = routed(stream=False)
-    if isinstance(route, Decline) or isinstance(route, routing.StreamRoute):
-        return None
+    if isinstance(route, Decline):
+        return f"the fast path declines its chat calls ({route.code})"
+    if isinstance(route, routing.StreamRoute):
+        return "its chat calls are streams"
     pricing = prices.lane_pricing(route.provider, route.model)
     if pricing is None:
-        return None
+        return "its prices are not ones the lane works out as LiteLLM does (tiers, other units)"
     model_id = str(info.get("id"))
     headers = [("x-litellm-model-id", model_id), ("x-litellm-model-name", params["model"])]
     api_base = route.deployment.api_base
