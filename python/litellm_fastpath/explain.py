@@ -265,8 +265,10 @@ def render(explained: Explained) -> str:
         lines.append("lane: off")
         lines += [f"  - {reason}" for reason in explained.lane_off]
     for model in explained.models:
-        flag = "rust: true" if model.rust else "rust: not set"
-        lines.append(f"{model.model_name} ({model.provider}, {flag})")
+        if not model.rust:
+            lines.append(f"{model.model_name} ({model.provider}, rust: not set): python")
+            continue
+        lines.append(f"{model.model_name} ({model.provider}, rust: true)")
         for route in model.routes:
             lines.append(f"  {route.route}: {route.path}")
             lines += [f"    - {reason}" for reason in route.reasons]
