@@ -238,3 +238,26 @@ impl Drop for Serving {
         self.0.serving.fetch_sub(1, Ordering::AcqRel);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tally_sorts_durations_into_buckets_by_upper_bound() {
+        let mut tally = ServedTally::new();
+        for millis in [1, 5, 6, 250, 200_000] {
+            tally.add(Duration::from_millis(millis));
+        }
+        assert_eq!(tally.requests, 5);
+        assert_eq!(tally.buckets.len(), UPSTREAM_BUCKETS_S.len() + 1);
+        // 1 ms and exactly 5 ms in the first bucket (le 0.005), 6 ms in the second, 250 ms in
+        // le 0.25, 200 s past every bound.
+        assert_eq!(tally.buckets[0], 2);
+        assert_eq!(tally.buckets[1], 1);
+        assert_eq!(tally.buckets[5], 1);
+        assert_eq!(tally.buckets[UPSTREAM_BUCKETS_S.len()], 1);
+        assert_eq!(tally.buckets.iter().sum::<u64>(), 5);
+        assert!((tally.upstream_s - 200.262).abs() < 1e-9);
+    }
+}

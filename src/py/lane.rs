@@ -273,11 +273,13 @@ pub fn lane_counts() -> PyResult<HashMap<&'static str, u64>> {
     Ok(running()?.counts())
 }
 
-/// What the lane served since it started: `(route, model group, requests, bucket counts,
-/// seconds)` per route and group, the buckets those of `lane_upstream_buckets()` plus one past
-/// them (the provider calls' durations).
+/// One route and model group's tally: `(route, model group, requests, bucket counts, seconds)`.
+type ServedRow = (&'static str, String, u64, Vec<u64>, f64);
+
+/// What the lane served since it started, per route and group; the buckets are those of
+/// `lane_upstream_buckets()` plus one past them (the provider calls' durations).
 #[pyfunction]
-pub fn lane_served() -> PyResult<Vec<(&'static str, String, u64, Vec<u64>, f64)>> {
+pub fn lane_served() -> PyResult<Vec<ServedRow>> {
     Ok(running()?
         .served()
         .into_iter()
