@@ -110,10 +110,17 @@ def ran(upstream_server: RecordingUpstream) -> Iterator[tuple[Series, dict[str, 
                 for _ in range(2)
             ]
             rust_header[model] = all(a.headers.get("x-litellm-rust") == "true" for a in answers)
+        for model in ("claude", "claude-python"):
+            body = {"model": model, "messages": HI, "max_tokens": 16}
+            for _ in range(2):
+                assert proxy.post("/v1/messages", json=body).status_code == 200
 
         def landed() -> Series | None:
             series = scrape(proxy)
-            return series if requests(series, "claude", "lane") == 2 else None
+            lane = requests(series, "claude", "lane") + requests(
+                series, "claude", "lane", route="messages"
+            )
+            return series if lane == 4 else None
 
         yield wait_until(landed, lambda: scrape(proxy), timeout=20), rust_header
 
@@ -137,7 +144,12 @@ def test_explain_agrees_with_the_running_proxy(
                 if name == "litellm_fastpath_declines_total"
             }
             assert declines.get(code_name, 0) >= 1, (model, chat, declines)
+    for model in ("claude", "claude-python"):
+        messages = by_model[model]["messages"]
+        taken = {p for p in ("lane", "rust", "python") if requests(series, model, p, "messages")}
+        assert taken == {messages["path"]}, (model, messages, taken)
     assert by_model["claude"]["chat"]["path"] == "lane"
+    assert by_model["claude"]["messages"]["path"] == "lane"
     assert by_model["claude-python"]["chat"]["reasons"] == ["rust: true is not set"]
     assert any("fallbacks" in r for r in by_model["with-fallbacks"]["chat"]["reasons"])
     assert by_model["unsupported"]["chat"]["path"] == "python"
@@ -188,8 +200,9 @@ def test_the_readme_and_demo_configs(tmp_path: Path) -> None:
     assert code == 0
     by_model = routes(document)
     assert by_model["fast"]["chat"]["path"] == "lane"
+    assert by_model["fast"]["chat stream"]["path"] == "lane"
     assert by_model["fast-embed"]["embeddings"]["path"] == "rust"
-    assert by_model["fast-claude"]["messages"]["path"] == "rust"
+    assert by_model["fast-claude"]["messages"]["path"] == "lane"
     assert by_model["plain"]["chat"]["path"] == "python"
 
 

@@ -150,7 +150,7 @@ def _model_paths(
     deployment: Mapping[str, Any],
     accelerator: bool,
     lane_off: list[str],
-    lane_groups: Mapping[str, list[str]],
+    lane_groups: Mapping[str, Mapping[str, list[str]]],
 ) -> ModelPaths:
     import litellm
 
@@ -176,20 +176,15 @@ def _model_paths(
         if declined is not None:
             routes.append(RoutePath(route, PYTHON, [declined]))
         elif route in _LANE_ROUTES:
-            not_lane = list(lane_off) or lane_groups.get(name, [])
-            routes.append(
-                RoutePath(route, RUST if not_lane else LANE, ["lane: " + r for r in not_lane])
-            )
-        elif route in ("embeddings", "transcription"):
-            routes.append(RoutePath(route, RUST, [f"lane: the lane does not serve {route}"]))
+            not_lane = list(lane_off) or lane_groups.get(name, {}).get(route, [])
+            path = RUST if not_lane else LANE
+            routes.append(RoutePath(route, path, ["lane: " + r for r in not_lane]))
         else:
-            # The lane's streams and `/v1/messages` depend on more than the group (see
-            # docs/lane.md); the running proxy's lane counts tell.
-            routes.append(RoutePath(route, RUST, ["lane: not worked out here for " + route]))
+            routes.append(RoutePath(route, RUST, [f"lane: the lane does not serve {route}"]))
     return ModelPaths(name, provider, rust, routes)
 
 
-_LANE_ROUTES = ("chat",)
+_LANE_ROUTES = ("chat", "chat stream", "messages")
 
 
 def _routes(params: Mapping[str, Any], deployment: Mapping[str, Any]) -> dict[str, Any]:
@@ -259,6 +254,7 @@ def _decide_messages(kwargs: dict[str, Any]) -> str | None:
 
 def render(explained: Explained) -> str:
     lines = []
+    proxy_wide = {"lane: " + reason for reason in explained.lane_off}
     if explained.lane:
         lines.append("lane: on")
     else:
@@ -271,7 +267,8 @@ def render(explained: Explained) -> str:
         lines.append(f"{model.model_name} ({model.provider}, rust: true)")
         for route in model.routes:
             lines.append(f"  {route.route}: {route.path}")
-            lines += [f"    - {reason}" for reason in route.reasons]
+            # The lane's proxy-wide reasons are said once, above (`--json` lists them per route).
+            lines += [f"    - {r}" for r in route.reasons if r not in proxy_wide]
     failing = explained.failing()
     if failing:
         lines.append(f"rust: true but never on the fast path: {', '.join(failing)}")

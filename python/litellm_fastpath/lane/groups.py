@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import litellm
 
@@ -204,30 +204,51 @@ def _idle_hook(callback: Any) -> bool:
     return all(getattr(type(callback), hook, None) is getattr(base, hook, None) for hook in _HOOKS)
 
 
+class _Served(NamedTuple):
+    """A group the lane serves: its deployments, and whether all of them stream on the lane
+    and take `/v1/messages` calls there."""
+
+    deployments: list[_native.LaneDeployment]
+    streams: bool
+    messages: bool
+
+
 def _groups(router: Any) -> dict[str, list[_native.LaneDeployment]]:
-    served: dict[str, list[_native.LaneDeployment]] = {}
-    for name, entries in _group_entries(router).items():
-        if not isinstance(entries, tuple):
-            served[name] = entries
-    return served
-
-
-def group_reasons(router: Any) -> dict[str, list[str]]:
-    """Every model group of the router: why the lane does not serve it (empty: it does), by
-    the decisions the lane makes on its table. Also what `explain` says."""
     return {
-        name: list(entries) if isinstance(entries, tuple) else []
+        name: entries.deployments
         for name, entries in _group_entries(router).items()
+        if isinstance(entries, _Served)
     }
 
 
-def _group_entries(router: Any) -> dict[str, list[_native.LaneDeployment] | tuple[str, ...]]:
-    """Per group: the lane's deployments, or the reasons it does not serve it."""
+def group_reasons(router: Any) -> dict[str, dict[str, list[str]]]:
+    """Every model group of the router: per lane route (`chat`, `chat stream`, `messages`),
+    why the lane does not serve a plain request of it (empty: it does), by the decisions the
+    lane configures itself with. Also what `explain` says."""
+    reasons: dict[str, dict[str, list[str]]] = {}
+    for name, entries in _group_entries(router).items():
+        if not isinstance(entries, _Served):
+            reasons[name] = {key: list(entries) for key in ("chat", "chat stream", "messages")}
+            continue
+        reasons[name] = {
+            "chat": [],
+            "chat stream": []
+            if entries.streams
+            else ["a deployment's streams stay with the proxy (see docs/lane.md)"],
+            "messages": []
+            if entries.messages
+            else ["a deployment's /v1/messages calls stay with the proxy (see docs/lane.md)"],
+        }
+    return reasons
+
+
+def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
+    """Per group: what the lane serves of it, or the reasons it does not serve it."""
     by_group: dict[str, list[dict[str, Any]]] = {}
     for deployment in router.model_list:
         by_group.setdefault(deployment["model_name"], []).append(deployment)
     fallbacks = _fallback_groups(router)
-    result: dict[str, list[_native.LaneDeployment] | tuple[str, ...]] = {}
+    result: dict[str, _Served | tuple[str, ...]] = {}
     for name, deployments in by_group.items():
         if name in fallbacks:
             result[name] = ("the group has fallbacks (the router would try others)",)
@@ -246,14 +267,20 @@ def _group_entries(router: Any) -> dict[str, list[_native.LaneDeployment] | tupl
         usage_asked = compat.model_deployments_support_stream_options(
             model=name, llm_router=router, team_id=None
         )
-        served: list[_native.LaneDeployment] = []
+        served = _Served([], streams=True, messages=True)
         for entry, weight in zip(entries, weights, strict=True):
             assert not isinstance(entry, str)
             kwargs, stream_timeout = entry
             streams = None
             if stream_timeout is not None:
                 streams = _native.LaneStreams(timeout=stream_timeout, asks_usage=bool(usage_asked))
-            served.append(_native.LaneDeployment(**kwargs, streams=streams, weight=weight))
+            served.deployments.append(
+                _native.LaneDeployment(**kwargs, streams=streams, weight=weight)
+            )
+            served = served._replace(
+                streams=served.streams and streams is not None,
+                messages=served.messages and kwargs["messages"] is not None,
+            )
         result[name] = served
     return result
 
