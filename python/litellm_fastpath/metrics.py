@@ -154,12 +154,14 @@ async def fold_lane_forever() -> None:
     """A worker's lane counters, folded into the metrics every `FOLD_S` seconds."""
     while True:
         await asyncio.sleep(FOLD_S)
-        try:
-            fold_lane()
-        except Exception as err:  # a metrics hiccup must not end the folding
-            logger.warning("fast path metrics: folding the lane's counts failed: %r", err)
+        fold_lane()
 
 
 def fold_lane() -> None:
-    if recorder is not None:
+    """Folds this worker's lane counters into the metrics now (when they are on)."""
+    if recorder is None:
+        return
+    try:
         recorder.fold_lane()
+    except Exception as err:  # metrics must never end the folding or a worker's shutdown
+        logger.warning("fast path metrics: folding the lane's counts failed: %r", err)
