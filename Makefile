@@ -14,7 +14,7 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 setup: $(PY)
-	$(PY) -m pip install -q '$(LITELLM)' maturin pytest pytest-timeout pytest-asyncio ruff mypy 'anthropic>=0.69,<1'
+	$(PY) -m pip install -q '$(LITELLM)' maturin pytest pytest-timeout pytest-asyncio ruff mypy 'anthropic>=0.69,<1' prometheus_client
 	$(MAKE) build
 
 build: $(PY)

@@ -196,13 +196,13 @@ PRODUCTION = {
 
 @pytest.mark.parametrize("premium", [FREE, PREMIUM], ids=["free", "premium"])
 def test_a_production_deployment_with_a_database_leaves_the_lane_on(premium: Context) -> None:
-    assert why_off(PRODUCTION, premium) is None
+    assert why_off(PRODUCTION, premium) == []
 
 
 @pytest.mark.parametrize("key", sorted(PRODUCTION))
 def test_each_database_startup_and_background_key_alone_leaves_the_lane_on(key: str) -> None:
     assert GENERAL_SETTINGS[key].verdict is not Verdict.OFF
-    assert why_off({key: PRODUCTION[key]}, FREE) is None
+    assert why_off({key: PRODUCTION[key]}, FREE) == []
 
 
 # Values LiteLLM itself writes, or a settings form leaves behind: inert.
@@ -226,7 +226,7 @@ INERT = [
 
 @pytest.mark.parametrize("general", INERT, ids=lambda g: f"{next(iter(g))}={g[next(iter(g))]}")
 def test_values_without_effect_leave_the_lane_on(general: dict[str, Any]) -> None:
-    assert why_off(general, FREE) is None
+    assert why_off(general, FREE) == []
 
 
 OFF = [
@@ -259,12 +259,12 @@ def test_values_the_lane_does_not_reproduce_turn_it_off_named_by_key(
     general: dict[str, Any], context: Context
 ) -> None:
     (key,) = general
-    assert why_off({**PRODUCTION, **general}, context) == f"general_settings.{key}"
+    assert why_off({**PRODUCTION, **general}, context) == [f"general_settings.{key}"]
 
 
 def test_an_unknown_key_turns_the_lane_off_by_its_name_never_its_value() -> None:
     why = why_off({**PRODUCTION, "some_future_setting": "sk-do-not-log"}, FREE)
-    assert why == "general_settings.some_future_setting"
+    assert why == ["general_settings.some_future_setting"]
 
 
 # -- what a database registers, and changes in place ---------------------------------------

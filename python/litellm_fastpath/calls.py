@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from litellm_fastpath import _native, claims, compat, errors, routing
+from litellm_fastpath import _native, claims, compat, errors, metrics, routing
 from litellm_fastpath.bridge import settle
 from litellm_fastpath.declines import Decline, record_decline
 
@@ -106,17 +106,45 @@ async def start(
     the call is the lane's: its outcome, or the stream it read."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
-    handle = (claims.claimed_call() or prepared).start(loop, future, settle)
+    claimed = claims.claimed_call()
+    handle = (claimed or prepared).start(loop, future, settle)
     try:
         result = await future
     except BaseException as err:
         handle.cancel()
         if isinstance(err, _native.FastpathError):
             record_api_window(logging_obj, start_time)
+            if claimed is None and metrics.recorder is not None:
+                _measured(metrics.recorder, route, kwargs, start_time)
             raise await failed(err, route, kwargs, logging_obj, start_time) from None
         raise
     record_api_window(logging_obj, start_time)
+    if claimed is None and metrics.recorder is not None:
+        _measured(metrics.recorder, route, kwargs, start_time)
     return handle, result
+
+
+def route_name(route: routing.Route) -> str:
+    """The route's name in the metrics' `route` label."""
+    if isinstance(route, routing.MessagesRoute):
+        return "messages"
+    if isinstance(route, routing.EmbeddingRoute):
+        return "embeddings"
+    if isinstance(route, routing.TranscriptionRoute):
+        return "transcription"
+    return "chat"
+
+
+def _measured(
+    recorder: metrics.Recorder,
+    route: routing.Route,
+    kwargs: Mapping[str, Any],
+    start_time: datetime.datetime,
+) -> None:
+    """A provider call the fast path made in Python's hands (the lane counts its own)."""
+    name = route_name(route)
+    recorder.count(name, kwargs, metrics.RUST)
+    recorder.upstream.labels(name, metrics.RUST).observe(elapsed(start_time))
 
 
 def annotated(exc: Exception, kwargs: Mapping[str, Any]) -> Exception:

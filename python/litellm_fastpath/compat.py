@@ -17,6 +17,7 @@ import importlib.metadata
 import logging
 import re
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 logger = logging.getLogger("litellm_fastpath")
@@ -304,6 +305,23 @@ def router_holds_messages_streams(router: Any, model_group: str, model_info: Any
         return bool(router._anthropic_messages_stream_can_retry(kwargs))
     except Exception:  # a LiteLLM change: its streams stay with the proxy
         return None
+
+
+def config_litellm_settings() -> Mapping[str, Any] | None:
+    """The proxy's config file's `litellm_settings`, read from the file (the proxy applies them
+    in file order, possibly after importing our callback); None without a file or settings."""
+    import yaml  # type: ignore[import-untyped,unused-ignore]  # LiteLLM's dependency
+
+    path = getattr(proxy_server(), "user_config_file_path", None)
+    if not path:
+        return None
+    try:
+        with open(path) as file:
+            config = yaml.safe_load(file) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    settings = config.get("litellm_settings") if isinstance(config, Mapping) else None
+    return settings if isinstance(settings, Mapping) else None
 
 
 def proxy_server() -> Any:

@@ -11,7 +11,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
-from litellm_fastpath import _native
+from litellm_fastpath import _native, metrics
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -29,6 +29,8 @@ _counts_lock = threading.Lock()
 def record_decline(decline: Decline | _native.Declined) -> None:
     with _counts_lock:
         _counts[decline.code] += 1
+    if metrics.recorder is not None:
+        metrics.recorder.declines.labels(decline.code).inc()
     logger.debug("fast path declined: %s (%s)", decline.code, decline.detail)
 
 

@@ -25,6 +25,7 @@ from litellm_fastpath import (
     compat,
     errors,
     messages,
+    metrics,
     providers,
     routing,
     streaming,
@@ -171,17 +172,26 @@ class _Kind:
 
     async_name: str
     sync_name: str
+    route: str  # the metrics' `route` label
     positional: tuple[str, ...]
     admit: Callable[[dict[str, Any]], tuple[routing.Route, Prepared] | None]
     response: Callable[[dict[str, Any], Mapping[str, str], routing.Route], Any]
 
 
-_CHAT = _Kind("acompletion", "completion", ("model", "messages"), _admit_chat, _chat_response)
+_CHAT = _Kind(
+    "acompletion", "completion", "chat", ("model", "messages"), _admit_chat, _chat_response
+)
 _EMBEDDING = _Kind(
-    "aembedding", "embedding", ("model", "input"), _admit_embedding, _embedding_response
+    "aembedding",
+    "embedding",
+    "embeddings",
+    ("model", "input"),
+    _admit_embedding,
+    _embedding_response,
 )
 _TRANSCRIPTION = _Kind(
     "atranscription",
+    "transcription",
     "transcription",
     ("model", "file"),
     _admit_transcription,
@@ -201,11 +211,15 @@ async def _call_async(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]
     if kwargs.pop("rust", False) is not True:
         # LiteLLM's path is about to call the provider: never for a request the lane served.
         claims.refuse_second_call()
+        if metrics.recorder is not None:
+            metrics.recorder.count(kind.route, kwargs, metrics.PYTHON)
         return await original(*args, **kwargs)
     kwargs = _normalize(kind, args, kwargs)
     admitted = kind.admit(kwargs)
     if admitted is None:
         claims.refuse_second_call()
+        if metrics.recorder is not None:
+            metrics.recorder.count(kind.route, kwargs, metrics.PYTHON)
         return await original(**kwargs)
     route, prepared = admitted
     start_time = datetime.datetime.now()
@@ -284,12 +298,16 @@ async def anthropic_messages(*args: Any, **kwargs: Any) -> Any:
     original = _originals["anthropic_messages"]
     if kwargs.pop("rust", False) is not True:
         claims.refuse_second_call()
+        if metrics.recorder is not None:
+            metrics.recorder.count("messages", kwargs, metrics.PYTHON)
         return await original(*args, **kwargs)
     for name, value in zip(messages.POSITIONAL, args, strict=False):
         kwargs[name] = value
     admitted = messages.admit(kwargs)
     if admitted is None:
         claims.refuse_second_call()
+        if metrics.recorder is not None:
+            metrics.recorder.count("messages", kwargs, metrics.PYTHON)
         return await original(**kwargs)
     return await messages.call(kwargs, admitted)
 

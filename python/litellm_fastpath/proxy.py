@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from litellm_fastpath import compat, lane, realtime
+from litellm_fastpath import compat, lane, metrics, realtime
 from litellm_fastpath.integration import install
 
 
@@ -32,5 +32,7 @@ install()
 if compat.usable():
     realtime.install()
 accelerator = FastpathAccelerator()
+# With LiteLLM's prometheus callback on, our metrics join its /metrics.
+metrics.enable(compat.config_litellm_settings())
 # With `fastpath_lane: true`, the lane takes the proxy's socket now, before uvicorn binds it.
 lane.take_over()

@@ -39,6 +39,16 @@ pub(super) enum Route {
     Messages,
 }
 
+impl Route {
+    /// The route's name in the lane's served tallies (the proxy metrics' `route` label).
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Route::Chat => "chat",
+            Route::Messages => "messages",
+        }
+    }
+}
+
 /// Why a body stays with the proxy (counted as `lane_body`).
 #[derive(Debug, PartialEq, Eq)]
 pub struct NotForLane(pub &'static str);

@@ -53,7 +53,7 @@ mod unary;
 pub use cost::{CachePrices, MessagesUsage, Pricing};
 pub use replay::Replay;
 pub use server::serve;
-pub use state::{App, Lane};
+pub use state::{App, Lane, ServedTally, UPSTREAM_BUCKETS_S};
 pub use table::{
     Group, LaneDeployment, LaneMessages, LaneStreams, MessagesStreams, Settings, StreamUsage,
     Table, Verdict,

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use hyper::Response;
 
 use super::connection::Connection;
+use super::gate::Route;
 use super::head::Head;
 use super::replay::PendingReplay;
 use super::response::Body;
@@ -27,6 +28,7 @@ pub(super) enum Served {
 #[derive(Clone, Copy)]
 pub(super) struct ClientRequest<'a> {
     pub lane: &'a Arc<Lane>,
+    pub route: Route,
     pub parts: &'a http::request::Parts,
     pub body: &'a Bytes,
     pub connection: &'a Connection,

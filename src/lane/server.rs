@@ -133,6 +133,7 @@ async fn handle(
     let body = collected.to_bytes();
     let request = ClientRequest {
         lane,
+        route,
         parts: &parts,
         body: &body,
         connection,

@@ -34,6 +34,43 @@ fn backlog_setting(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// Upper bounds, in seconds, of the buckets the lane sorts its provider calls' durations into
+/// (the proxy's `litellm_fastpath_upstream_duration_seconds` histogram uses the same ones).
+pub const UPSTREAM_BUCKETS_S: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+/// What the lane served for one route and model group: requests, and their provider calls'
+/// durations (time to the answer, or to a stream's first frames) by bucket, the last one past
+/// every bound.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServedTally {
+    pub requests: u64,
+    pub buckets: Vec<u64>,
+    pub upstream_s: f64,
+}
+
+impl ServedTally {
+    fn new() -> ServedTally {
+        ServedTally {
+            requests: 0,
+            buckets: vec![0; UPSTREAM_BUCKETS_S.len() + 1],
+            upstream_s: 0.0,
+        }
+    }
+
+    fn add(&mut self, upstream: Duration) {
+        let seconds = upstream.as_secs_f64();
+        let bucket = UPSTREAM_BUCKETS_S
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(UPSTREAM_BUCKETS_S.len());
+        self.requests += 1;
+        self.buckets[bucket] += 1;
+        self.upstream_s += seconds;
+    }
+}
+
 /// Where requests the lane does not answer go.
 #[derive(Clone, Debug)]
 pub struct App {
@@ -70,6 +107,8 @@ pub struct Lane {
     counts: Mutex<HashMap<&'static str, u64>>,
     /// `lane_off` requests by what turned the lane off (`lane_off:<setting>`).
     off_counts: Mutex<HashMap<String, u64>>,
+    /// Served requests by route and model group (groups are the table's, so bounded).
+    served: Mutex<HashMap<&'static str, HashMap<String, ServedTally>>>,
 }
 
 impl Lane {
@@ -92,6 +131,7 @@ impl Lane {
             serving: AtomicUsize::new(0),
             counts: Mutex::new(HashMap::new()),
             off_counts: Mutex::new(HashMap::new()),
+            served: Mutex::new(HashMap::new()),
         })
     }
 
@@ -119,6 +159,41 @@ impl Lane {
             counts.insert(format!("{}:{why}", LaneReason::Off.as_str()), *count);
         }
         counts
+    }
+
+    /// Served requests since the lane started, by route and model group.
+    pub fn served(&self) -> Vec<(&'static str, String, ServedTally)> {
+        let served = self
+            .served
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        served
+            .iter()
+            .flat_map(|(route, groups)| {
+                groups
+                    .iter()
+                    .map(|(group, tally)| (*route, group.clone(), tally.clone()))
+            })
+            .collect()
+    }
+
+    /// One request answered by the lane: counted as `served` and in its route's and group's
+    /// tally, with how long its provider call took.
+    pub(super) fn count_served(&self, route: &'static str, group: &str, upstream: Duration) {
+        self.count("served");
+        let mut served = self
+            .served
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let groups = served.entry(route).or_default();
+        match groups.get_mut(group) {
+            Some(tally) => tally.add(upstream),
+            None => {
+                let mut tally = ServedTally::new();
+                tally.add(upstream);
+                groups.insert(group.to_owned(), tally);
+            }
+        }
     }
 
     /// Requests being served, and served requests whose replay has not finished yet (what a
@@ -193,5 +268,28 @@ impl Serving {
 impl Drop for Serving {
     fn drop(&mut self) {
         self.0.serving.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tally_sorts_durations_into_buckets_by_upper_bound() {
+        let mut tally = ServedTally::new();
+        for millis in [1, 5, 6, 250, 200_000] {
+            tally.add(Duration::from_millis(millis));
+        }
+        assert_eq!(tally.requests, 5);
+        assert_eq!(tally.buckets.len(), UPSTREAM_BUCKETS_S.len() + 1);
+        // 1 ms and exactly 5 ms in the first bucket (le 0.005), 6 ms in the second, 250 ms in
+        // le 0.25, 200 s past every bound.
+        assert_eq!(tally.buckets[0], 2);
+        assert_eq!(tally.buckets[1], 1);
+        assert_eq!(tally.buckets[5], 1);
+        assert_eq!(tally.buckets[UPSTREAM_BUCKETS_S.len()], 1);
+        assert_eq!(tally.buckets.iter().sum::<u64>(), 5);
+        assert!((tally.upstream_s - 200.262).abs() < 1e-9);
     }
 }

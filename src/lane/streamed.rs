@@ -141,6 +141,11 @@ pub(super) fn answer_with<F: StreamFrames>(
     serving: Serving,
 ) -> Served {
     let lane = request.lane;
+    lane.count_served(
+        request.route.as_str(),
+        &head.model_group,
+        opened.called.elapsed(),
+    );
     let (sender, client_frames) = mpsc::channel::<Bytes>(CLIENT_FRAMES);
     let writer = Writer {
         lane: Arc::clone(lane),
@@ -156,7 +161,6 @@ pub(super) fn answer_with<F: StreamFrames>(
     lane.engine
         .runtime
         .spawn(writer.run(first, end, opened.receiver));
-    lane.count("served");
     Served::Answer(answer(client_body(client_frames), headers))
 }
 

@@ -39,7 +39,8 @@ pub(super) async fn serve(
         // Dropping the call closes the provider connection; nobody is left to answer.
         () = request.connection.closed() => return Served::Gone,
     };
-    let upstream_ms = called.elapsed().as_secs_f64() * 1000.0;
+    let upstream = called.elapsed();
+    let upstream_ms = upstream.as_secs_f64() * 1000.0;
     let mut completion = match outcome {
         Ok(completion) => completion,
         Err(err) => return request.with_ticket(&head, Err(err)),
@@ -64,6 +65,6 @@ pub(super) async fn serve(
     let issued = head.issue(lane, Outcome::Call(Ok(completion)));
     lane.replays
         .enqueue(request.pending_replay(), issued, false);
-    lane.count("served");
+    lane.count_served(request.route.as_str(), &head.model_group, upstream);
     Served::Answer(response)
 }

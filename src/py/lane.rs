@@ -275,6 +275,34 @@ pub fn lane_counts() -> PyResult<HashMap<String, u64>> {
     Ok(running()?.counts())
 }
 
+/// One route and model group's tally: `(route, model group, requests, bucket counts, seconds)`.
+type ServedRow = (&'static str, String, u64, Vec<u64>, f64);
+
+/// What the lane served since it started, per route and group; the buckets are those of
+/// `lane_upstream_buckets()` plus one past them (the provider calls' durations).
+#[pyfunction]
+pub fn lane_served() -> PyResult<Vec<ServedRow>> {
+    Ok(running()?
+        .served()
+        .into_iter()
+        .map(|(route, group, tally)| {
+            (
+                route,
+                group,
+                tally.requests,
+                tally.buckets,
+                tally.upstream_s,
+            )
+        })
+        .collect())
+}
+
+/// The upper bounds, in seconds, of the lane's upstream-duration buckets.
+#[pyfunction]
+pub fn lane_upstream_buckets() -> Vec<f64> {
+    lane::UPSTREAM_BUCKETS_S.to_vec()
+}
+
 /// Served requests whose replay through the proxy has not finished.
 #[pyfunction]
 pub fn lane_backlog() -> PyResult<usize> {

@@ -12,7 +12,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import litellm
 
@@ -130,20 +130,41 @@ def _why_off(router: Any, litellm_settings: frozenset[str]) -> str | None:
     """The proxy-wide setting under which no request can take the lane (None: it can), named
     as the lane counts it (`lane_off:<setting>`), never with its value."""
     proxy_server = compat.proxy_server()
+    reasons = off_reasons(
+        router,
+        litellm_settings,
+        proxy_server.general_settings or {},
+        proxy_server.master_key,
+        litellm.callbacks,
+        premium=proxy_server.premium_user is True,
+    )
+    # The lane counts one reason (`lane_off:<setting>`); `explain` lists them all.
+    return reasons[0] if reasons else None
 
+
+def off_reasons(
+    router: Any,
+    litellm_settings: frozenset[str],
+    general_settings: Mapping[str, Any],
+    master_key: Any,
+    callbacks: list[Any],
+    *,
+    premium: bool,
+) -> list[str]:
+    """Every proxy-wide setting under which no request can take the lane (empty: it can).
+    `litellm_settings`: the config's keys besides the lane's own. Also what `explain` says."""
+    reasons = []
     odd_litellm = sorted(litellm_settings - _NEUTRAL_LITELLM_SETTINGS)
     if odd_litellm:
-        return f"litellm_settings.{odd_litellm[0]}"
+        reasons.append(f"litellm_settings.{odd_litellm[0]}")
     context = settings.Context(
-        premium=proxy_server.premium_user is True,
+        premium=premium,
         # LiteLLM's own switch for its legacy limiter (`proxy/hooks/__init__.py`).
         legacy_limiter=os.getenv("LEGACY_MULTI_INSTANCE_RATE_LIMITING", "false").lower() == "true",
     )
-    off = settings.why_off(proxy_server.general_settings or {}, context)
-    if off is not None:
-        return off
-    if proxy_server.master_key is None:
-        return "no_master_key"
+    reasons += settings.why_off(general_settings, context)
+    if master_key is None:
+        reasons.append("no_master_key")
     for name in (
         "model_alias_map",
         "cache",
@@ -153,17 +174,17 @@ def _why_off(router: Any, litellm_settings: frozenset[str]) -> str | None:
         "modify_params",
     ):
         if getattr(litellm, name, None):
-            return f"litellm.{name}"
-    busy = [type(c).__name__ for c in litellm.callbacks if not _idle_hook(c)]
+            reasons.append(f"litellm.{name}")
+    busy = [type(c).__name__ for c in callbacks if not _idle_hook(c)]
     if busy:
-        return f"callback.{busy[0]}"
+        reasons += [f"callback.{name}" for name in busy]
     if getattr(router, "routing_strategy", "simple-shuffle") != "simple-shuffle":
-        return "router.routing_strategy"
+        reasons.append("router.routing_strategy")
     if getattr(router, "enable_pre_call_checks", False) or getattr(
         router, "optional_pre_call_checks", None
     ):
-        return "router.pre_call_checks"
-    return None
+        reasons.append("router.pre_call_checks")
+    return reasons
 
 
 # Callbacks that see requests but never change one the lane serves.
@@ -180,6 +201,9 @@ _IDLE_CALLBACKS = frozenset(
         "_ProxyDBLogger",
         "ServiceLogging",
         "SkillsInjectionHook",  # acts on `container.skills`, a field the lane does not take
+        # `callbacks: ["prometheus"]`: its post-call success hook is empty; its metrics come
+        # from success and failure logging, which the replay runs.
+        "PrometheusLogger",
         # Act only on requests in a session (`metadata.session_id`, or `x-litellm-*`
         # headers), which the lane leaves to the proxy.
         "_PROXY_MaxIterationsHandler",
@@ -212,37 +236,85 @@ def _idle_hook(callback: Any) -> bool:
     return all(getattr(type(callback), hook, None) is getattr(base, hook, None) for hook in _HOOKS)
 
 
+class _Served(NamedTuple):
+    """A group the lane serves: its deployments, and whether all of them stream on the lane
+    and take `/v1/messages` calls there."""
+
+    deployments: list[_native.LaneDeployment]
+    streams: bool
+    messages: bool
+
+
 def _groups(router: Any) -> dict[str, list[_native.LaneDeployment]]:
+    return {
+        name: entries.deployments
+        for name, entries in _group_entries(router).items()
+        if isinstance(entries, _Served)
+    }
+
+
+def group_reasons(router: Any) -> dict[str, dict[str, list[str]]]:
+    """Every model group of the router: per lane route (`chat`, `chat stream`, `messages`),
+    why the lane does not serve a plain request of it (empty: it does), by the decisions the
+    lane configures itself with. Also what `explain` says."""
+    reasons: dict[str, dict[str, list[str]]] = {}
+    for name, entries in _group_entries(router).items():
+        if not isinstance(entries, _Served):
+            reasons[name] = {key: list(entries) for key in ("chat", "chat stream", "messages")}
+            continue
+        reasons[name] = {
+            "chat": [],
+            "chat stream": []
+            if entries.streams
+            else ["a deployment's streams stay with the proxy (see docs/lane.md)"],
+            "messages": []
+            if entries.messages
+            else ["a deployment's /v1/messages calls stay with the proxy (see docs/lane.md)"],
+        }
+    return reasons
+
+
+def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
+    """Per group: what the lane serves of it, or the reasons it does not serve it."""
     by_group: dict[str, list[dict[str, Any]]] = {}
     for deployment in router.model_list:
         by_group.setdefault(deployment["model_name"], []).append(deployment)
     fallbacks = _fallback_groups(router)
-    served: dict[str, list[_native.LaneDeployment]] = {}
+    result: dict[str, _Served | tuple[str, ...]] = {}
     for name, deployments in by_group.items():
-        if name in fallbacks or name in (getattr(router, "model_group_alias", None) or {}):
+        if name in fallbacks:
+            result[name] = ("the group has fallbacks (the router would try others)",)
+            continue
+        if name in (getattr(router, "model_group_alias", None) or {}):
+            result[name] = ("the group is a model_group_alias",)
             continue
         entries = [_entry(deployment, router) for deployment in deployments]
-        if all(entry is not None for entry in entries):
-            weights = _weights(deployments)
-            # The proxy asks every stream of the group for usage when all its models take
-            # `stream_options` (and drops the usage chunk the client did not ask for).
-            usage_asked = compat.model_deployments_support_stream_options(
-                model=name, llm_router=router, team_id=None
+        why_not = [entry for entry in entries if isinstance(entry, str)]
+        if why_not:
+            result[name] = tuple(sorted(set(why_not)))
+            continue
+        weights = _weights(deployments)
+        # The proxy asks every stream of the group for usage when all its models take
+        # `stream_options` (and drops the usage chunk the client did not ask for).
+        usage_asked = compat.model_deployments_support_stream_options(
+            model=name, llm_router=router, team_id=None
+        )
+        served = _Served([], streams=True, messages=True)
+        for entry, weight in zip(entries, weights, strict=True):
+            assert not isinstance(entry, str)
+            kwargs, stream_timeout = entry
+            streams = None
+            if stream_timeout is not None:
+                streams = _native.LaneStreams(timeout=stream_timeout, asks_usage=bool(usage_asked))
+            served.deployments.append(
+                _native.LaneDeployment(**kwargs, streams=streams, weight=weight)
             )
-            served[name] = []
-            for entry, weight in zip(entries, weights, strict=True):
-                if entry is None:
-                    continue
-                kwargs, stream_timeout = entry
-                streams = None
-                if stream_timeout is not None:
-                    streams = _native.LaneStreams(
-                        timeout=stream_timeout, asks_usage=bool(usage_asked)
-                    )
-                served[name].append(
-                    _native.LaneDeployment(**kwargs, streams=streams, weight=weight)
-                )
-    return served
+            served = served._replace(
+                streams=served.streams and streams is not None,
+                messages=served.messages and kwargs["messages"] is not None,
+            )
+        result[name] = served
+    return result
 
 
 def _fallback_groups(router: Any) -> set[str]:
@@ -266,18 +338,18 @@ def _weights(deployments: list[dict[str, Any]]) -> list[float | None]:
     return [None] * len(deployments)
 
 
-def _entry(
-    deployment: Mapping[str, Any], router: Any
-) -> tuple[dict[str, Any], float | None] | None:
+def _entry(deployment: Mapping[str, Any], router: Any) -> tuple[dict[str, Any], float | None] | str:
     """`_native.LaneDeployment`'s arguments but its streams and weight, and its streams'
-    timeout, for a deployment the lane can call; the stream timeout is None when its streams
-    stay with the proxy, `messages` when its `/v1/messages` calls do. Timeouts are the
-    router's for the deployment, as it passes them to each call."""
+    timeout, for a deployment the lane can call (else why not); the stream timeout is None when
+    its streams stay with the proxy, `messages` when its `/v1/messages` calls do. Timeouts are
+    the router's for the deployment, as it passes them to each call."""
     litellm_params = dict(deployment.get("litellm_params") or {})
     params = dict(litellm_params)
     info = deployment.get("model_info") or {}
-    if params.pop("rust", None) is not True or any("cost" in key for key in info):
-        return None
+    if params.pop("rust", None) is not True:
+        return "a deployment without rust: true"
+    if any("cost" in key for key in info):
+        return "a deployment with its own prices in model_info"
     kwargs = {**params, "messages": [{"role": "user", "content": "x"}]}
 
     def routed(stream: bool) -> Any:
@@ -288,11 +360,13 @@ def _entry(
         return routing.route(call)
 
     route = routed(stream=False)
-    if isinstance(route, Decline) or isinstance(route, routing.StreamRoute):
-        return None
+    if isinstance(route, Decline):
+        return f"the fast path declines its chat calls ({route.code})"
+    if isinstance(route, routing.StreamRoute):
+        return "its chat calls are streams"
     pricing = prices.lane_pricing(route.provider, route.model)
     if pricing is None:
-        return None
+        return "its prices are not ones the lane works out as LiteLLM does (tiers, other units)"
     model_id = str(info.get("id"))
     headers = [("x-litellm-model-id", model_id), ("x-litellm-model-name", params["model"])]
     api_base = route.deployment.api_base

@@ -666,11 +666,12 @@ GENERAL_SETTINGS: dict[str, Setting] = {
 }
 
 
-def why_off(general_settings: Mapping[str, Any], context: Context) -> str | None:
-    """The first configured key (by name) that turns the lane off, as `general_settings.<key>`;
-    None when every key leaves it on. Never the value: it may be a secret."""
-    for key in sorted(general_settings, key=str):
-        setting = GENERAL_SETTINGS.get(key)
-        if setting is None or setting.turns_off(general_settings[key], context):
-            return f"general_settings.{key}"
-    return None
+def why_off(general_settings: Mapping[str, Any], context: Context) -> list[str]:
+    """Every configured key (by name) that turns the lane off, as `general_settings.<key>`;
+    empty when every key leaves it on. Never the value: it may be a secret."""
+    return [
+        f"general_settings.{key}"
+        for key in sorted(general_settings, key=str)
+        if (setting := GENERAL_SETTINGS.get(key)) is None
+        or setting.turns_off(general_settings[key], context)
+    ]

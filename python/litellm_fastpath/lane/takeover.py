@@ -11,10 +11,9 @@ import logging
 import os
 import socket
 import tempfile
-from collections.abc import Mapping
 from typing import Any
 
-from litellm_fastpath import _native, claims, compat
+from litellm_fastpath import _native, claims, compat, metrics
 from litellm_fastpath.lane import groups, middleware, replay
 
 logger = logging.getLogger("litellm_fastpath")
@@ -33,23 +32,10 @@ def counts() -> dict[str, int]:
 
 
 def _configured() -> frozenset[str] | None:
-    """The config file's other `litellm_settings` keys, when the file turns the lane on (read
-    here because the proxy applies `litellm_settings` in file order, possibly after importing
-    our callback); None when it does not."""
-    import yaml  # type: ignore[import-untyped,unused-ignore]  # LiteLLM's dependency
-
-    proxy_server = compat.proxy_server()
-
-    path = getattr(proxy_server, "user_config_file_path", None)
-    if not path:
-        return None
-    try:
-        with open(path) as file:
-            config = yaml.safe_load(file) or {}
-    except (OSError, yaml.YAMLError):
-        return None
-    settings = config.get("litellm_settings") or {}
-    if not isinstance(settings, Mapping) or settings.get(SETTING) is not True:
+    """The config file's other `litellm_settings` keys, when the file turns the lane on; None
+    when it does not."""
+    settings = compat.config_litellm_settings()
+    if settings is None or settings.get(SETTING) is not True:
         return None
     return frozenset(settings) - {SETTING}
 
@@ -121,6 +107,8 @@ def take_over() -> None:
     loop = asyncio.get_running_loop()
     _background.add(loop.create_task(groups.keep_current(litellm_settings)))
     _background.add(loop.create_task(replay.replay_served()))
+    if metrics.recorder is not None:
+        _background.add(loop.create_task(metrics.fold_lane_forever()))
     logger.info("fastpath_lane: serving on %s:%s", config.host, config.port)
 
 
@@ -160,6 +148,7 @@ def _wrap_shutdown(server: Any) -> None:
             await asyncio.sleep(0.02)
         # LiteLLM's own drain, next, waits for its in-flight count to reach zero.
         middleware.count_in_flight()
+        metrics.fold_lane()
         await shutdown(*args, **kwargs)
 
     server.shutdown = drained_shutdown
