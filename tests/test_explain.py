@@ -182,7 +182,7 @@ def test_the_readme_and_demo_configs(tmp_path: Path) -> None:
     document, code = explained(readme, tmp_path)
     assert code == 0
     assert document["lane"] is False
-    assert document["lane_off"] == ["litellm_settings.fastpath_lane is not true", "no master key"]
+    assert document["lane_off"] == ["litellm_settings.fastpath_lane is not true", "no_master_key"]
     by_model = routes(document)
     assert by_model["claude"]["chat"]["path"] == "rust"
     assert by_model["claude"]["messages"]["path"] == "rust"
@@ -209,9 +209,8 @@ def test_the_readme_and_demo_configs(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("general", "reason"),
     [
-        ({"master_key": "sk-1", "database_url": "os.environ/DATABASE_URL"}, "database_url"),
         ({"master_key": "sk-1", "custom_auth": "tests.lane_keys.custom_auth"}, "custom_auth"),
-        ({}, "no master key"),
+        ({}, "no_master_key"),
     ],
 )
 def test_settings_that_keep_the_lane_off_are_named(
@@ -228,3 +227,16 @@ def test_settings_that_keep_the_lane_off_are_named(
     chat = routes(document)["claude"]["chat"]
     assert chat["path"] == "rust"
     assert any(reason in r for r in chat["reasons"])
+
+
+def test_a_database_leaves_the_lane_on(tmp_path: Path) -> None:
+    """`database_url` acts at startup and after the answer (docs/settings.md): explain, like the
+    lane's gate, keeps the lane on for it."""
+    config = {
+        "model_list": mixed_models("http://127.0.0.1:9")[:1],
+        "litellm_settings": {"callbacks": [ACCELERATOR], "fastpath_lane": True},
+        "general_settings": {"master_key": "sk-1", "database_url": "os.environ/DATABASE_URL"},
+    }
+    document, _code = explained(config, tmp_path)
+    assert document["lane"] is True, document["lane_off"]
+    assert document["lane_off"] == []
