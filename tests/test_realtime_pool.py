@@ -393,7 +393,13 @@ def lane_proxy(lane_upstream: RealtimeUpstream, lane_log: Path) -> Iterator[Prox
         {"model_name": "plain-realtime", "litellm_params": params},
         {"model_name": "rust-realtime", "litellm_params": {**params, "rust": True}},
     ]
-    server = logged_proxy(models, lane_log, fastpath_realtime_pool=POOL, fastpath_lane=True)
+    server = logged_proxy(
+        models,
+        lane_log,
+        callbacks=("prometheus",),
+        fastpath_realtime_pool=POOL,
+        fastpath_lane=True,
+    )
     with server:
         yield server
 
@@ -419,3 +425,30 @@ def test_the_pool_behind_the_lane(
     # The lane was on: the proxy's events carry its counts.
     events = events_for(lane_log, "rust-realtime", 1)
     assert events and events[-1]["lane"] is not None
+
+
+def test_the_pool_on_the_proxys_metrics(
+    lane_proxy: ProxyProcess, lane_upstream: RealtimeUpstream, lane_log: Path
+) -> None:
+    """With LiteLLM's prometheus callback on, the pool's events and warm sessions are on
+    `/metrics`, equal to the pool's own counts (hits and misses change only with clients)."""
+    from tests.test_metrics_proxy import scrape, value
+
+    hits_before = _pool_counts(lane_log).get("hits", 0)
+    _wait_warm(lane_upstream)
+    _run(lane_proxy, "rust-realtime", "conversation")
+    _wait_count(lane_log, "hits", hits_before + 1)
+    counts = _pool_counts(lane_log)
+    series = scrape(lane_proxy)
+    for event in ("hits", "misses"):
+        assert value(series, "litellm_fastpath_realtime_pool_events_total", event=event) == (
+            counts.get(event, 0)
+        )
+    assert (
+        value(series, "litellm_fastpath_realtime_pool_events_total", event="dials")
+        >= (counts["hits"])
+    )
+    wait_until(
+        lambda: value(scrape(lane_proxy), "litellm_fastpath_realtime_pool_warm") > 0,
+        lambda: "no warm session on /metrics",
+    )

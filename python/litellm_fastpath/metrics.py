@@ -74,6 +74,16 @@ class Recorder:
             ["route", "path"],
             buckets=_native.lane_upstream_buckets(),
         )
+        self.pool_events = Counter(
+            PREFIX + "realtime_pool_events",
+            "The realtime session pool: hits, misses, expiries, dead, dials, dial_failures",
+            ["event"],
+        )
+        self.pool_warm = Gauge(
+            PREFIX + "realtime_pool_warm",
+            "Warm realtime sessions waiting in the pool (summed over live workers)",
+            multiprocess_mode="livesum",
+        )
         self._lane_reasons = frozenset(_native.lane_reasons())
         self._lane_counts: dict[str, int] = {}
         self._lane_served: dict[tuple[str, str], tuple[int, list[int], float]] = {}
@@ -150,6 +160,15 @@ def _router() -> Any:
 
     proxy_server = sys.modules.get("litellm.proxy.proxy_server")
     return getattr(proxy_server, "llm_router", None)
+
+
+def realtime_pool(event: str | None, warm: int) -> None:
+    """A realtime pool event (None: only the number of warm sessions changed)."""
+    if recorder is None:
+        return
+    if event is not None:
+        recorder.pool_events.labels(event).inc()
+    recorder.pool_warm.set(warm)
 
 
 async def fold_lane_forever() -> None:

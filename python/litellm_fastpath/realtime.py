@@ -31,7 +31,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from litellm_fastpath import compat
+from litellm_fastpath import compat, metrics
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -79,12 +79,22 @@ _binding: contextvars.ContextVar[_Binding | None] = contextvars.ContextVar(
 )
 
 
+def _warm_sessions() -> int:
+    return sum(len(pool.ready) for pool in _pools.values())
+
+
+def _count(event: str) -> None:
+    """One pool event, in this worker's counts and (when they are on) the proxy's metrics."""
+    _counts[event] += 1
+    metrics.realtime_pool(event, _warm_sessions())
+
+
 def realtime_pool_counts() -> dict[str, int]:
     """This worker's pool counts: sessions handed out warm (`hits`), clients that found none and
     dialed (`misses`), warm sessions closed for age (`expiries`) or found closed or talking
     (`dead`), pool dials started (`dials`) and failed (`dial_failures`), and `warm`: sessions
     waiting now."""
-    return {**_counts, "warm": sum(len(pool.ready) for pool in _pools.values())}
+    return {**_counts, "warm": _warm_sessions()}
 
 
 def install() -> None:
@@ -267,9 +277,9 @@ class _PooledConnect:
         pool = _pool_for(self._binding, self._uri, self._kwargs)
         warm = await pool.take() if pool is not None else None
         if warm is None:
-            _counts["misses"] += 1
+            _count("misses")
             return await _original_connect(self._uri, **self._kwargs)
-        _counts["hits"] += 1
+        _count("hits")
         return _WarmBackend(warm.connection, warm.first_event)
 
     def __await__(self) -> Any:
@@ -373,12 +383,12 @@ class _Pool:
             while self.ready:
                 warm = self.ready.popleft()
                 if time.monotonic() - warm.born > self.idle_s:
-                    _counts["expiries"] += 1
+                    _count("expiries")
                     self._discard(warm)
                     continue
                 if await self._still_pristine(warm):
                     return warm
-                _counts["dead"] += 1
+                _count("dead")
                 self._discard(warm)
             return None
         finally:
@@ -406,7 +416,7 @@ class _Pool:
         if warm in self.ready:
             self.ready.remove(warm)
             warm.watch = None
-            _counts["dead"] += 1
+            _count("dead")
             self._discard(warm)
             self._wake.set()
 
@@ -425,7 +435,7 @@ class _Pool:
                 return
             idle_s = self.idle_s
             while self.ready and now - self.ready[0].born > idle_s:
-                _counts["expiries"] += 1
+                _count("expiries")
                 self._discard(self.ready.popleft())
             while len(self.ready) > self.size:  # the pool was made smaller
                 self._discard(self.ready.pop())
@@ -445,7 +455,7 @@ class _Pool:
 
     async def _dial(self) -> None:
         assert _original_connect is not None
-        _counts["dials"] += 1
+        _count("dials")
         connection = None
         try:
             connection = await _original_connect(self._uri, **self._kwargs)
@@ -453,7 +463,7 @@ class _Pool:
             if not _is_session_created(first_event):
                 raise _NotASession
         except Exception as exc:  # refused, unreachable, stalled: back off
-            _counts["dial_failures"] += 1
+            _count("dial_failures")
             if connection is not None:
                 self._spawn(_close_quietly(connection))
             now = time.monotonic()
@@ -473,6 +483,7 @@ class _Pool:
                 warm = _Warm(connection, first_event, time.monotonic())
                 warm.watch = self._spawn(self._watch(warm))
                 self.ready.append(warm)
+                metrics.realtime_pool(None, _warm_sessions())
         finally:
             self._dialing -= 1
             self._wake.set()
