@@ -329,6 +329,20 @@ def proxy_server() -> Any:
     return importlib.import_module(_PROXY_SERVER)
 
 
+def load_callback(name: str, config_path: str) -> Any:
+    """A custom callback (`module.instance`) loaded as the proxy loads one from its config."""
+    from litellm.proxy.types_utils.utils import get_instance_fn
+
+    return get_instance_fn(value=name, config_file_path=config_path)
+
+
+def prometheus_configured(litellm_settings: Mapping[str, Any] | None) -> bool:
+    """Whether `litellm_settings` turn LiteLLM's prometheus callback on (LiteLLM's own reading)."""
+    from litellm.proxy.proxy_cli import ProxyInitializationHelpers
+
+    return bool(ProxyInitializationHelpers._prometheus_callback_configured(litellm_settings))
+
+
 def logging_executor() -> Any:
     """The thread pool LiteLLM's synchronous wrapper runs success logging on."""
     import litellm.utils

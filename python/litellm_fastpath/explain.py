@@ -107,9 +107,9 @@ def _callbacks(settings: Mapping[str, Any], config_path: str) -> list[Any]:
         if name == ACCELERATOR or not isinstance(name, str) or "." not in name:
             loaded.append(name)
             continue
-        from litellm.proxy.types_utils.utils import get_instance_fn
+        from litellm_fastpath import compat
 
-        loaded.append(get_instance_fn(value=name, config_file_path=config_path))
+        loaded.append(compat.load_callback(name, config_path))
     return loaded
 
 

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from litellm_fastpath import _native
+from litellm_fastpath import _native, compat
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -124,9 +124,7 @@ recorder: Recorder | None = None
 def prometheus_configured(litellm_settings: Mapping[str, Any] | None) -> bool:
     """Whether the proxy's `litellm_settings` turn LiteLLM's prometheus callback on (LiteLLM's
     own reading of them)."""
-    from litellm.proxy.proxy_cli import ProxyInitializationHelpers
-
-    return bool(ProxyInitializationHelpers._prometheus_callback_configured(litellm_settings))
+    return compat.prometheus_configured(litellm_settings)
 
 
 def enable(litellm_settings: Mapping[str, Any] | None) -> None:
