@@ -552,6 +552,44 @@ def test_keys_without_limits_are_billed_alike(arms: dict[str, Arm], route: str) 
         assert lane_counts(arms["lane"].log).get("served", 0) >= served_before + 2
 
 
+@pytest.mark.parametrize(("arms", "route"), cases(("chat", "messages-stream")), indirect=["arms"])
+@pytest.mark.parametrize("owner", ["user", "team"])
+def test_keys_of_users_and_teams_without_limits_take_the_lane(
+    arms: dict[str, Arm], route: str, owner: str
+) -> None:
+    """A key with a user or a team, none of them with a budget or a limit: LiteLLM's checks
+    for the user or team pass once, the lane serves the key's next requests, and every arm's
+    spend (the key's, the user's or team's) comes out the same."""
+    key, owner_id = f"sk-{owner}-unlimited-{route}", f"{owner}-unlimited-{route}"
+    seed(arms, keys={key: {f"{owner}_id": owner_id}}, **{f"{owner}s": {owner_id: {}}})
+    served_before = lane_counts(arms["lane"].log).get("served", 0)
+    sequence = run_sequence(arms, route, key, 3, frozenset({token_hash(key), owner_id}))
+    assert [a.status for a in sequence.answers["plain"]] == [200] * 3
+    assert_alike(sequence, route)
+    assert lane_counts(arms["lane"].log).get("served", 0) >= served_before + 2
+
+
+@pytest.mark.parametrize("arms", ["memory"], indirect=True)
+def test_a_team_s_model_access_and_block_hold_on_the_lane(arms: dict[str, Arm]) -> None:
+    """The lane serves a team's key only for the groups LiteLLM lets the team call, and stops
+    the moment LiteLLM's cache holds the team blocked: every arm answers alike throughout."""
+    key, team = "sk-team-scoped", "team-scoped"
+    seed(arms, keys={key: {"team_id": team}}, teams={team: {"models": ["chat"]}})
+    names = frozenset({token_hash(key), team})
+    allowed = run_sequence(arms, "chat", key, 2, names)
+    assert [a.status for a in allowed.answers["plain"]] == [200, 200]
+    assert_alike(allowed, "chat")
+    served = lane_counts(arms["lane"].log).get("served", 0)
+    refused = run_sequence(arms, "chat-stream", key, 2, names)
+    assert all(a.status >= 400 for a in refused.answers["plain"]), refused.answers["plain"]
+    assert_alike(refused, "chat-stream")
+    seed(arms, teams={team: {"models": ["chat"], "blocked": True}})
+    blocked = run_sequence(arms, "chat", key, 2, names)
+    assert all(a.status >= 400 for a in blocked.answers["plain"]), blocked.answers["plain"]
+    assert_alike(blocked, "chat")
+    assert lane_counts(arms["lane"].log).get("served", 0) == served
+
+
 UPSTREAM_PATHS = {
     "chat": "/chat/completions",
     "chat-stream": f"{STREAM_BASE}/chat/completions",

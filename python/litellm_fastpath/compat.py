@@ -90,6 +90,9 @@ _PRIVATE: dict[str, tuple[str, str]] = {
     ),
     "LITELLM_PROXY_MASTER_KEY_ALIAS": ("litellm.constants", "LITELLM_PROXY_MASTER_KEY_ALIAS"),
     "can_key_call_model": ("litellm.proxy.auth.auth_checks", "can_key_call_model"),
+    "common_checks": ("litellm.proxy.auth.auth_checks", "common_checks"),
+    "LiteLLM_TeamTableCachedObj": ("litellm.proxy._types", "LiteLLM_TeamTableCachedObj"),
+    "LiteLLM_UserTable": ("litellm.proxy._types", "LiteLLM_UserTable"),
     "user_api_key_auth": ("litellm.proxy.auth.user_api_key_auth", "user_api_key_auth"),
     "proxy_chat_completion": ("litellm.proxy.proxy_server", "chat_completion"),
     "proxy_anthropic_response": (

@@ -47,7 +47,9 @@ async def _replay(record: _native.LaneReplay) -> None:
         if claimed is None:
             return
         claims.hold(claimed)
-        request = _request(record.path, record.headers, record.body, record.client, record.server)
+        request = asgi_request(
+            record.path, record.headers, record.body, record.client, record.server
+        )
         key = await compat.user_api_key_auth(
             request=request,
             api_key=request.headers.get("authorization"),
@@ -85,7 +87,7 @@ async def _replay(record: _native.LaneReplay) -> None:
         _native.lane_replayed()
 
 
-def _request(
+def asgi_request(
     path: str,
     headers: list[tuple[str, str]],
     body: bytes,

@@ -199,8 +199,8 @@ GENERAL_SETTINGS: dict[str, Setting] = {
         "never asked for. The lane does only the unset behaviour.",
     ),
     "apply_user_budget_to_team_keys": _on(
-        "Team keys are also held to their user's budget; keys with a team or a user get no lane "
-        "verdict (#26 point 2 revisits it)."
+        "Team keys are also held to their user's budget; keys with a budget (key, user or team) "
+        "get no lane verdict (#26 point 2 revisits it)."
     ),
     "auto_redirect_ui_login_to_sso": _on("Acts only on routes the lane never serves (UI config)."),
     "background_health_check_model_groups": _on(
