@@ -37,7 +37,7 @@ from devtools.answers import anthropic_stream_events, openai_stream_events, stre
 from devtools.deployments import deployment_kwargs, embedding_deployment_kwargs
 from devtools.polling import wait_until
 from devtools.processes import ProxyProcess, free_port
-from devtools.proxy_logger import lane_counts, logged_proxy
+from devtools.proxy_logger import lane_counts, logged_proxy, wait_for_count
 from devtools.upstream import RecordingUpstream, Reply
 from tests.conftest import VOLATILE_HEADERS as BASE_VOLATILE
 from tests.conftest import stable_headers
@@ -639,3 +639,62 @@ def test_a_failed_request_gives_its_reservation_back(
         sequence.final[name] = settled(arm, names)
     assert [a.status for a in sequence.answers["plain"]] == [500, 200]
     assert_alike(sequence, route)
+
+
+# -- two proxies sharing one Redis ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shared_redis_pair(
+    upstream_server: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Arm]]:
+    """Two proxy instances behind one load balancer, sharing one Redis as LiteLLM's production
+    setup does: one with the lane on `rust: true` models, one plain."""
+    executable = shutil.which("redis-server")
+    if executable is None:
+        pytest.skip("redis-server is not installed (.ci/run installs it)")
+    server = RedisServer(executable)
+    pair: dict[str, Arm] = {}
+    try:
+        server.wait_ready()
+        env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(server.port)}
+        stream_replies(upstream_server)
+        for name in ("lane", "plain"):
+            log = tmp_path_factory.mktemp(f"shared-{name}") / "events.jsonl"
+            log.touch()
+            settings = {"fastpath_lane": True} if name == "lane" else {}
+            proxy = logged_proxy(
+                route_models(upstream_server, rust=name == "lane"),
+                log,
+                callbacks=("tests.spend_probe.probe",),
+                env=env,
+                **settings,
+            )
+            pair[name] = Arm(name, proxy, log)
+        on_each(pair, lambda arm: arm.proxy.start())
+        on_each(pair, wait_for_probe)
+        yield pair
+    finally:
+        for arm in pair.values():
+            arm.proxy.stop()
+            arm.proxy._cleanup_tmp()
+        server.stop()
+
+
+@pytest.mark.parametrize("route", ["chat", "messages-stream"])
+def test_a_rate_limit_holds_across_two_proxies_sharing_redis(
+    shared_redis_pair: dict[str, Arm], route: str
+) -> None:
+    """A key's rpm limit counts the requests of both instances, the lane's one included: a
+    burst of 10 at once, 5 to each, admits exactly the limit; a key without limits takes the
+    lane there meanwhile."""
+    limited, unlimited = f"sk-shared-rpm-{route}", f"sk-shared-free-{route}"
+    seed(shared_redis_pair, keys={limited: {"rpm_limit": 4}, unlimited: {}})
+    lane = shared_redis_pair["lane"]
+    served_before = lane_counts(lane.log).get("served", 0)
+    targets = [arm for arm in shared_redis_pair.values() for _ in range(5)]
+    with concurrent.futures.ThreadPoolExecutor(len(targets)) as pool:
+        statuses = list(pool.map(lambda arm: send(arm, route, limited).status, targets))
+    assert sorted(statuses) == [200] * 4 + [429] * 6, statuses
+    assert [send(lane, route, unlimited).status for _ in range(3)] == [200] * 3
+    wait_for_count(lane.log, "served", served_before + 2)
