@@ -590,6 +590,36 @@ def test_a_team_s_model_access_and_block_hold_on_the_lane(arms: dict[str, Arm]) 
     assert lane_counts(arms["lane"].log).get("served", 0) == served
 
 
+@pytest.mark.parametrize("arms", ["memory"], indirect=True)
+def test_requests_naming_an_end_user_go_to_the_proxy_with_a_database(
+    arms: dict[str, Arm],
+) -> None:
+    """With a database LiteLLM checks an end user's budget, limits and model access per
+    request: once the lane serves a key, its `/v1/messages` requests whose `metadata.user_id`
+    names an end user still go to the proxy (counted `lane_end_user`), every arm answering
+    alike."""
+    key = "sk-end-user"
+    seed(arms, keys={key: {}})
+    lane = arms["lane"]
+    before = lane_counts(lane.log)
+    assert [send(lane, "messages", key).status for _ in range(2)] == [200, 200]
+    served = wait_for_count(lane.log, "served", before.get("served", 0) + 1)["served"]
+
+    def on_arm(arm: Arm) -> list[Answer]:
+        headers = {"Authorization": f"Bearer {key}"}
+        named = {"model": "messages", "messages": HI, "max_tokens": 16}
+        named["metadata"] = {"user_id": "end-user-7"}
+        sent = [arm.proxy.post("/v1/messages", json=named, headers=headers) for _ in range(3)]
+        return [answer(response) for response in sent]
+
+    answers = on_each(arms, on_arm)
+    for name in ARMS[1:]:
+        assert_same(comparable(answers[name]), comparable(answers["plain"]), f"{name} answers")
+    assert [a.status for a in answers["plain"]] == [200] * 3
+    counts = wait_for_count(lane.log, "lane_end_user", before.get("lane_end_user", 0) + 3)
+    assert counts["served"] == served
+
+
 UPSTREAM_PATHS = {
     "chat": "/chat/completions",
     "chat-stream": f"{STREAM_BASE}/chat/completions",

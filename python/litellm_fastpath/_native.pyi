@@ -203,7 +203,10 @@ def start_lane(
 ) -> None: ...
 def lane_stop() -> None: ...
 def lane_configure(
-    off: str | None, headers: list[tuple[str, str]], openai_headers: list[str]
+    off: str | None,
+    headers: list[tuple[str, str]],
+    openai_headers: list[str],
+    end_users: bool = False,
 ) -> None: ...
 
 @final

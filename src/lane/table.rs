@@ -133,6 +133,8 @@ pub struct Settings {
     /// Why no request may take the lane (the setting that turns it off, never its value); None
     /// when requests may take it.
     pub off: Option<String>,
+    /// LiteLLM keeps end users (the proxy has a database): requests naming one go to the proxy.
+    pub end_users: bool,
 }
 
 #[derive(Default)]

@@ -138,6 +138,9 @@ named_reasons! {
         /// `/v1/messages` with thinking, sampling params or `anthropic-*` headers the lane has not
         /// seen LiteLLM treat yet for the deployment (the proxy's path teaches it).
         Unseen => "lane_unseen",
+        /// A request naming an end user (`/v1/messages` `metadata.user_id`) on a proxy with a
+        /// database, where LiteLLM checks the end user's budget, limits and model access.
+        EndUser => "lane_end_user",
     }
 }
 

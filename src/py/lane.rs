@@ -97,18 +97,20 @@ pub fn lane_stop() {
 
 /// The proxy-wide settings: why the lane serves nothing (the setting that turns it off, None
 /// when it serves), the headers every answer carries, and the provider headers LiteLLM passes
-/// on under their own names.
+/// on under their own names, and whether LiteLLM keeps end users (a database).
 #[pyfunction]
-#[pyo3(signature = (off, headers, openai_headers))]
+#[pyo3(signature = (off, headers, openai_headers, end_users = false))]
 pub fn lane_configure(
     off: Option<String>,
     headers: Vec<(String, String)>,
     openai_headers: Vec<String>,
+    end_users: bool,
 ) -> PyResult<()> {
     running()?.table.set_settings(Settings {
         headers,
         openai_headers: openai_headers.into_iter().collect(),
         off,
+        end_users,
     });
     Ok(())
 }

@@ -100,7 +100,14 @@ def _router_state(router: Any) -> tuple[Any, ...]:
         tuple(id(callback) for callback in litellm.callbacks),
         proxy_server.premium_user,
         compat.hsts_enabled(),
+        _keeps_end_users(),
     )
+
+
+def _keeps_end_users() -> bool:
+    """Whether LiteLLM keeps end users, whose budgets, limits and model access its auth checks
+    per request: only with a database (`get_end_user_object` needs one)."""
+    return compat.proxy_server().prisma_client is not None
 
 
 def _fingerprint(content: Any) -> str:
@@ -119,7 +126,9 @@ def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
     _lane_groups = frozenset(groups)
     replay.install_forced_pick(router)
     _native.lane_set_groups(groups)
-    _native.lane_configure(why_off, _answer_headers(), list(_openai_headers()))
+    _native.lane_configure(
+        why_off, _answer_headers(), list(_openai_headers()), end_users=_keeps_end_users()
+    )
     status = f"off ({why_off})" if why_off else f"serving model groups {sorted(groups)}"
     if status != _status:
         logger.warning("fastpath_lane: %s", status)

@@ -288,7 +288,7 @@ def _unset(value: Any, default: Any) -> bool:
     """A field at its default; LiteLLM fills some with an empty container instead of None."""
     if value == default:
         return True
-    empty = ({}, [], ())
+    empty: tuple[Any, ...] = ({}, [], ())
     return (value is None and default in empty) or (default is None and value in empty)
 
 

@@ -58,6 +58,9 @@ fn admit(
     let lane = request.lane;
     let key_hash = gate(lane, request.parts, Route::Messages)?;
     let parsed = request::parse(request.body).map_err(|_| LaneReason::Body)?;
+    if parsed.end_user && lane.table.settings().end_users {
+        return Err(LaneReason::EndUser);
+    }
     let client_headers =
         request::client_headers(&request.parts.headers).ok_or(LaneReason::Header)?;
     let judged = judge(lane, key_hash, &parsed.model)?;

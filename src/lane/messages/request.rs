@@ -34,6 +34,9 @@ pub struct MessagesBody {
     /// `json.dumps(..., sort_keys=True, separators=(",", ":"), ensure_ascii=False)` writes them;
     /// None without thinking or sampling params.
     pub small_params: Option<String>,
+    /// `metadata.user_id` names an end user (LiteLLM's `get_end_user_id_from_request_body`:
+    /// a string that is not blank).
+    pub end_user: bool,
 }
 
 pub fn parse(body: &[u8]) -> Result<MessagesBody, NotForLane> {
@@ -67,6 +70,11 @@ pub fn parse(body: &[u8]) -> Result<MessagesBody, NotForLane> {
         Some(Value::Array(items)) => Value::Array(items),
         _ => return Err(NotForLane("messages is not a list")),
     };
+    let end_user = given
+        .get("metadata")
+        .and_then(|metadata| metadata.get("user_id"))
+        .and_then(Value::as_str)
+        .is_some_and(|user| !user.trim().is_empty());
     let mut small = Map::new();
     small.insert("max_tokens".into(), max_tokens.clone());
     let mut fields = vec![
@@ -92,6 +100,7 @@ pub fn parse(body: &[u8]) -> Result<MessagesBody, NotForLane> {
         fields,
         stream,
         small_params,
+        end_user,
     })
 }
 
@@ -195,6 +204,20 @@ mod tests {
             field_names(&request),
             ["messages", "max_tokens", "metadata", "system", "tools"]
         );
+    }
+
+    #[test]
+    fn a_user_id_that_is_not_blank_names_an_end_user() {
+        let hi = json!([{"role": "user", "content": "hi"}]);
+        let named = |metadata: Value| {
+            let given =
+                json!({"model": "m", "max_tokens": 5, "messages": hi, "metadata": metadata});
+            parse(&body(given)).unwrap().end_user
+        };
+        assert!(named(json!({"user_id": "u1"})));
+        assert!(!named(json!({"user_id": "  "})));
+        assert!(!named(json!({"user_id": null})));
+        assert!(!named(json!({})));
     }
 
     #[test]
