@@ -151,6 +151,8 @@ class _Verdicts:
         served = groups.served_groups()
         judged = self.judged.get(key.token)
         if judged is None or now - judged[1] >= ttl / 2 or judged[2] is not served:
+            if judged is None and len(self.judged) >= _MAX_JUDGED:
+                self.prune(now - ttl)
             found = await _judge(key)
             if found is None:
                 self.forget(key.token)
@@ -181,12 +183,26 @@ class _Verdicts:
         if self.judged.pop(key_hash, None) is not None:
             _native.lane_set_key(key_hash, [], None, 0.0, 0.0)
 
+    def prune(self, before: float) -> None:
+        """Forgets the verdicts worked out before `before` (in the lane too: their objects go
+        unwatched), and the objects only they rested on."""
+        for key_hash, (_, judged_at, _) in list(self.judged.items()):
+            if judged_at < before:
+                self.forget(key_hash)
+        for cache_key, resting in list(self.resting_on.items()):
+            for key_hash in [k for k in resting if k not in self.judged]:
+                del resting[key_hash]
+            if not resting:
+                del self.resting_on[cache_key]
+
     def forget_all(self) -> None:
         for key_hash in list(self.judged):
             self.forget(key_hash)
         self.resting_on.clear()
 
 
+# Verdicts held at once before the stale ones go (as many as the lane's own table holds).
+_MAX_JUDGED = 100_000
 _verdicts = _Verdicts()
 
 
