@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime
 import functools
 import hashlib
-import json
 import time
 from typing import Any
 
@@ -130,7 +129,7 @@ class _Verdicts:
         # Key hash -> (allowed groups, when worked out, of which served groups).
         self.judged: dict[str, tuple[list[str] | None, float, frozenset[str]]] = {}
         # Cache key -> {key hash: the object's fingerprint when judged}.
-        self.resting_on: dict[str, dict[str, str]] = {}
+        self.resting_on: dict[str, dict[str, Any]] = {}
 
     async def note(self, key: Any) -> None:
         install_invalidation()
@@ -287,17 +286,37 @@ async def _cached(cache_key: str, model_type: Any) -> Any:
 
 def _at_defaults(value: Any, reapplied: frozenset[str]) -> bool:
     """Every field but those the lane re-applies (or judges) is at its default."""
-    fields = getattr(type(value), "model_fields", None)
-    if fields is None:
+    defaults = _defaults(type(value))
+    if defaults is None:
         return False
-    for name, field in fields.items():
-        if name in reapplied:
-            continue
-        if field.is_required():
-            return False
-        if not _unset(getattr(value, name), field.get_default(call_default_factory=True)):
-            return False
-    return True
+    return all(
+        name in reapplied or (default is not _REQUIRED and _unset(getattr(value, name), default))
+        for name, default in defaults.items()
+    )
+
+
+_REQUIRED = object()
+
+
+_DEFAULTS: dict[type, dict[str, Any] | None] = {}
+
+
+def _defaults(cls: type) -> dict[str, Any] | None:
+    """A model's fields and their defaults (`_REQUIRED`: none), worked out once per class
+    (the check runs on every request LiteLLM judges)."""
+    if cls not in _DEFAULTS:
+        fields = getattr(cls, "model_fields", None)
+        _DEFAULTS[cls] = (
+            None
+            if fields is None
+            else {
+                name: _REQUIRED
+                if field.is_required()
+                else field.get_default(call_default_factory=True)
+                for name, field in fields.items()
+            }
+        )
+    return _DEFAULTS[cls]
 
 
 def _unset(value: Any, default: Any) -> bool:
@@ -308,14 +327,14 @@ def _unset(value: Any, default: Any) -> bool:
     return (value is None and default in empty) or (default is None and value in empty)
 
 
-def _fingerprint(value: Any) -> str:
-    """What a verdict read of a cached object (as LiteLLM caches it, or decoded): every field
-    but spend and clocks."""
+def _fingerprint(value: Any) -> Any:
+    """What a verdict read of a cached object (as LiteLLM caches it, or decoded: the same JSON
+    form), to compare with `==`: every field but spend and clocks."""
     if hasattr(value, "model_dump"):
         value = value.model_dump(mode="json")
     if isinstance(value, dict):
-        value = {k: v for k, v in value.items() if k not in _UNJUDGED_FIELDS}
-    return json.dumps(value, sort_keys=True, default=str)
+        return {k: v for k, v in value.items() if k not in _UNJUDGED_FIELDS}
+    return value
 
 
 # Fields LiteLLM rewrites on every request (spend) or refresh (clocks): no verdict rests on them.
