@@ -226,7 +226,12 @@ async def _judge(key: Any) -> tuple[list[str] | None, list[tuple[str, Any]]] | N
     objects = [(cache_key, await _cached(cache_key, None)) for cache_key in resting_on]
     if any(value is None for _, value in objects):
         return None  # judged on something no longer cached
-    return await _allowed_groups(key, team, user), objects
+    allowed = await _allowed_groups(key, team, user)
+    for cache_key, value in objects:
+        # Rewritten while the checks ran: the next request judges it afresh.
+        if _fingerprint(await _cached(cache_key, None)) != _fingerprint(value):
+            return None
+    return allowed, objects
 
 
 async def _allowed_groups(key: Any, team: Any, user: Any) -> list[str] | None:
