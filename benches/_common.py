@@ -316,20 +316,17 @@ def load_step(
     *,
     headers: Sequence[str] = ("-H", AUTH),
     mock_pid: int | None = None,
-    warm: bool = True,
     timeout: float = 5.0,
 ) -> dict[str, Any]:
     """Open-loop load on one model of `proxy`: latency, errors, proxy CPU and peak RSS, and the
     cores used by everything else (with `mock_pid`, the mock's are not); the raw latencies are
-    under `latencies_ms`. Without `warm` no request goes unrecorded (soak.py counts every one)."""
+    under `latencies_ms`."""
     pids = process_tree(proxy.pid)
     mock = [mock_pid] if mock_pid else []
     m0, c0 = cpu_seconds(mock), cpu_seconds(pids)
     b0, w0 = system_busy_seconds(), time.monotonic()
     flags = (*headers, *checks, "--timeout", str(timeout))
-    res = run_loadgen(
-        f"{proxy.url}{route}", json.dumps(body), rate, secs, *flags, warm=warm, watch=pids
-    )
+    res = run_loadgen(f"{proxy.url}{route}", json.dumps(body), rate, secs, *flags, watch=pids)
     wall = time.monotonic() - w0
     proxy_cpu = cpu_seconds(process_tree(proxy.pid)) - c0
     busy = system_busy_seconds() - b0
@@ -532,9 +529,7 @@ class BenchProxy:
                 break
         return time.monotonic() - t0
 
-    def step(
-        self, provider: str, arm: str, rate: float, duration: float, warm: bool = True
-    ) -> dict[str, Any]:
+    def step(self, provider: str, arm: str, rate: float, duration: float) -> dict[str, Any]:
         """`load_step` on one arm's model of one workload."""
         work = workloads()[provider]
         body = {"model": f"{provider}-{arm}", **work.body}
@@ -546,7 +541,6 @@ class BenchProxy:
             rate,
             duration,
             mock_pid=self.mock.pid,
-            warm=warm,
             timeout=self.args.timeout,
         )
         return {"provider": provider, "arm": arm, "workers": self.workers, **step}
