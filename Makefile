@@ -65,26 +65,23 @@ bench-inprocess: $(PY)
 	$(PY) -m benches.inprocess
 
 bench-gateway: $(PY)
-	$(PY) -m pip install -q matplotlib py-spy
+	$(PY) -m pip install -q matplotlib
 	$(PY) -m benches.gateway
 
 # media.py compares body builders through `prepare_converse_body`, built only with `bench`;
 # `make build` (and so `make test`) reinstalls the extension without it.
 bench-media: $(PY)
-	$(PY) -m pip install -q matplotlib
 	$(VENV)/bin/maturin develop --release -q --features bench
 	$(PY) -m benches.media
-	$(PY) -m benches.proxy_media
+	$(PY) -m benches.media --proxy
 
 bench-sha256: $(PY)
 	$(PY) -m benches.sha256
 
 bench-streaming: $(PY)
-	$(PY) -m pip install -q matplotlib
 	for provider in openai anthropic bedrock; do $(PY) -m benches.streaming --provider $$provider; done
 
 bench-messages: $(PY)
-	$(PY) -m pip install -q matplotlib
 	$(PY) -m benches.messages
 
 bench-lane: $(PY)
@@ -92,7 +89,6 @@ bench-lane: $(PY)
 	$(PY) -m benches.lane
 
 bench-lane-messages: $(PY)
-	$(PY) -m pip install -q matplotlib
 	$(PY) -m benches.lane --route messages
 	$(PY) -m benches.lane --route messages --provider bedrock
 

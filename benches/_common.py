@@ -28,15 +28,14 @@ RESULTS = BENCHES / "results"
 ARMS = ("python", "rust")
 MESSAGES = [{"role": "user", "content": "Say hello."}]
 AUTH = "Authorization: Bearer sk-test-master"  # devtools.processes.MASTER_KEY
-RUST_HEADER = "x-litellm-rust: true"
 # What loadgen.py requires of each arm's answers: LiteLLM's own native routes (`LITELLM_RUST=1`)
 # tag theirs `x-litellm-rust: true` too; the fast path's also carry `x-litellm-fastpath`.
 CHECKS = {
     "python": ("--forbid-header", "x-litellm-rust"),
-    "native": ("--expect-header", RUST_HEADER, "--forbid-header", "x-litellm-fastpath"),
-    "rust": ("--expect-header", RUST_HEADER, "--expect-header", "x-litellm-fastpath:"),
+    "native": ("--expect-header", "x-litellm-rust: true", "--forbid-header", "x-litellm-fastpath"),
+    "rust": ("--expect-header", "x-litellm-rust: true", "--expect-header", "x-litellm-fastpath:"),
 }
-WARMUP = 20  # unrecorded requests before each load step (`loadgen_cmd`)
+WARMUP = 20  # unrecorded requests before each load step (`run_loadgen`)
 # Vector length the mock answers embeddings with in the benches (OpenAI's text-embedding-3-small).
 EMBEDDING_DIMS = 1536
 
@@ -53,14 +52,11 @@ def log(msg: str) -> None:
 # -- flags, machine, reports -----------------------------------------------------------------
 
 
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def arg_parser(doc: str, quick: str, wait: str = "first") -> argparse.ArgumentParser:
     """A parser with the flags every bench has: --quick, --wait-quiet, --no-write."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
-    p.add_argument("--quick", action="store_true", default=env_flag("BENCH_QUICK"), help=quick)
+    env_quick = os.environ.get("BENCH_QUICK", "").strip().lower() in ("1", "true", "yes", "on")
+    p.add_argument("--quick", action="store_true", default=env_quick, help=quick)
     p.add_argument(
         "--wait-quiet",
         type=float,
@@ -136,22 +132,6 @@ def table(head: Sequence[str], rows: Iterable[Sequence[object]], align: str = ""
 def cells(row: dict[str, Any], *specs: str) -> list[str]:
     """Table cells of `row`: one `key:format` spec each (`wall_s:.2f`; `key` as is)."""
     return [format(row[key], f) for key, _, f in (spec.partition(":") for spec in specs)]
-
-
-def bar_panels(plt: Any, panels: Sequence[Any], size: tuple[float, float]) -> tuple[Any, Any]:
-    """A figure of bar charts side by side, one per panel `(title, x labels, {series: values})`
-    (several series: grouped bars and a legend); the figure and its axes."""
-    fig, axes = plt.subplots(1, len(panels), figsize=size, squeeze=False)
-    for ax, (title, labels, series) in zip(axes[0], panels, strict=True):
-        width = 0.8 / len(series)
-        for i, (name, values) in enumerate(series.items()):
-            xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(labels))]
-            ax.bar(xs, values, width, label=name)
-        ax.set_xticks(range(len(labels)), labels)
-        ax.set_title(title, fontsize=10)
-        if len(series) > 1:
-            ax.legend(fontsize=8)
-    return fig, axes[0]
 
 
 def errors(step: dict[str, Any]) -> str:
@@ -266,30 +246,17 @@ def added(steps: dict[Any, list[dict[str, Any]]], direct: Any, arms: Iterable[An
 # -- load ------------------------------------------------------------------------------------
 
 
-def loadgen_cmd(
-    url: str, body: str, rate: float, secs: float, *flags: str, warm: bool = True
-) -> list[str]:
-    """`benches/loadgen.py` at `rate` for `secs`, after (`warm`) WARMUP
-    unrecorded requests on 8 connections; `flags` add to or override these (`--closed 16`)."""
-    cmd = [sys.executable, "-m", "benches.loadgen", "--url", url, "--body", body]
-    cmd += ["--rate", str(rate), "--duration", str(secs), "--timeout", "5", "--max-conns", "512"]
-    return cmd + (["--conns", "8", "--warmup", str(WARMUP)] if warm else []) + list(flags)
-
-
 def run_loadgen(
-    url: str,
-    body: str,
-    rate: float,
-    secs: float,
-    *flags: str,
-    warm: bool = True,
-    watch: Sequence[int] = (),
+    url: str, body: str, rate: float, secs: float, *flags: str, watch: Sequence[int] = ()
 ) -> dict[str, Any]:
-    """Runs `loadgen_cmd(...)` and returns its JSON, plus the peak RSS of the `watch` processes
-    sampled every 0.2 s meanwhile."""
+    """`benches/loadgen.py` at `rate` for `secs`, after WARMUP unrecorded requests on 8
+    connections (`flags` add to or override its options): its JSON, plus the peak RSS of the
+    `watch` processes sampled every 0.2 s meanwhile."""
     peak = 0
     with tempfile.TemporaryFile() as out:
-        cmd = loadgen_cmd(url, body, rate, secs, *flags, warm=warm)
+        cmd = [sys.executable, "-m", "benches.loadgen", "--url", url, "--body", body]
+        cmd += ["--rate", str(rate), "--duration", str(secs), "--timeout", "5"]
+        cmd += ["--conns", "8", "--warmup", str(WARMUP), *flags]
         proc = subprocess.Popen(cmd, stdout=out, stdin=subprocess.DEVNULL, cwd=ROOT)
         deadline = time.monotonic() + secs + 120
         while proc.poll() is None and time.monotonic() < deadline:
@@ -493,9 +460,7 @@ class BenchProxy:
             for arm, rust in (("python", {}), ("rust", {"rust": True}))
         ]
         self.proxy, self.workers = start_proxy(model_list, workers=workers), workers
-        info = {"workers": workers, "startup_s": self.proxy.startup_s, "pids": self.pids()}
-        info["verify"] = self.verify()
-        return info
+        return {"workers": workers, "startup_s": self.proxy.startup_s, "pids": self.pids()}
 
     def stop(self) -> None:
         if self.proxy is not None:
@@ -504,19 +469,6 @@ class BenchProxy:
 
     def pids(self) -> list[int]:
         return process_tree(self.proxy.pid)
-
-    def verify(self) -> dict[str, Any]:
-        """One request per model: status and whether the Rust headers came back."""
-        out, all_workloads = {}, workloads()
-        for p, arm in ((p, arm) for p in self.args.providers for arm in ARMS):
-            model, work = f"{p}-{arm}", all_workloads[p]
-            r = self.proxy.post(work.route, json={"model": model, **work.body})
-            out[model] = {"status": r.status_code}
-            out[model] |= {h: r.headers.get(h) for h in ("x-litellm-rust", "x-litellm-fastpath")}
-            rust = r.headers.get("x-litellm-rust") == "true"
-            if r.status_code != 200 or rust != model.endswith("-rust"):
-                log(f"WARNING verify {model}: {out[model]} {r.text[:300]}")
-        return out
 
     def wait_idle(self, budget: float = 15.0) -> float:
         """Waits until the proxy burns < 5% of a core (a saturated step leaves a backlog)."""

@@ -4,7 +4,7 @@ in-process per-call median and CPU (a small and a coding-agent request, `anthrop
 Invoke), and through one proxy worker the first streamed event's added latency at 20 concurrent
 streams (method: benches/README.md).
 
-`python -m benches.messages [--quick]`; results in benches/results/messages.{md,json,png}.
+`python -m benches.messages [--quick]`; results in benches/results/messages.{md,json}.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any
 
 from benches._common import (
     arg_parser,
-    bar_panels,
     finish,
     log,
     machine,
@@ -213,16 +212,6 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(data: dict[str, Any]) -> Any:
-    rows = [r for r in data["in_process"] if r["provider"] == "anthropic"]
-    names = {"python": "Python", "native": "native", "rust": "fast"}
-    medians = {names[a]: [r["arms"][a]["median_ms"] for r in rows] for a in IN_ARMS}
-    firsts = {"": [data["streaming"][a]["first_event_added_p99_ms"] for a in IN_ARMS]}
-    panels = [("anthropic, in-process median ms/call", [r["request"] for r in rows], medians)]
-    panels += [("first event added p99 ms, 20 streams", list(names.values()), firsts)]
-    return lambda plt: bar_panels(plt, panels, (10, 3.4))[0]
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = arg_parser(__doc__ or "", "a short run: fewer calls and streams")
@@ -234,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         in_process = asyncio.run(bench_in_process(mock.url, args))
         streaming = bench_streaming(mock.url, args.quick)
     data = {"machine": info, "in_process": in_process, "streaming": streaming}
-    finish(args, "messages", render(data), data, plot=plot(data), alt="/v1/messages arms")
+    finish(args, "messages", render(data), data)
     return 0
 
 

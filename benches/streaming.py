@@ -6,7 +6,7 @@ chunks), last-chunk lateness of 20 paced streams, RSS over a fresh proxy's first
 stream (method: benches/README.md).
 
 `python -m benches.streaming [--quick] [--provider openai|anthropic|bedrock]`; results in
-benches/results/streaming[-<provider>].{md,json,png}.
+benches/results/streaming[-<provider>].{md,json}.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 
 from benches._common import (
     arg_parser,
-    bar_panels,
     finish,
     log,
     machine,
@@ -254,15 +253,6 @@ def render(data: dict[str, Any]) -> str:
     )
 
 
-def plot(data: dict[str, Any]) -> Any:
-    labels = ["Python", "Rust", "Rust, lane on"]
-    keys = {"chunks/s": "chunks_per_s", "CPU ms/chunk": "cpu_ms_per_chunk"}
-    panels = [
-        (title, labels, {"": [data[arm][key] for arm in ARMS]}) for title, key in keys.items()
-    ]
-    return lambda plt: bar_panels(plt, panels, (9, 3.2))[0]
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--client"]:
@@ -274,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(args.wait_quiet)
     data = {**measure(args.quick, args.provider), "machine": info}
     name = "streaming" if args.provider == "openai" else f"streaming-{args.provider}"
-    finish(args, name, render(data), data, plot=plot(data), alt="streaming throughput")
+    finish(args, name, render(data), data)
     return 0
 
 
