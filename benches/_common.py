@@ -36,8 +36,9 @@ CHECKS = {
     "rust": ("--expect-header", "x-litellm-rust: true", "--expect-header", "x-litellm-fastpath:"),
 }
 WARMUP = 20  # unrecorded requests before each load step (`run_loadgen`)
-# Vector length the mock answers embeddings with in the benches (OpenAI's text-embedding-3-small).
-EMBEDDING_DIMS = 1536
+# The mock provider the gateway and in-process benches use: embeddings of 1,536 dimensions
+# (OpenAI's text-embedding-3-small).
+MOCK_ARGS = ("--embedding-dims", "1536")
 
 # Every litellm import must see this, or it fetches the cost map from the network.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -96,9 +97,7 @@ def machine(wait_quiet_s: float = 0.0) -> dict[str, Any]:
         "affinity": len(os.sched_getaffinity(0)),
         "cpu": models[0].split(":", 1)[1].strip() if models else "unknown",
         "python": platform.python_version(),
-        "kernel": platform.release(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "loadavg_start": loadavg(),
     }
     for name in ("litellm", "litellm-fastpath"):
         try:
@@ -116,10 +115,6 @@ def machine_line(info: dict[str, Any]) -> str:
     )
 
 
-def loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 def table(head: Sequence[str], rows: Iterable[Sequence[object]], align: str = "") -> list[str]:
     """A markdown table: one `align` letter per column (l, r, c), by default the first column
     left and the others right."""
@@ -132,11 +127,6 @@ def table(head: Sequence[str], rows: Iterable[Sequence[object]], align: str = ""
 def cells(row: dict[str, Any], *specs: str) -> list[str]:
     """Table cells of `row`: one `key:format` spec each (`wall_s:.2f`; `key` as is)."""
     return [format(row[key], f) for key, _, f in (spec.partition(":") for spec in specs)]
-
-
-def errors(step: dict[str, Any]) -> str:
-    """A step's error count, and its first error when there is one."""
-    return f"{step['errors']}" + (f" ({step['first_error']})" if step["errors"] else "")
 
 
 def write_results(
@@ -333,13 +323,6 @@ def direct_step(
 # -- the proxies under test ------------------------------------------------------------------
 
 
-def bench_mock() -> Any:
-    """The mock provider the benches use (`ServerProcess`; embeddings of 1,536 dimensions)."""
-    from devtools.processes import ServerProcess
-
-    return ServerProcess(args=("--embedding-dims", str(EMBEDDING_DIMS)))
-
-
 def start_proxy(
     models: list[dict[str, Any]],
     *,
@@ -369,30 +352,6 @@ def start_proxy(
     proxy.__enter__()
     time.sleep(1.0 if workers == 1 else 3.0)  # let every worker finish its startup
     return proxy
-
-
-def teach_lane(proxy: Any, route: str, bodies: Iterable[dict[str, Any]], workers: int = 1) -> None:
-    """Requests the proxy serves, so that every worker's lane learns the master key's verdict."""
-    for _ in range(3 * workers):
-        for body in bodies:
-            proxy.post(route, json=body)
-    time.sleep(0.5)
-
-
-def lane_callbacks(
-    log_path: Path, model: str, steps: Iterable[dict[str, Any]], taught: int = 3
-) -> dict:
-    """Events logged for `model` on the lane proxy (read after its shutdown) against the
-    requests it answered: each step's measured and unrecorded ones, and the `taught` ones of
-    the start (`teach_lane`'s, 3 per worker)."""
-    steps = list(steps)
-    events = [json.loads(line) for line in log_path.read_text().splitlines()]
-    return {
-        "lane_events": sum(e.get("model_group") == model for e in events),
-        "lane_requests": sum(s["ok"] + WARMUP for s in steps) + taught,
-        "lane_errors": sum(s["errors"] for s in steps),
-        "lane_served": max([(e.get("lane") or {}).get("served", 0) for e in events] or [0]),
-    }
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,12 @@ from typing import Any
 
 from benches._common import (
     ARMS,
+    MOCK_ARGS,
     WORKLOAD_NAMES,
     BenchProxy,
     arg_parser,
-    bench_mock,
     direct_step,
-    errors,
     fmt,
-    loadavg,
     log,
     machine,
     machine_line,
@@ -31,6 +29,7 @@ from benches._common import (
     workloads,
     write_results,
 )
+from devtools.processes import ServerProcess
 from devtools.procfs import MIB, proc_status
 
 P99_LIMIT_MS = 50.0
@@ -63,7 +62,14 @@ def baseline(gw: BenchProxy, provider: str, rate: float) -> dict[str, Any]:
 
 
 def with_direct(step: dict[str, Any], direct: dict[str, Any], rep: int) -> dict[str, Any]:
+    """The step with its added latency over the direct baseline (logged)."""
     added = {q: step["lat"][q] - direct["lat"][q] for q in QS}
+    log(
+        f"w={step['workers']} rate={step['rate']:g} rep={rep} {step['provider']}-{step['arm']}: "
+        f"p99 {fmt(step['lat']['p99'], 1)} ms, added p50 {fmt(added['p50'], 2)} ms, errors "
+        f"{step['errors']}, proxy CPU {step['proxy_cpu_s_per_1k']:.1f} s/1k, foreign "
+        f"{step['foreign_cores']:.2f}"
+    )
     return {**step, "rep": rep, "added": added, "direct": direct["lat"]}
 
 
@@ -100,16 +106,8 @@ def run_workers(gw: BenchProxy, workers: int, args: Any) -> dict[str, Any]:
                 for p, arm in ((p, arm) for p in args.providers for arm in ARMS):
                     if (p, arm) not in pending:
                         continue
-                    s = with_direct(arm_step(gw, p, arm, rate), direct[p], rep)
-                    steps.append(s)
+                    steps.append(s := with_direct(arm_step(gw, p, arm, rate), direct[p], rep))
                     by_arm[(p, arm)].append(s)
-                    log(
-                        f"w={workers} rate={rate:>5} rep={rep} {p:>9}-{arm:<6} "
-                        f"p50={fmt(s['lat']['p50'], 1):>7} p99={fmt(s['lat']['p99'], 1):>8} "
-                        f"added p50={fmt(s['added']['p50'], 1)} err={s['errors']} "
-                        f"rps={s['achieved_rps']:.0f} cpu/1k={s['proxy_cpu_s_per_1k']:.1f}s "
-                        f"foreign={s['foreign_cores']:.2f}"
-                    )
                 rep += 1
                 for key in list(pending):
                     runs = by_arm[key]
@@ -130,12 +128,7 @@ def run_workers(gw: BenchProxy, workers: int, args: Any) -> dict[str, Any]:
                 if rate <= 0:
                     continue
                 d = baseline(gw, p, rate)
-                for arm in ARMS:
-                    half.append(s := with_direct(arm_step(gw, p, arm, rate), d, rep))
-                    log(
-                        f"w={workers} half-rate {rate:.1f} rep={rep} {p}-{arm}: "
-                        f"added p50={fmt(s['added']['p50'], 2)} p99={fmt(s['added']['p99'], 2)}"
-                    )
+                half += [with_direct(arm_step(gw, p, arm, rate), d, rep) for arm in ARMS]
         return {
             "workers": workers,
             "proxy": info,
@@ -229,7 +222,8 @@ def render(data: dict[str, Any]) -> str:
         rows = []
         for s in all_steps:
             cells = [f"{s['rate']:g}", s["rep"], f"{s['provider']}-{s['arm']}"]
-            cells += [f"{s['achieved_rps']:.1f}", errors(s), *(fmt(s["lat"][q]) for q in QS)]
+            error = f"{s['errors']}" + (f" ({s['first_error']})" if s["errors"] else "")
+            cells += [f"{s['achieved_rps']:.1f}", error, *(fmt(s["lat"][q]) for q in QS)]
             cells += [fmt(s["added"][q]) for q in QS]
             cells += [f"{s['proxy_cpu_s_per_1k']:.1f}", f"{s['proxy_cores']:.2f}"]
             rows.append([*cells, f"{s['foreign_cores']:.2f}", f"{s['proxy_peak_rss_mib']:.0f}"])
@@ -259,17 +253,17 @@ def plot(data: dict[str, Any], plt: Any) -> Any:
                 if not pts:
                     continue
                 rates = sorted({s["rate"] for s in pts})
-                y = {id(s): max(0.1, s["added"]["p99"]) for s in pts}
-                med = [median(y[id(s)] for s in pts if s["rate"] == r) for r in rates]
-                style, marker = ("-", "o") if arm == "rust" else ("--", "s")
+                med = [
+                    median(max(0.1, s["added"]["p99"]) for s in pts if s["rate"] == r)
+                    for r in rates
+                ]
+                style = "o-" if arm == "rust" else "s--"
                 ax.plot(rates, med, style, color=colors.get(p), label=f"{p} {arm}")
-                xs = [s["rate"] for s in pts]
-                ax.scatter(xs, y.values(), marker=marker, color=colors.get(p), s=14, alpha=0.6)
         ax.axhline(data["meta"]["p99_limit"], color="red", lw=0.8, ls=":", label="50 ms")
         ax.set_yscale("log")
         ax.set_xlabel("offered rate (req/s, open loop)")
         ax.set_ylabel("added p99 latency (ms, proxied - direct)")
-        ax.set_title(f"LiteLLM proxy, {run['workers']} worker(s): python (dashed) vs rust")
+        ax.set_title(f"LiteLLM proxy, {run['workers']} worker(s): python (dashed) vs rust, medians")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     return fig
@@ -307,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(args.wait_quiet)
     started = time.monotonic()
     runs = []
-    with bench_mock() as mock:
+    with ServerProcess(args=MOCK_ARGS) as mock:
         gw = BenchProxy(args, mock)
         for w in args.workers:
             run = run_workers(gw, w, args)
@@ -328,7 +322,6 @@ def report(
     final: bool,
 ) -> None:
     """Writes (and on the final call prints) the report; earlier calls save partial results."""
-    info["loadavg_end"] = loadavg()
     all_steps = [s for r in runs for s in r["steps"] + r["half"]]
     meta = {
         "machine": info,

@@ -5,9 +5,6 @@ LiteLLM's Python path, per case, against the mock provider (method: benches/READ
     python -m benches.inprocess --quick    # 200 calls per arm and case (BENCH_QUICK=1)
     python -m benches.inprocess --cases openai embed-openai-64
     python -m benches.inprocess --callbacks   # with one CustomLogger configured, as in a proxy
-
-Chat cases are named after the provider; embedding cases `embed-<kind>-<inputs>` send 1 or 64
-inputs and get 1,536-dimensional vectors back.
 """
 
 from __future__ import annotations
@@ -21,11 +18,10 @@ from typing import Any
 
 from benches._common import (
     MESSAGES,
+    MOCK_ARGS,
     arg_parser,
-    bench_mock,
     finish,
     fmt,
-    loadavg,
     machine,
     machine_line,
     median,
@@ -38,6 +34,7 @@ from devtools.deployments import (
     embedding_deployment_kwargs,
     served_by_rust,
 )
+from devtools.processes import ServerProcess
 from devtools.procfs import cpu_seconds, system_busy_seconds
 
 BAR = 0.15
@@ -98,7 +95,6 @@ def arm_stats(d: dict[str, Any]) -> dict[str, Any]:
         "calls": len(lat),
         "median_ms": median(lat),
         "p99_ms": percentile(lat, 99),
-        "mean_ms": sum(lat) / len(lat) if lat else float("nan"),
         "cpu_ms_per_call": sum(d["cpu"]) / len(d["cpu"]) if d["cpu"] else float("nan"),
         "block_medians_ms": d["blocks"],
         "misrouted": d["misrouted"],
@@ -172,9 +168,9 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         for arm, a in r["arms"].items()
     ]
     problems = [
-        f"- {r['provider']}: {n} {arm} calls answered by {other}"
+        f"- {r['provider']}: {n} {arm} calls answered by the other path"
         for r in results
-        for arm, other in (("rust", "Python"), ("python", "Rust"))
+        for arm in ("rust", "python")
         if (n := r["arms"][arm]["misrouted"])
     ]
     foreign = ", ".join(f"{r['provider']} {r['foreign_cores']:.2f}" for r in results)
@@ -217,7 +213,7 @@ async def run(args: Any) -> int:
         litellm.callbacks = [type("CountingLogger", (CustomLogger,), {})()]
     info = machine(args.wait_quiet)
     results: list[dict[str, Any]] = []
-    with bench_mock() as mock:
+    with ServerProcess(args=MOCK_ARGS) as mock:
         all_cases = cases(mock.url)
         for name in args.cases:
             gc.collect()
@@ -228,7 +224,6 @@ async def run(args: Any) -> int:
             # CPU the rest of the machine used meanwhile (other builds/tests skew results).
             busy = system_busy_seconds() - b0 - ours
             r["foreign_cores"] = max(0.0, busy / (time.monotonic() - w0))
-            r["loadavg_after"] = loadavg()
             results.append(r)
             print(
                 f"{name}: python {r['arms']['python']['median_ms']:.3f} ms, "

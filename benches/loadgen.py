@@ -6,11 +6,7 @@ earlier ones, and its latency runs from that *scheduled* time to the last byte o
 so queueing inside the generator counts against the server (coordinated-omission correction).
 Connections come from a pool that grows up to ``--max-conns``; a request not complete
 ``--timeout`` s after its scheduled time is an error. Bounded: at most ``rate * duration``
-requests, then a drain of at most ``--timeout`` s.
-
-    python -m benches.loadgen --url http://127.0.0.1:8000/chat/completions --rate 100 \
-        --body '{"model": "m", "messages": []}' -H 'Authorization: Bearer sk-x' \
-        --expect-header 'x-litellm-rust: true'
+requests, then a drain of at most ``--timeout`` s. `_common.run_loadgen` runs it.
 """
 
 from __future__ import annotations
@@ -124,7 +120,7 @@ class Pool:
         self.host, self.port = host, port
         self.slots = asyncio.Semaphore(max_conns)
         self.idle: collections.deque[Conn] = collections.deque()
-        self.open = self.total_opened = self.peak_open = 0
+        self.open = self.peak_open = 0
 
     async def acquire(self) -> Conn:
         await self.slots.acquire()
@@ -139,7 +135,7 @@ class Pool:
         except BaseException:
             self.slots.release()
             raise
-        self.open, self.total_opened = self.open + 1, self.total_opened + 1
+        self.open += 1
         self.peak_open = max(self.peak_open, self.open)
         return conn
 
@@ -158,12 +154,9 @@ class Run:
         if url.scheme != "http" or url.hostname not in ("127.0.0.1", "localhost", "::1"):
             sys.exit("loadgen targets plain http on loopback only")
         host, port = url.hostname, url.port or 80
-        body = (args.body or "").encode()
-        method = "POST" if args.body is not None else "GET"
-        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        lines = [f"{method} {path} HTTP/1.1", f"Host: {host}:{port}"]
-        if args.body is not None:
-            lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+        body, path = args.body.encode(), (url.path or "/") + (f"?{url.query}" if url.query else "")
+        lines = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json"]
+        lines.append(f"Content-Length: {len(body)}")
         self.request = ("\r\n".join(lines + args.header) + "\r\n\r\n").encode() + body
         self.expect = [
             f"\r\n{n.strip().lower()}: {v.strip().lower()}".encode()
@@ -272,7 +265,6 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "achieved_rps": ok / window if window > 0 else 0.0,
         **{f"p{q}_ms": pct(lat, q) for q in (50, 99)},
         "send_lag_p99_ms": pct(lag, 99),
-        "conns_opened": run.pool.total_opened,
         "conns_peak": run.pool.peak_open,
         "gen_cpu_s": cpu,
         "gen_wall_s": wall,
@@ -286,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--url", required=True)
     p.add_argument("--rate", type=float, default=100.0, help="requests per second (open loop)")
     p.add_argument("--duration", type=float, default=5.0, help="seconds of scheduled sends")
-    p.add_argument("--body", default=None, help="request body (POST; without it, GET)")
+    p.add_argument("--body", required=True, help="the JSON body POSTed")
     p.add_argument("-H", "--header", action="append", default=[])
     p.add_argument("--expect-header", action="append", default=[], help="'name: value' required")
     p.add_argument("--forbid-header", action="append", default=[], help="header name forbidden")

@@ -206,7 +206,6 @@ def as_kind(raw: bytes, kind: str) -> str | bytes:
 
 
 def worker(args: Any) -> dict[str, Any]:
-    cpu_start = time.process_time()
     prepare = sender(args.approach, args.sink_url)
     inputs = [as_kind(raw_input(args.size_mib, i), args.kind) for i in range(args.concurrency)]
     # Warm-up with a tiny input of the same kind: runtime threads, pool, lazy imports.
@@ -232,10 +231,6 @@ def worker(args: Any) -> dict[str, Any]:
     busy = system_busy_seconds() - busy0
     end = proc_status(me)
     return {
-        "approach": args.approach,
-        "kind": args.kind,
-        "size_mib": args.size_mib,
-        "concurrency": args.concurrency,
         "input_bytes": sum(len(x) for x in inputs),  # keeps every input alive until here
         "rss_setup_mib": setup["VmRSS"] / MIB,
         # VmHWM: this process's own high-water mark since the reset (ru_maxrss would also count
@@ -244,7 +239,6 @@ def worker(args: Any) -> dict[str, Any]:
         "peak_reset": peak_reset,
         "wall_s": wall,
         "cpu_s": cpu,
-        "cpu_total_s": time.process_time() - cpu_start,
         "sink_cpu_s": sink_cpu,
         # CPU used by every other process on the machine during the sending phase (/proc/stat
         # busy time minus this worker and the sink); well above 0 means a shared, noisy box.
@@ -290,20 +284,18 @@ def run_one(
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     if code != 0 or not lines:
         return {**result, "problems": [f"worker exited {code}: {stderr.strip()[-1500:]}"]}
-    result = json.loads(lines[-1][len("RESULT ") :])
+    result |= json.loads(lines[-1][len("RESULT ") :])
     sink_view = fetch_json(f"{sink.url}/results")
-    records = sink_view["requests"]
-    problems, matched = verify(records, expected)
-    body_bytes = sum(r.get("received") or 0 for r in records)
-    result["body_bytes"] = body_bytes
-    result["wire_mib_s"] = body_bytes / MIB / result["wall_s"]
+    problems, matched = verify(sink_view["requests"], expected)
+    result["body_bytes"] = sum(r.get("received") or 0 for r in sink_view["requests"])
+    result["wire_mib_s"] = result["body_bytes"] / MIB / result["wall_s"]
     result["peak_minus_setup_mib"] = result["peak_rss_mib"] - result["rss_setup_mib"]
     result["sink_max_inflight"] = sink_view["max_inflight"]
     return {**result, "verified_requests": matched, "problems": problems}
 
 
-MEDIANS = ("rss_setup_mib", "peak_rss_mib", "peak_minus_setup_mib", "cpu_s", "cpu_total_s")
-MEDIANS += ("wall_s", "wire_mib_s", "sink_cpu_s")
+MEDIANS = ("rss_setup_mib", "peak_rss_mib", "peak_minus_setup_mib", "cpu_s", "wall_s")
+MEDIANS += ("wire_mib_s", "sink_cpu_s")
 
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[tuple[str, str, int, int], dict[str, Any]]:
@@ -326,40 +318,29 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[tuple[str, str, int, int], dic
     return rows
 
 
-def ratios_and_bars(rows: dict[Any, Any], size: int, conc: int) -> tuple[list[Any], list[Any]]:
-    """Each approach against python at `size` x `conc`, and the fastpath bars."""
-    ratios, bars = [], []
-    for kind, approach in ((k, a) for k in KINDS for a in APPROACHES if a != "python"):
-        base, row = rows.get(("python", kind, size, conc)), rows.get((approach, kind, size, conc))
+def bars(rows: dict[Any, Any], size: int, conc: int) -> list[dict[str, Any]]:
+    """The fastpath bars at `size` x `conc`, against python in the same run."""
+    out = []
+    for kind in KINDS:
+        base, row = rows.get(("python", kind, size, conc)), rows.get(("fastpath", kind, size, conc))
         if base is None or row is None:
             continue
-        memory = row["peak_minus_setup_mib"] / max(base["peak_minus_setup_mib"], 1e-9)
         cpu, wire = row["cpu_s"] / base["cpu_s"], row["wire_mib_s"] / base["wire_mib_s"]
-        ratios.append(
-            dict(approach=approach, kind=kind, peak_minus_setup=memory, cpu=cpu, wire=wire)
-        )
-        if approach != "fastpath":
-            continue
         worst = row["peak_minus_setup_max_mib"]
+        memory = f"peak - setup {worst:.1f} MiB (worst of {row['reps']})"
+        wires = f"{row['wire_mib_s']:.0f} vs {base['wire_mib_s']:.0f} MiB/s = {wire:.2f}x"
+        cpus = f"{row['cpu_s']:.2f} vs {base['cpu_s']:.2f} s = {cpu:.2f}x"
         for bar, value, met in (
             (
                 f"peak RSS <= RSS after setup + {MEMORY_BAR_MIB:.0f} MiB",
-                f"peak - setup {worst:.1f} MiB (worst of {row['reps']})",
+                memory,
                 worst <= MEMORY_BAR_MIB,
             ),
-            (
-                f"wire MiB/s >= {WIRE_BARS[kind]}x python",
-                f"{row['wire_mib_s']:.0f} vs {base['wire_mib_s']:.0f} MiB/s = {wire:.2f}x",
-                wire >= WIRE_BARS[kind],
-            ),
-            (
-                f"CPU s <= {CPU_BAR}x python",
-                f"{row['cpu_s']:.2f} vs {base['cpu_s']:.2f} s = {cpu:.2f}x",
-                cpu <= CPU_BAR,
-            ),
+            (f"wire MiB/s >= {WIRE_BARS[kind]}x python", wires, wire >= WIRE_BARS[kind]),
+            (f"CPU s <= {CPU_BAR}x python", cpus, cpu <= CPU_BAR),
         ):
-            bars.append({"bar": f"fastpath {bar} ({kind})", "value": value, "met": met})
-    return ratios, bars
+            out.append({"bar": f"fastpath {bar} ({kind})", "value": value, "met": met})
+    return out
 
 
 ROW_HEAD = ["approach", "kind", "size MiB", "concurrency", "RSS after setup MiB", "peak RSS MiB"]
@@ -372,8 +353,6 @@ ROW += ("wire_mib_s:.0f", "wall_s:.2f", "sink_cpu_s:.2f", "sink_max_inflight", "
 def markdown(report: dict[str, Any]) -> str:
     size, conc = report["bar_size_mib"], report["bar_concurrency"]
     rows = [cells(r, *ROW) for r in report["rows"]]
-    ratio = ("kind", "peak_minus_setup:.3f", "cpu:.2f", "wire:.2f")
-    ratios = [[f"{r['approach']}/python", *cells(r, *ratio)] for r in report["ratios"]]
     bars = [[b["bar"], b["value"], "yes" if b["met"] else "**no**"] for b in report["bars"]]
     quick = " --quick" if report["quick"] else ""
     failed = " — **FAILED**, see problems below." if report["problems"] else "."
@@ -393,10 +372,6 @@ def markdown(report: dict[str, Any]) -> str:
             "",
             *table(ROW_HEAD, rows, "llrrrrrrrrrrr"),
             "",
-            f"## {size} MiB x {conc}: ratios to python (same run)",
-            "",
-            *table(["approach", "kind", "peak - setup", "CPU s", "wire MiB/s"], ratios, "llrrr"),
-            "",
             f"## Bars ({size} MiB x {conc})",
             "",
             *table(["bar", "measured", "met"], bars, "lll"),
@@ -404,8 +379,6 @@ def markdown(report: dict[str, Any]) -> str:
                 ["", "## Problems", "", *[f"- {p}" for p in report["problems"]]]
                 * bool(report["problems"])
             ),
-            "",
-            "Every repetition's numbers are in `media.json`.",
             "",
         ]
     )
@@ -433,20 +406,10 @@ def parent(args: Any) -> int:
                 runs.append(run := {**run_one(sink, cell, expected[size][:conc], args), "rep": rep})
                 tag = f"{approach}/{kind}/{size}MiB/x{conc}/rep{rep}"
                 problems += [f"{tag}: {problem}" for problem in run["problems"]]
-                if "wall_s" not in run:
-                    print(f"{tag}: FAILED {run['problems']}", flush=True)
-                    continue
-                print(
-                    f"{tag:34s} setup {run['rss_setup_mib']:7.0f} MiB  "
-                    f"peak-setup {run['peak_minus_setup_mib']:7.1f} MiB  "
-                    f"cpu {run['cpu_s']:6.2f}s  wire {run['wire_mib_s']:6.0f} MiB/s  "
-                    f"inflight {run['sink_max_inflight']:2d}  foreign {run['foreign_cores']:.2f}"
-                    + ("  PROBLEMS" if run["problems"] else ""),
-                    flush=True,
-                )
+                done = " ".join(cells(run, *ROW[4:])) if "wall_s" in run else "FAILED"
+                print(tag, done, "PROBLEMS" * bool(run["problems"]), flush=True)
     rows = aggregate(runs)
     bar_size, bar_conc = 64 if 64 in sizes else max(sizes), max(concurrency)
-    ratios, bars = ratios_and_bars(rows, bar_size, bar_conc)
     report: dict[str, Any] = {
         "quick": args.quick,
         "machine": machine_line(machine()) + ".",
@@ -457,8 +420,7 @@ def parent(args: Any) -> int:
         "bar_concurrency": bar_conc,
         "verified_requests": sum(r.get("verified_requests", 0) for r in runs),
         "rows": list(rows.values()),
-        "ratios": ratios,
-        "bars": bars,
+        "bars": bars(rows, bar_size, bar_conc),
         "problems": problems,
         "runs": runs,
     }

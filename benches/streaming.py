@@ -1,9 +1,5 @@
-"""Streamed chat through one proxy worker: LiteLLM's Python path (`plain-<provider>`), `rust: true`
-(`rust-<provider>`, same proxy) and the same model on a second proxy with the fast lane on, arms
-interleaved, the mock streaming each provider's native format, clients in their own process:
-chunks/s and proxy CPU per chunk, time to the first content chunk (1 stream; 20 streaming 200
-chunks), last-chunk lateness of 20 paced streams, RSS over a fresh proxy's first 10,000-chunk
-stream (method: benches/README.md).
+"""Streamed chat through one proxy worker: the plain model, `rust: true` and the same model with
+the fast lane on, arms interleaved, clients in their own process (method: benches/README.md).
 
 `python -m benches.streaming [--quick] [--provider openai|anthropic|bedrock]`; results in
 benches/results/streaming[-<provider>].{md,json}.
@@ -60,12 +56,8 @@ async def _client(spec: dict[str, Any]) -> dict[str, Any]:
 
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        body = {
-            "model": spec["model"],
-            "messages": [{"role": "user", "content": "hi"}],
-            "stream": True,
-            "max_tokens": spec["chunks"],
-        }
+        body = {"model": spec["model"], "messages": [{"role": "user", "content": "hi"}]}
+        body |= {"stream": True, "max_tokens": spec["chunks"]}
         headers = {"Authorization": f"Bearer {spec['key']}"} if spec.get("key") else {}
         url = spec["url"]
         results: list[Any] = []
@@ -220,7 +212,7 @@ ROWS = (
     ("first chunk, added p99, 1 stream (ms)", "ttft1_added_p99_ms", "≤ 0.6x", 2),
     ("first chunk, added p99, 20 streams of 200 chunks (ms)", "ttft20_added_p99_ms", "≤ 0.1x", 1),
     (
-        "last chunk behind schedule, added p99, 20 paced streams (ms)",
+        "last chunk late, added p99, 20 paced streams (ms)",
         "paced20_last_chunk_added_p99_ms",
         "≤ 0.1x",
         1,
@@ -234,22 +226,12 @@ def render(data: dict[str, Any]) -> str:
     for label, key, bar, digits in ROWS:
         py, rs, ln = data["plain"][key], data["rust"][key], data["lane"][key]
         ratios = [f"{x / py:.2f}" if py else "nan" for x in (rs, ln)]
-        rows.append(
-            [
-                label,
-                f"{py:.{digits}f}",
-                f"{rs:.{digits}f}",
-                ratios[0],
-                f"{ln:.{digits}f}",
-                ratios[1],
-                bar,
-            ]
-        )
+        values = [f"{x:.{digits}f}" for x in (py, rs, ln)]
+        rows.append([label, *values[:2], ratios[0], values[2], ratios[1], bar])
     head = ["metric", "Python", "Rust", "Rust/Python", "Rust, lane on", "lane/Python", "bar"]
     title = f"# Streaming through one proxy worker ({data['provider']}, mock provider)"
-    return (
-        "\n".join([title, "", machine_line(data["machine"]), "", *table(head, rows, "lrrrrrl")])
-        + "\n"
+    return "\n".join(
+        [title, "", machine_line(data["machine"]), "", *table(head, rows, "lrrrrrl"), ""]
     )
 
 
