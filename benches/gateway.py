@@ -272,13 +272,8 @@ def plot(data: dict[str, Any], plt: Any) -> Any:
 def parse_args(argv: list[str] | None) -> Any:
     p = arg_parser(__doc__, "3 s steps, 1 worker (also BENCH_QUICK=1)")
     p.add_argument("--workers", type=int, nargs="+", help="worker counts (default 1 / 1 2)")
-    p.add_argument(
-        "--providers",
-        nargs="+",
-        choices=WORKLOAD_NAMES,
-        default=["openai", "anthropic", "bedrock"],
-        help="workloads: chat per provider, or embed-openai / embed-cohere / embed-titan",
-    )
+    chat = ["openai", "anthropic", "bedrock"]  # workloads: also messages and embed-*
+    p.add_argument("--providers", nargs="+", choices=WORKLOAD_NAMES, default=chat)
     p.add_argument("--out", default="gateway", help="results name (default gateway)")
     p.add_argument("--rates", type=float, nargs="+", default=list(DEFAULT_RATES))
     p.add_argument("--duration", type=float, help="seconds per step (default 3 / 6)")

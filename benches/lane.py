@@ -45,12 +45,8 @@ MESSAGES_ROUTE = "/v1/messages"
 SDK_HEADERS = ("-H", f"x-api-key: {MASTER_KEY}", "-H", "anthropic-version: 2023-06-01")
 MESSAGE_ARMS = ("python", "native", "rust", "lane")
 KINDS = ("plain", "stream")
-NAMES = {
-    "python": "Python (plain model)",
-    "native": "LiteLLM native (`LITELLM_RUST=1`)",
-    "rust": "`rust: true`",
-    "lane": "lane",
-}
+NAMES = {"python": "Python (plain model)", "native": "LiteLLM native (`LITELLM_RUST=1`)"}
+NAMES |= {"rust": "`rust: true`", "lane": "lane"}
 
 
 def step(server: Any, arm: str, body: dict, rate: float, secs: float, **kw: Any) -> dict[str, Any]:

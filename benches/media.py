@@ -468,7 +468,7 @@ async def upload(url: str, arm: str, files: list[bytes]) -> tuple[list[list[str]
         if response.headers.get("x-litellm-rust") != "true":
             problems.append("answered without x-litellm-rust")
         if (arm == "rust") != bool(response.headers.get("x-litellm-fastpath")):
-            problems.append(f"{arm} arm: x-litellm-fastpath {'missing' if arm == 'rust' else ''}")
+            problems.append(f"answered {'without' if arm == 'rust' else 'with'} x-litellm-fastpath")
         return problems
 
     async with client:

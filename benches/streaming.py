@@ -168,10 +168,8 @@ def measure(quick: bool, provider: str) -> dict[str, Any]:
                     many = streams(arm, "fast", chunks=200, concurrency=20, rounds=2)
                     ttft20[arm] += [s["ttft"] for s in many]
                     span = PACED_SPAN_S["openai" if arm == "direct" else provider]
-                    lag[arm] += [
-                        s["last"] - span
-                        for s in streams(arm, "paced", chunks=50, concurrency=20, rounds=1)
-                    ]
+                    paced_streams = streams(arm, "paced", chunks=50, concurrency=20, rounds=1)
+                    lag[arm] += [s["last"] - span for s in paced_streams]
             for arm in ARMS:
                 data[arm] = {
                     "chunks_per_s": max(s["chunks_per_s"] for s in throughput[arm]),
@@ -184,9 +182,8 @@ def measure(quick: bool, provider: str) -> dict[str, Any]:
             data["raw"] = {"throughput": throughput}
             # The lane arm's streams the proxy served itself (its first, which teaches the lane
             # the key, and any the lane left to it): uvicorn's access log counts them.
-            data["lane"]["streams_via_proxy"] = lane_proxy.log_text().count(
-                '"POST /chat/completions'
-            )
+            via_proxy = lane_proxy.log_text().count('"POST /chat/completions')
+            data["lane"]["streams_via_proxy"] = via_proxy
     for arm in ARMS:
         log(f"{arm}: RSS over a fresh proxy's first 10,000-chunk stream")
         with (
