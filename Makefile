@@ -71,7 +71,7 @@ bench-gateway: $(PY)
 # media.py compares body builders through `prepare_converse_body`, built only with `bench`;
 # `make build` (and so `make test`) reinstalls the extension without it.
 bench-media: $(PY)
-	$(VENV)/bin/maturin develop --release -q --features bench
+	$(VENV)/bin/maturin develop --release -q --features python,bench
 	$(PY) -m benches.media
 	$(PY) -m benches.media --proxy
 
