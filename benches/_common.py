@@ -58,13 +58,9 @@ def arg_parser(doc: str, quick: str, wait: str = "first") -> argparse.ArgumentPa
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     env_quick = os.environ.get("BENCH_QUICK", "").strip().lower() in ("1", "true", "yes", "on")
     p.add_argument("--quick", action="store_true", default=env_quick, help=quick)
-    p.add_argument(
-        "--wait-quiet",
-        type=float,
-        default=float(os.environ.get("BENCH_WAIT_QUIET") or 0),
-        metavar="S",
-        help=f"{wait}, wait up to S s for other processes to go idle (BENCH_WAIT_QUIET)",
-    )
+    wait_s = float(os.environ.get("BENCH_WAIT_QUIET") or 0)
+    wait = f"{wait}, wait up to S s for other processes to go idle (BENCH_WAIT_QUIET)"
+    p.add_argument("--wait-quiet", type=float, default=wait_s, metavar="S", help=wait)
     p.add_argument("--no-write", action="store_true", help="print only; keep results/ as is")
     return p
 

@@ -150,9 +150,7 @@ def summarize(run: dict[str, Any], providers: list[str]) -> dict[str, Any]:
         py_max, rs_max = run["held_max"][f"{p}-python"], run["held_max"][f"{p}-rust"]
         half = {a: [s for s in run["half"] if (s["provider"], s["arm"]) == (p, a)] for a in ARMS}
         half_added = {a: {q: median(s["added"][q] for s in half[a]) for q in QS} for a in ARMS}
-        ratio_p50 = (
-            half_added["rust"]["p50"] / half_added["python"]["p50"] if half["python"] else math.nan
-        )
+        ratio_p50 = half_added["rust"]["p50"] / half_added["python"]["p50"]
         rate_ratio = rs_max / py_max if py_max else math.nan
         capped = f"{p}-rust" not in run["first_fail"]
         out[p] = {
@@ -308,14 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def report(
-    args: Any,
-    info: dict[str, Any],
-    runs: list[dict[str, Any]],
-    started: float,
-    *,
-    final: bool,
-) -> None:
+def report(args: Any, info: dict, runs: list[dict], started: float, *, final: bool) -> None:
     """Writes (and on the final call prints) the report; earlier calls save partial results."""
     all_steps = [s for r in runs for s in r["steps"] + r["half"]]
     meta = {

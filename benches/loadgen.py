@@ -28,9 +28,7 @@ Response = tuple[int, bytes, bool]  # status, lowercased head, keep-alive
 
 
 class HttpError(Exception):
-    def __init__(self, kind: str) -> None:
-        super().__init__(kind)
-        self.kind = kind
+    """An HTTP-level failure; its argument is the kind of error counted."""
 
 
 def parse_response(buf: bytearray) -> tuple[Response, int] | None:
@@ -183,7 +181,7 @@ class Run:
         except TimeoutError:
             self._error("timeout")
         except HttpError as err:
-            self._error(err.kind)
+            self._error(err.args[0])
         except OSError as err:
             self._error("os_error", repr(err))
 

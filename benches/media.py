@@ -70,10 +70,8 @@ ENV = ("LITELLM_FASTPATH_THREADS", "MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_")
 def converse_doc(b64: str) -> dict[str, Any]:
     """Exactly the document `_native.prepare_transcription(d, audio, "wav")` sends."""
     content = [{"audio": {"format": "wav", "source": {"bytes": b64}}}, {"text": INSTRUCTION}]
-    return {
-        "messages": [{"role": "user", "content": content}],
-        "inferenceConfig": {"maxTokens": 4096},
-    }
+    turn = {"role": "user", "content": content}
+    return {"messages": [turn], "inferenceConfig": {"maxTokens": 4096}}
 
 
 def build_body(item: str | bytes) -> bytes:
@@ -176,15 +174,8 @@ def sender(approach: str, sink_url: str) -> Callable[[list[Any]], Callable[[], N
         return lambda inputs: thread_batch(send, inputs)
     from litellm_fastpath import _native  # the package import is lazy: no LiteLLM
 
-    d = _native.Deployment(
-        "bedrock",
-        MODEL,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-        aws_region=REGION,
-        aws_endpoint=sink_url,
-        timeout=600.0,
-    )
+    keys = {"aws_access_key_id": ACCESS_KEY, "aws_secret_access_key": SECRET_KEY}
+    d = _native.Deployment("bedrock", MODEL, **keys, aws_region=REGION, aws_endpoint=sink_url)
     if approach == "fastpath":
         from litellm_fastpath.bridge import await_call
 

@@ -24,6 +24,8 @@ from benches._common import (
     start_proxy,
     table,
 )
+from devtools.deployments import deployment_kwargs, twin_models
+from devtools.processes import MASTER_KEY, ServerProcess
 from devtools.procfs import cpu_seconds, proc_status, process_tree
 
 ARMS = ("plain", "rust", "lane")
@@ -90,16 +92,12 @@ def run_client(spec: dict[str, Any]) -> dict[str, Any]:
 def twin_proxy(models: dict[str, dict[str, Any]], lane: bool = False, **env: str) -> Any:
     """A started proxy with `plain-<name>` and `rust-<name>` models of each deployment (router
     retries off), with the fast lane when `lane`."""
-    from devtools.deployments import twin_models
-
     twins = [m for name, params in models.items() for m in twin_models(name, params)]
     return start_proxy(twins, lane=lane, env=env, router_settings={"num_retries": 0})
 
 
 def spec(server: Any, model: str, route: str = "/chat/completions", **kw: Any) -> dict[str, Any]:
     """What a client process streams: `model` through `server`, a proxy (with its master key)."""
-    from devtools.processes import MASTER_KEY
-
     return {"url": f"{server.url}{route}", "model": model, "key": MASTER_KEY, **kw}
 
 
@@ -122,9 +120,6 @@ def added_ms(arm: list[float], direct: list[float], q: float) -> float:
 
 
 def measure(quick: bool, provider: str) -> dict[str, Any]:
-    from devtools.deployments import deployment_kwargs
-    from devtools.processes import ServerProcess
-
     seconds, reps, rounds = (4, 1, 20) if quick else (12, 3, 60)
     data: dict[str, Any] = {"provider": provider}
     with ServerProcess() as mock, ServerProcess(args=("--chunk-delay-ms", "20")) as paced:
