@@ -7,7 +7,7 @@ WHEEL_VENV ?= target/venv-wheel
 # LiteLLM otherwise fetches its model price map from the internet at import.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup build demo test lint rust-test py-test wheel wheel-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-soak bench-streaming bench-messages bench-lane bench-lane-messages bench-realtime clean
+.PHONY: setup build demo test lint rust-test py-test wheel wheel-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-streaming bench-messages bench-lane bench-lane-messages bench-realtime clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -65,26 +65,23 @@ bench-inprocess: $(PY)
 	$(PY) -m benches.inprocess
 
 bench-gateway: $(PY)
-	$(PY) -m pip install -q matplotlib py-spy
+	$(PY) -m pip install -q matplotlib
 	$(PY) -m benches.gateway
 
 # media.py compares body builders through `prepare_converse_body`, built only with `bench`;
 # `make build` (and so `make test`) reinstalls the extension without it.
 bench-media: $(PY)
-	$(PY) -m pip install -q matplotlib
-	$(VENV)/bin/maturin develop --release -q --features bench
+	$(VENV)/bin/maturin develop --release -q --features python,bench
 	$(PY) -m benches.media
-	$(PY) -m benches.proxy_media
+	$(PY) -m benches.media --proxy
 
 bench-sha256: $(PY)
 	$(PY) -m benches.sha256
 
 bench-streaming: $(PY)
-	$(PY) -m pip install -q matplotlib
 	for provider in openai anthropic bedrock; do $(PY) -m benches.streaming --provider $$provider; done
 
 bench-messages: $(PY)
-	$(PY) -m pip install -q matplotlib
 	$(PY) -m benches.messages
 
 bench-lane: $(PY)
@@ -92,17 +89,11 @@ bench-lane: $(PY)
 	$(PY) -m benches.lane
 
 bench-lane-messages: $(PY)
-	$(PY) -m pip install -q matplotlib
 	$(PY) -m benches.lane --route messages
 	$(PY) -m benches.lane --route messages --provider bedrock
 
 bench-realtime: $(PY)
 	$(PY) -m benches.realtime
-
-# Not part of `bench`: 10 minutes per arm (~22 min in all).
-bench-soak: $(PY)
-	$(PY) -m pip install -q matplotlib
-	$(PY) -m benches.soak
 
 clean:
 	rm -rf target $(VENV) dist

@@ -28,17 +28,17 @@ RESULTS = BENCHES / "results"
 ARMS = ("python", "rust")
 MESSAGES = [{"role": "user", "content": "Say hello."}]
 AUTH = "Authorization: Bearer sk-test-master"  # devtools.processes.MASTER_KEY
-RUST_HEADER = "x-litellm-rust: true"
 # What loadgen.py requires of each arm's answers: LiteLLM's own native routes (`LITELLM_RUST=1`)
 # tag theirs `x-litellm-rust: true` too; the fast path's also carry `x-litellm-fastpath`.
 CHECKS = {
     "python": ("--forbid-header", "x-litellm-rust"),
-    "native": ("--expect-header", RUST_HEADER, "--forbid-header", "x-litellm-fastpath"),
-    "rust": ("--expect-header", RUST_HEADER, "--expect-header", "x-litellm-fastpath:"),
+    "native": ("--expect-header", "x-litellm-rust: true", "--forbid-header", "x-litellm-fastpath"),
+    "rust": ("--expect-header", "x-litellm-rust: true", "--expect-header", "x-litellm-fastpath:"),
 }
-WARMUP = 20  # unrecorded requests before each load step (`loadgen_cmd`)
-# Vector length the mock answers embeddings with in the benches (OpenAI's text-embedding-3-small).
-EMBEDDING_DIMS = 1536
+WARMUP = 20  # unrecorded requests before each load step (`run_loadgen`)
+# The mock provider the gateway and in-process benches use: embeddings of 1,536 dimensions
+# (OpenAI's text-embedding-3-small).
+MOCK_ARGS = ("--embedding-dims", "1536")
 
 # Every litellm import must see this, or it fetches the cost map from the network.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -53,21 +53,14 @@ def log(msg: str) -> None:
 # -- flags, machine, reports -----------------------------------------------------------------
 
 
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def arg_parser(doc: str, quick: str, wait: str = "first") -> argparse.ArgumentParser:
     """A parser with the flags every bench has: --quick, --wait-quiet, --no-write."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
-    p.add_argument("--quick", action="store_true", default=env_flag("BENCH_QUICK"), help=quick)
-    p.add_argument(
-        "--wait-quiet",
-        type=float,
-        default=float(os.environ.get("BENCH_WAIT_QUIET") or 0),
-        metavar="S",
-        help=f"{wait}, wait up to S s for other processes to go idle (BENCH_WAIT_QUIET)",
-    )
+    env_quick = os.environ.get("BENCH_QUICK", "").strip().lower() in ("1", "true", "yes", "on")
+    p.add_argument("--quick", action="store_true", default=env_quick, help=quick)
+    wait_s = float(os.environ.get("BENCH_WAIT_QUIET") or 0)
+    wait = f"{wait}, wait up to S s for other processes to go idle (BENCH_WAIT_QUIET)"
+    p.add_argument("--wait-quiet", type=float, default=wait_s, metavar="S", help=wait)
     p.add_argument("--no-write", action="store_true", help="print only; keep results/ as is")
     return p
 
@@ -100,9 +93,7 @@ def machine(wait_quiet_s: float = 0.0) -> dict[str, Any]:
         "affinity": len(os.sched_getaffinity(0)),
         "cpu": models[0].split(":", 1)[1].strip() if models else "unknown",
         "python": platform.python_version(),
-        "kernel": platform.release(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "loadavg_start": loadavg(),
     }
     for name in ("litellm", "litellm-fastpath"):
         try:
@@ -120,10 +111,6 @@ def machine_line(info: dict[str, Any]) -> str:
     )
 
 
-def loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 def table(head: Sequence[str], rows: Iterable[Sequence[object]], align: str = "") -> list[str]:
     """A markdown table: one `align` letter per column (l, r, c), by default the first column
     left and the others right."""
@@ -136,27 +123,6 @@ def table(head: Sequence[str], rows: Iterable[Sequence[object]], align: str = ""
 def cells(row: dict[str, Any], *specs: str) -> list[str]:
     """Table cells of `row`: one `key:format` spec each (`wall_s:.2f`; `key` as is)."""
     return [format(row[key], f) for key, _, f in (spec.partition(":") for spec in specs)]
-
-
-def bar_panels(plt: Any, panels: Sequence[Any], size: tuple[float, float]) -> tuple[Any, Any]:
-    """A figure of bar charts side by side, one per panel `(title, x labels, {series: values})`
-    (several series: grouped bars and a legend); the figure and its axes."""
-    fig, axes = plt.subplots(1, len(panels), figsize=size, squeeze=False)
-    for ax, (title, labels, series) in zip(axes[0], panels, strict=True):
-        width = 0.8 / len(series)
-        for i, (name, values) in enumerate(series.items()):
-            xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(labels))]
-            ax.bar(xs, values, width, label=name)
-        ax.set_xticks(range(len(labels)), labels)
-        ax.set_title(title, fontsize=10)
-        if len(series) > 1:
-            ax.legend(fontsize=8)
-    return fig, axes[0]
-
-
-def errors(step: dict[str, Any]) -> str:
-    """A step's error count, and its first error when there is one."""
-    return f"{step['errors']}" + (f" ({step['first_error']})" if step["errors"] else "")
 
 
 def write_results(
@@ -266,30 +232,17 @@ def added(steps: dict[Any, list[dict[str, Any]]], direct: Any, arms: Iterable[An
 # -- load ------------------------------------------------------------------------------------
 
 
-def loadgen_cmd(
-    url: str, body: str, rate: float, secs: float, *flags: str, warm: bool = True
-) -> list[str]:
-    """`benches/loadgen.py` at `rate` for `secs`, after (`warm`) WARMUP
-    unrecorded requests on 8 connections; `flags` add to or override these (`--closed 16`)."""
-    cmd = [sys.executable, "-m", "benches.loadgen", "--url", url, "--body", body]
-    cmd += ["--rate", str(rate), "--duration", str(secs), "--timeout", "5", "--max-conns", "512"]
-    return cmd + (["--conns", "8", "--warmup", str(WARMUP)] if warm else []) + list(flags)
-
-
 def run_loadgen(
-    url: str,
-    body: str,
-    rate: float,
-    secs: float,
-    *flags: str,
-    warm: bool = True,
-    watch: Sequence[int] = (),
+    url: str, body: str, rate: float, secs: float, *flags: str, watch: Sequence[int] = ()
 ) -> dict[str, Any]:
-    """Runs `loadgen_cmd(...)` and returns its JSON, plus the peak RSS of the `watch` processes
-    sampled every 0.2 s meanwhile."""
+    """`benches/loadgen.py` at `rate` for `secs`, after WARMUP unrecorded requests on 8
+    connections (`flags` add to or override its options): its JSON, plus the peak RSS of the
+    `watch` processes sampled every 0.2 s meanwhile."""
     peak = 0
     with tempfile.TemporaryFile() as out:
-        cmd = loadgen_cmd(url, body, rate, secs, *flags, warm=warm)
+        cmd = [sys.executable, "-m", "benches.loadgen", "--url", url, "--body", body]
+        cmd += ["--rate", str(rate), "--duration", str(secs), "--timeout", "5"]
+        cmd += ["--conns", "8", "--warmup", str(WARMUP), *flags]
         proc = subprocess.Popen(cmd, stdout=out, stdin=subprocess.DEVNULL, cwd=ROOT)
         deadline = time.monotonic() + secs + 120
         while proc.poll() is None and time.monotonic() < deadline:
@@ -316,20 +269,17 @@ def load_step(
     *,
     headers: Sequence[str] = ("-H", AUTH),
     mock_pid: int | None = None,
-    warm: bool = True,
     timeout: float = 5.0,
 ) -> dict[str, Any]:
     """Open-loop load on one model of `proxy`: latency, errors, proxy CPU and peak RSS, and the
     cores used by everything else (with `mock_pid`, the mock's are not); the raw latencies are
-    under `latencies_ms`. Without `warm` no request goes unrecorded (soak.py counts every one)."""
+    under `latencies_ms`."""
     pids = process_tree(proxy.pid)
     mock = [mock_pid] if mock_pid else []
     m0, c0 = cpu_seconds(mock), cpu_seconds(pids)
     b0, w0 = system_busy_seconds(), time.monotonic()
     flags = (*headers, *checks, "--timeout", str(timeout))
-    res = run_loadgen(
-        f"{proxy.url}{route}", json.dumps(body), rate, secs, *flags, warm=warm, watch=pids
-    )
+    res = run_loadgen(f"{proxy.url}{route}", json.dumps(body), rate, secs, *flags, watch=pids)
     wall = time.monotonic() - w0
     proxy_cpu = cpu_seconds(process_tree(proxy.pid)) - c0
     busy = system_busy_seconds() - b0
@@ -369,13 +319,6 @@ def direct_step(
 # -- the proxies under test ------------------------------------------------------------------
 
 
-def bench_mock() -> Any:
-    """The mock provider the benches use (`ServerProcess`; embeddings of 1,536 dimensions)."""
-    from devtools.processes import ServerProcess
-
-    return ServerProcess(args=("--embedding-dims", str(EMBEDDING_DIMS)))
-
-
 def start_proxy(
     models: list[dict[str, Any]],
     *,
@@ -405,30 +348,6 @@ def start_proxy(
     proxy.__enter__()
     time.sleep(1.0 if workers == 1 else 3.0)  # let every worker finish its startup
     return proxy
-
-
-def teach_lane(proxy: Any, route: str, bodies: Iterable[dict[str, Any]], workers: int = 1) -> None:
-    """Requests the proxy serves, so that every worker's lane learns the master key's verdict."""
-    for _ in range(3 * workers):
-        for body in bodies:
-            proxy.post(route, json=body)
-    time.sleep(0.5)
-
-
-def lane_callbacks(
-    log_path: Path, model: str, steps: Iterable[dict[str, Any]], taught: int = 3
-) -> dict:
-    """Events logged for `model` on the lane proxy (read after its shutdown) against the
-    requests it answered: each step's measured and unrecorded ones, and the `taught` ones of
-    the start (`teach_lane`'s, 3 per worker)."""
-    steps = list(steps)
-    events = [json.loads(line) for line in log_path.read_text().splitlines()]
-    return {
-        "lane_events": sum(e.get("model_group") == model for e in events),
-        "lane_requests": sum(s["ok"] + WARMUP for s in steps) + taught,
-        "lane_errors": sum(s["errors"] for s in steps),
-        "lane_served": max([(e.get("lane") or {}).get("served", 0) for e in events] or [0]),
-    }
 
 
 @dataclass(frozen=True)
@@ -496,9 +415,7 @@ class BenchProxy:
             for arm, rust in (("python", {}), ("rust", {"rust": True}))
         ]
         self.proxy, self.workers = start_proxy(model_list, workers=workers), workers
-        info = {"workers": workers, "startup_s": self.proxy.startup_s, "pids": self.pids()}
-        info["verify"] = self.verify()
-        return info
+        return {"workers": workers, "startup_s": self.proxy.startup_s, "pids": self.pids()}
 
     def stop(self) -> None:
         if self.proxy is not None:
@@ -507,19 +424,6 @@ class BenchProxy:
 
     def pids(self) -> list[int]:
         return process_tree(self.proxy.pid)
-
-    def verify(self) -> dict[str, Any]:
-        """One request per model: status and whether the Rust headers came back."""
-        out, all_workloads = {}, workloads()
-        for p, arm in ((p, arm) for p in self.args.providers for arm in ARMS):
-            model, work = f"{p}-{arm}", all_workloads[p]
-            r = self.proxy.post(work.route, json={"model": model, **work.body})
-            out[model] = {"status": r.status_code}
-            out[model] |= {h: r.headers.get(h) for h in ("x-litellm-rust", "x-litellm-fastpath")}
-            rust = r.headers.get("x-litellm-rust") == "true"
-            if r.status_code != 200 or rust != model.endswith("-rust"):
-                log(f"WARNING verify {model}: {out[model]} {r.text[:300]}")
-        return out
 
     def wait_idle(self, budget: float = 15.0) -> float:
         """Waits until the proxy burns < 5% of a core (a saturated step leaves a backlog)."""
@@ -532,9 +436,7 @@ class BenchProxy:
                 break
         return time.monotonic() - t0
 
-    def step(
-        self, provider: str, arm: str, rate: float, duration: float, warm: bool = True
-    ) -> dict[str, Any]:
+    def step(self, provider: str, arm: str, rate: float, duration: float) -> dict[str, Any]:
         """`load_step` on one arm's model of one workload."""
         work = workloads()[provider]
         body = {"model": f"{provider}-{arm}", **work.body}
@@ -546,7 +448,6 @@ class BenchProxy:
             rate,
             duration,
             mock_pid=self.mock.pid,
-            warm=warm,
             timeout=self.args.timeout,
         )
         return {"provider": provider, "arm": arm, "workers": self.workers, **step}

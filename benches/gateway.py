@@ -2,52 +2,41 @@
 (method: benches/README.md).
 
     python -m benches.gateway --quick      # 3 s steps, 1 worker            (BENCH_QUICK=1)
-    python -m benches.gateway              # 6 s steps, 1 then 2 workers, py-spy profile
+    python -m benches.gateway              # 6 s steps, 1 then 2 workers
 """
 
 from __future__ import annotations
 
 import collections
-import json
 import math
-import shutil
-import subprocess
 import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from benches._common import (
     ARMS,
-    AUTH,
-    RESULTS,
-    ROOT,
+    MOCK_ARGS,
     WORKLOAD_NAMES,
     BenchProxy,
     arg_parser,
-    bench_mock,
     direct_step,
-    errors,
     fmt,
-    loadavg,
-    loadgen_cmd,
     log,
     machine,
     machine_line,
     median,
-    run_loadgen,
     table,
-    wait_quiet,
     workloads,
     write_results,
 )
-from devtools.procfs import MIB, cpu_seconds, proc_status
+from devtools.processes import ServerProcess
+from devtools.procfs import MIB, proc_status
 
 P99_LIMIT_MS = 50.0
 # Finer steps where a 1-worker proxy saturates (~80-120 req/s on these 2-core boxes).
 DEFAULT_RATES = (25, 50, 70, 85, 100, 115, 130, 150, 175, 200, 250, 300, 400, 500, 700, 1000)
 QS = ("p50", "p99", "p999")
+FOREIGN_LIMIT = 0.35  # a step during which other processes used more cores is contended
 SUMMARY_HEAD = ["provider", "python max req/s", "rust max req/s", "rust/python", "half rate"]
 SUMMARY_HEAD += ["added p50 py ms", "added p50 rust ms", "rust/py p50", "added p99 py"]
 SUMMARY_HEAD += ["added p99 rust", "CPU s/1k py", "CPU s/1k rust"]
@@ -55,52 +44,32 @@ STEPS_HEAD = ["rate", "rep", "arm", "achieved", "err", "p50", "p99", "p99.9", "a
 STEPS_HEAD += ["added p99", "added p99.9", "CPU s/1k", "proxy cores", "foreign cores"]
 
 
-def upstream_body(provider: str) -> str:
-    return json.dumps(workloads()[provider].upstream_body)
-
-
-def checked(args: Any, measure: Callable[[], dict[str, Any]], what: str) -> dict[str, Any]:
-    """A step, rerun (after waiting for quiet) when other processes used the CPU meanwhile."""
-    for attempt in range(args.contended_retries + 1):
-        step = measure()
-        step["attempt"] = attempt
-        if step["foreign_cores"] <= args.foreign_limit or attempt == args.contended_retries:
-            break
-        log(
-            f"contended step ({step['foreign_cores']:.2f} foreign cores): "
-            f"{what} @ {step['rate']:g}; waiting up to 20 s for quiet"
-        )
-        if wait_quiet(20, threshold=args.foreign_limit) > args.foreign_limit:
-            break  # still busy: keep this step (marked contended) rather than stall
-    return step
-
-
 def arm_step(gw: BenchProxy, provider: str, arm: str, rate: float) -> dict[str, Any]:
-    def measure() -> dict[str, Any]:
-        step = gw.step(provider, arm, rate, gw.args.duration)
-        del step["latencies_ms"]
-        step["held"] = step["errors"] == 0 and step["lat"]["p99"] <= gw.args.p99_limit
-        if not step["held"]:
-            gw.wait_idle()
-        return step
-
-    return checked(gw.args, measure, f"{provider}-{arm}")
+    step = gw.step(provider, arm, rate, gw.args.duration)
+    del step["latencies_ms"]
+    step["held"] = step["errors"] == 0 and step["lat"]["p99"] <= gw.args.p99_limit
+    if not step["held"]:
+        gw.wait_idle()
+    return step
 
 
 def baseline(gw: BenchProxy, provider: str, rate: float) -> dict[str, Any]:
     """`direct_step` of the provider's workload (the idle proxy's timers count as ours)."""
     work, flags = workloads()[provider], ("--timeout", str(gw.args.timeout))
-    url, secs, watch = gw.mock.url + work.upstream_path, gw.args.direct_duration, gw.pids()
-
-    def measure() -> dict[str, Any]:
-        step = direct_step(url, work.upstream_body, rate, secs, *flags, watch=[gw.mock.pid, *watch])
-        return {"provider": provider, **step}
-
-    return checked(gw.args, measure, f"direct {provider}")
+    url, watch = gw.mock.url + work.upstream_path, [gw.mock.pid, *gw.pids()]
+    step = direct_step(url, work.upstream_body, rate, gw.args.direct_duration, *flags, watch=watch)
+    return {"provider": provider, **step}
 
 
 def with_direct(step: dict[str, Any], direct: dict[str, Any], rep: int) -> dict[str, Any]:
+    """The step with its added latency over the direct baseline (logged)."""
     added = {q: step["lat"][q] - direct["lat"][q] for q in QS}
+    log(
+        f"w={step['workers']} rate={step['rate']:g} rep={rep} {step['provider']}-{step['arm']}: "
+        f"p99 {fmt(step['lat']['p99'], 1)} ms, added p50 {fmt(added['p50'], 2)} ms, errors "
+        f"{step['errors']}, proxy CPU {step['proxy_cpu_s_per_1k']:.1f} s/1k, foreign "
+        f"{step['foreign_cores']:.2f}"
+    )
     return {**step, "rep": rep, "added": added, "direct": direct["lat"]}
 
 
@@ -137,16 +106,8 @@ def run_workers(gw: BenchProxy, workers: int, args: Any) -> dict[str, Any]:
                 for p, arm in ((p, arm) for p in args.providers for arm in ARMS):
                     if (p, arm) not in pending:
                         continue
-                    s = with_direct(arm_step(gw, p, arm, rate), direct[p], rep)
-                    steps.append(s)
+                    steps.append(s := with_direct(arm_step(gw, p, arm, rate), direct[p], rep))
                     by_arm[(p, arm)].append(s)
-                    log(
-                        f"w={workers} rate={rate:>5} rep={rep} {p:>9}-{arm:<6} "
-                        f"p50={fmt(s['lat']['p50'], 1):>7} p99={fmt(s['lat']['p99'], 1):>8} "
-                        f"added p50={fmt(s['added']['p50'], 1)} err={s['errors']} "
-                        f"rps={s['achieved_rps']:.0f} cpu/1k={s['proxy_cpu_s_per_1k']:.1f}s "
-                        f"foreign={s['foreign_cores']:.2f}"
-                    )
                 rep += 1
                 for key in list(pending):
                     runs = by_arm[key]
@@ -167,13 +128,7 @@ def run_workers(gw: BenchProxy, workers: int, args: Any) -> dict[str, Any]:
                 if rate <= 0:
                     continue
                 d = baseline(gw, p, rate)
-                for arm in ARMS:
-                    half.append(s := with_direct(arm_step(gw, p, arm, rate), d, rep))
-                    log(
-                        f"w={workers} half-rate {rate:.1f} rep={rep} {p}-{arm}: "
-                        f"added p50={fmt(s['added']['p50'], 2)} p99={fmt(s['added']['p99'], 2)}"
-                    )
-        profile = run_profiles(gw, args, held_max) if args.profile and workers == 1 else None
+                half += [with_direct(arm_step(gw, p, arm, rate), d, rep) for arm in ARMS]
         return {
             "workers": workers,
             "proxy": info,
@@ -182,122 +137,10 @@ def run_workers(gw: BenchProxy, workers: int, args: Any) -> dict[str, Any]:
             "held_max": {f"{p}-{a}": v for (p, a), v in held_max.items()},
             "first_fail": {f"{p}-{a}": v for (p, a), v in first_fail.items()},
             "half": half,
-            "profile": profile,
             "proxy_vmhwm_sum_mib": proc_status(gw.pids())["VmHWM"] / MIB,
         }
     finally:
         gw.stop()
-
-
-def run_profiles(
-    gw: BenchProxy, args: Any, held_max: dict[tuple[str, str], float]
-) -> dict[str, Any] | None:
-    """py-spy on the busiest proxy worker under each arm at 80% of its highest held rate."""
-    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(py_spy).exists():
-        log("py-spy not installed; skipping the profile (pip install py-spy)")
-        return None
-    out: dict[str, Any] = {}
-    provider, secs = args.providers[0], args.profile_seconds
-    for arm in args.profile_arms:
-        rate = max(25.0, 0.8 * held_max[(provider, arm)])
-        work = workloads()[provider]
-        body = json.dumps({"model": f"{provider}-{arm}", **work.body})
-        url = f"{gw.proxy.url}{work.route}"
-        cmd = loadgen_cmd(url, body, rate, 2 * secs + 6, "-H", AUTH, "--no-latencies")
-        load = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, cwd=ROOT)
-        try:
-            time.sleep(1.5)
-            pids = gw.pids()
-            before = {pid: cpu_seconds([pid]) for pid in pids}
-            time.sleep(1.0)
-            pid = max(pids, key=lambda pid: cpu_seconds([pid]) - before[pid])
-            svg, raw = RESULTS / f"profile-{arm}.svg", RESULTS / f"profile-{arm}.txt"
-            log(f"py-spy: {arm} arm at {rate:.0f} req/s, worker pid {pid}, {secs:.0f}s x 2")
-            for fmt_name, path in (("flamegraph", svg), ("raw", raw)):
-                # --gil: only samples holding the GIL, i.e. where the worker's Python CPU goes
-                # (the Rust runtime's threads never hold it). Blocking sampling, 100 Hz.
-                spy = [py_spy, "record", "--pid", str(pid), "--duration", str(int(secs)), "--gil"]
-                spy += ["--full-filenames", "--nolineno", "--format", fmt_name, "-o", str(path)]
-                subprocess.run(spy, check=True, capture_output=True, timeout=secs + 60)
-            out[arm] = {"rate": rate, "pid": pid, "svg": svg.name, "raw": raw.name}
-            out[arm] |= summarize_profile(raw)
-        except (subprocess.SubprocessError, OSError) as err:
-            log(f"py-spy failed for the {arm} arm: {err!r}")
-            out[arm] = {"error": repr(err)}
-        finally:
-            load.terminate()
-            load.wait(10)
-        gw.wait_idle()
-    return out
-
-
-_DEEP = ("proxy", "litellm_core_utils", "llms", "integrations", "types")
-
-
-def _category(frame: str) -> str:
-    """The module area of a frame: `litellm/proxy/auth`, `litellm/router`, `pydantic`, ..."""
-    path = frame[frame.rfind("(") + 1 :].rstrip(")") if "(" in frame else frame
-    if path.startswith("<frozen importlib"):
-        return "importlib (import machinery)"
-    if path.startswith("<"):
-        return path
-    parts = path.split("/")
-    if parts[0] == "litellm" and len(parts) > 1:
-        return "/".join(parts[: 3 if parts[1] in _DEEP else 2]).removesuffix(".py")
-    return parts[0].removesuffix(".py")
-
-
-def _short(frame: str) -> str:
-    """`fn (/venv/lib/python3.11/site-packages/pkg/mod.py)` -> `fn (pkg/mod.py)`."""
-    for marker in ("site-packages/", "/lib/python3.11/", "/python/"):
-        idx = frame.find(marker)
-        if idx >= 0:
-            return frame[: frame.rfind("(", 0, idx) + 1] + frame[idx + len(marker) :]
-    return frame
-
-
-def summarize_profile(raw: Path, top: int = 15) -> dict[str, Any]:
-    """Top frames from py-spy's collapsed stacks: inclusive and self share, and self by area."""
-    inclusive: collections.Counter[str] = collections.Counter()
-    own: collections.Counter[str] = collections.Counter()
-    area_self: collections.Counter[str] = collections.Counter()
-    area_incl: collections.Counter[str] = collections.Counter()
-    total = 0
-    for line in raw.read_text(errors="replace").splitlines():
-        stack, _, count_s = line.rpartition(" ")
-        if not stack or not count_s.isdigit():
-            continue
-        count = int(count_s)
-        total += count
-        frames = [_short(f) for f in stack.split(";")]
-        inclusive.update(dict.fromkeys(frames, count))
-        area_incl.update(dict.fromkeys({_category(f) for f in frames}, count))
-        own[frames[-1]] += count
-        area_self[_category(frames[-1])] += count
-
-    def share(counter: collections.Counter[str], n: int = top) -> list[tuple[str, float]]:
-        return [(k, v / total * 100) for k, v in counter.most_common(n)] if total else []
-
-    # Where the request's time goes below the ASGI stack: LiteLLM and our frames only.
-    ours = collections.Counter(
-        {
-            f: v
-            for f, v in inclusive.items()
-            if "litellm" in f
-            and "middleware" not in f
-            and "_lazy_features" not in f
-            and v < 0.95 * total
-        }
-    )
-    return {
-        "samples": total,
-        "top_inclusive": share(inclusive),
-        "top_inclusive_litellm": share(ours),
-        "top_self": share(own),
-        "self_by_area": share(area_self),
-        "inclusive_by_area": share(area_incl, top + 8),
-    }
 
 
 def summarize(run: dict[str, Any], providers: list[str]) -> dict[str, Any]:
@@ -307,9 +150,7 @@ def summarize(run: dict[str, Any], providers: list[str]) -> dict[str, Any]:
         py_max, rs_max = run["held_max"][f"{p}-python"], run["held_max"][f"{p}-rust"]
         half = {a: [s for s in run["half"] if (s["provider"], s["arm"]) == (p, a)] for a in ARMS}
         half_added = {a: {q: median(s["added"][q] for s in half[a]) for q in QS} for a in ARMS}
-        ratio_p50 = (
-            half_added["rust"]["p50"] / half_added["python"]["p50"] if half["python"] else math.nan
-        )
+        ratio_p50 = half_added["rust"]["p50"] / half_added["python"]["p50"]
         rate_ratio = rs_max / py_max if py_max else math.nan
         capped = f"{p}-rust" not in run["first_fail"]
         out[p] = {
@@ -331,7 +172,7 @@ def summarize(run: dict[str, Any], providers: list[str]) -> dict[str, Any]:
 
 
 def render(data: dict[str, Any]) -> str:
-    meta, cap = data["meta"], data["meta"]["capacity"]
+    meta = data["meta"]
     lines = [
         "# Gateway: LiteLLM proxy, Python path vs `rust: true` (open loop)",
         "",
@@ -339,28 +180,23 @@ def render(data: dict[str, Any]) -> str:
         "",
         f"Mode: {meta['mode']}; steps of {meta['duration']} s, {meta['reps']} repetitions "
         f"per rate, arms interleaved, direct-to-mock baseline {meta['direct_duration']} s; p99 "
-        f"limit {meta['p99_limit']} ms; request timeout {meta['timeout']} s; steps with > "
-        f"{meta['foreign_limit']} foreign cores rerun up to {meta['contended_retries']} times. "
-        "Method: benches/README.md (*Gateway*).",
+        f"limit {meta['p99_limit']} ms; request timeout {meta['timeout']} s. Method: "
+        "benches/README.md (*Gateway*).",
         "",
-        f"Tools' capacity (loopback): mock + generator closed loop (16 connections) "
-        f"{cap['closed']['achieved_rps']:.0f} req/s, p99 {fmt(cap['closed']['p99_ms'])} ms; "
-        f"open loop at {cap['open']['rate']:.0f} req/s: {cap['open']['achieved_rps']:.0f} req/s, "
-        f"p50/p99 {fmt(cap['open']['p50_ms'])}/{fmt(cap['open']['p99_ms'])} ms, errors "
-        f"{cap['open']['errors']}, generator {cap['open']['gen_cpu_util'] * 100:.0f}% of a core "
-        f"(at most {meta['gen_cpu_util_max'] * 100:.1f}% during proxy steps).",
+        f"Load generator: at most {meta['gen_cpu_util_max'] * 100:.1f}% of a core during proxy "
+        "steps; the direct-to-mock baseline at each rate shows what the mock and generator hold.",
         "",
     ]
     for run in data["runs"]:
         w = run["workers"]
         all_steps = run["steps"] + run["half"]
-        contended = sum(1 for s in all_steps if s["foreign_cores"] > meta["foreign_limit"])
+        contended = sum(1 for s in all_steps if s["foreign_cores"] > FOREIGN_LIMIT)
         lines += [
             f"## {w} worker{'s' if w > 1 else ''}",
             "",
             f"Proxy startup {run['proxy']['startup_s']:.1f} s; sum of VmHWM over the proxy's "
-            f"processes at the end: {run['proxy_vmhwm_sum_mib']:.0f} MiB; steps still "
-            f"contended after reruns: {contended} of {len(all_steps)}.",
+            f"processes at the end: {run['proxy_vmhwm_sum_mib']:.0f} MiB; steps during which "
+            f"other processes used > {FOREIGN_LIMIT} cores: {contended} of {len(all_steps)}.",
             "",
         ]
         rows = []
@@ -384,16 +220,13 @@ def render(data: dict[str, Any]) -> str:
         rows = []
         for s in all_steps:
             cells = [f"{s['rate']:g}", s["rep"], f"{s['provider']}-{s['arm']}"]
-            cells += [f"{s['achieved_rps']:.1f}", errors(s), *(fmt(s["lat"][q]) for q in QS)]
+            error = f"{s['errors']}" + (f" ({s['first_error']})" if s["errors"] else "")
+            cells += [f"{s['achieved_rps']:.1f}", error, *(fmt(s["lat"][q]) for q in QS)]
             cells += [fmt(s["added"][q]) for q in QS]
             cells += [f"{s['proxy_cpu_s_per_1k']:.1f}", f"{s['proxy_cores']:.2f}"]
             rows.append([*cells, f"{s['foreign_cores']:.2f}", f"{s['proxy_peak_rss_mib']:.0f}"])
         lines += table([*STEPS_HEAD, "peak RSS MiB"], rows, "rrl" + "r" * 12)
         lines += ["", "</details>", ""]
-        if run.get("profile"):
-            lines += ["### py-spy profile of the busiest proxy worker (1 worker)", ""]
-            for arm, prof in run["profile"].items():
-                lines += render_profile(arm, prof)
     lines += ["## Bars (1 worker)", ""]
     one = next((r for r in data["runs"] if r["workers"] == 1), None)
     verdict = {None: "n/a (inconclusive)", True: "**met**", False: "**NOT met**"}
@@ -407,29 +240,6 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join([*lines, *([] if one else ["(no 1-worker run)"]), ""])
 
 
-def render_profile(arm: str, prof: dict[str, Any]) -> list[str]:
-    if "error" in prof:
-        return [f"- {arm}: failed ({prof['error']})", ""]
-    incl = [(a, v) for a, v in prof["inclusive_by_area"] if v < 95]
-    areas = [
-        (a, f"{v:.1f}", b, f"{w:.1f}")
-        for (a, v), (b, w) in zip(prof["self_by_area"], incl, strict=False)
-    ]
-    frames = [(f"`{f}`", f"{v:.1f}") for f, v in prof["top_self"][:12]]
-    ours = [(f"`{f}`", f"{v:.1f}") for f, v in prof.get("top_inclusive_litellm", [])[:15]]
-    return [
-        f"**{arm} arm** at {prof['rate']:.0f} req/s, {prof['samples']} GIL-holding samples "
-        f"(`{prof['svg']}`, raw stacks `{prof['raw']}`).",
-        "",
-        *table(["area (self time)", "%", "area (inclusive)", "%"], areas, "lrlr"),
-        "",
-        *table(["top self frames", "%"], frames),
-        "",
-        *table(["LiteLLM / fast-path frames, inclusive", "%"], ours),
-        "",
-    ]
-
-
 def plot(data: dict[str, Any], plt: Any) -> Any:
     runs = data["runs"]
     fig, axes = plt.subplots(1, len(runs), figsize=(7 * len(runs), 5), squeeze=False)
@@ -441,32 +251,27 @@ def plot(data: dict[str, Any], plt: Any) -> Any:
                 if not pts:
                     continue
                 rates = sorted({s["rate"] for s in pts})
-                y = {id(s): max(0.1, s["added"]["p99"]) for s in pts}
-                med = [median(y[id(s)] for s in pts if s["rate"] == r) for r in rates]
-                style, marker = ("-", "o") if arm == "rust" else ("--", "s")
+                med = [
+                    median(max(0.1, s["added"]["p99"]) for s in pts if s["rate"] == r)
+                    for r in rates
+                ]
+                style = "o-" if arm == "rust" else "s--"
                 ax.plot(rates, med, style, color=colors.get(p), label=f"{p} {arm}")
-                xs = [s["rate"] for s in pts]
-                ax.scatter(xs, y.values(), marker=marker, color=colors.get(p), s=14, alpha=0.6)
         ax.axhline(data["meta"]["p99_limit"], color="red", lw=0.8, ls=":", label="50 ms")
         ax.set_yscale("log")
         ax.set_xlabel("offered rate (req/s, open loop)")
         ax.set_ylabel("added p99 latency (ms, proxied - direct)")
-        ax.set_title(f"LiteLLM proxy, {run['workers']} worker(s): python (dashed) vs rust")
+        ax.set_title(f"LiteLLM proxy, {run['workers']} worker(s): python (dashed) vs rust, medians")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     return fig
 
 
 def parse_args(argv: list[str] | None) -> Any:
-    p = arg_parser(__doc__, "3 s steps, 1 worker, no profile (also BENCH_QUICK=1)")
+    p = arg_parser(__doc__, "3 s steps, 1 worker (also BENCH_QUICK=1)")
     p.add_argument("--workers", type=int, nargs="+", help="worker counts (default 1 / 1 2)")
-    p.add_argument(
-        "--providers",
-        nargs="+",
-        choices=WORKLOAD_NAMES,
-        default=["openai", "anthropic", "bedrock"],
-        help="workloads: chat per provider, or embed-openai / embed-cohere / embed-titan",
-    )
+    chat = ["openai", "anthropic", "bedrock"]  # workloads: also messages and embed-*
+    p.add_argument("--providers", nargs="+", choices=WORKLOAD_NAMES, default=chat)
     p.add_argument("--out", default="gateway", help="results name (default gateway)")
     p.add_argument("--rates", type=float, nargs="+", default=list(DEFAULT_RATES))
     p.add_argument("--duration", type=float, help="seconds per step (default 3 / 6)")
@@ -474,26 +279,10 @@ def parse_args(argv: list[str] | None) -> Any:
     p.add_argument("--reps", type=int, default=2, help="repetitions per rate (default 2)")
     p.add_argument("--p99-limit", type=float, default=P99_LIMIT_MS)
     p.add_argument("--timeout", type=float, default=5.0, help="per-request timeout (s)")
-    prof = p.add_mutually_exclusive_group()
-    prof.add_argument("--profile", action="store_true", default=None, help="default: full mode")
-    prof.add_argument("--no-profile", dest="profile", action="store_false")
-    p.add_argument("--profile-arms", nargs="+", choices=ARMS, default=list(ARMS))
-    p.add_argument("--profile-seconds", type=float, default=10.0)
-    p.add_argument(
-        "--foreign-limit",
-        type=float,
-        default=0.35,
-        help="a step during which other processes used more cores than this is contended",
-    )
-    p.add_argument("--contended-retries", type=int, help="reruns of a contended step (1 / 2)")
     args = p.parse_args(argv)
-    if args.contended_retries is None:
-        args.contended_retries = 1 if args.quick else 2
     args.workers = args.workers or ([1] if args.quick else [1, 2])
     args.duration = args.duration or (3.0 if args.quick else 6.0)
     args.direct_duration = args.direct_duration or min(args.duration, 1.5 if args.quick else 3.0)
-    if args.profile is None:
-        args.profile = not args.quick
     args.rates = sorted(set(args.rates))
     if args.duration > 60 or args.reps > 5 or max(args.rates) > 5000:
         p.error("keep it bounded: --duration ≤ 60, --reps ≤ 5, rates ≤ 5000")
@@ -505,47 +294,26 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(args.wait_quiet)
     started = time.monotonic()
     runs = []
-    with bench_mock() as mock:
-        log(f"mock on {mock.url}; measuring generator/mock capacity")
-        url, body, secs = mock.url + "/chat/completions", upstream_body("openai"), 1.5
-        if not args.quick:
-            secs = 3.0
-        capacity = {
-            "closed": run_loadgen(url, body, 0, secs, "--closed", "16"),
-            "open": run_loadgen(url, body, 2000.0, secs),
-        }
-        for res in capacity.values():
-            del res["latencies_ms"]
+    with ServerProcess(args=MOCK_ARGS) as mock:
         gw = BenchProxy(args, mock)
         for w in args.workers:
             run = run_workers(gw, w, args)
             run["summary"] = summarize(run, args.providers)
             runs.append(run)
             if w != args.workers[-1]:
-                report(args, info, capacity, runs, started, final=False)
-    report(args, info, capacity, runs, started, final=True)
+                report(args, info, runs, started, final=False)
+    report(args, info, runs, started, final=True)
     return 0
 
 
-def report(
-    args: Any,
-    info: dict[str, Any],
-    capacity: dict[str, Any],
-    runs: list[dict[str, Any]],
-    started: float,
-    *,
-    final: bool,
-) -> None:
+def report(args: Any, info: dict, runs: list[dict], started: float, *, final: bool) -> None:
     """Writes (and on the final call prints) the report; earlier calls save partial results."""
-    info["loadavg_end"] = loadavg()
     all_steps = [s for r in runs for s in r["steps"] + r["half"]]
     meta = {
         "machine": info,
         "mode": "quick" if args.quick else "full",
         **{k: getattr(args, k) for k in ("duration", "direct_duration", "reps", "rates")},
-        **{k: getattr(args, k) for k in ("providers", "p99_limit", "timeout", "foreign_limit")},
-        "contended_retries": args.contended_retries,
-        "capacity": capacity,
+        **{k: getattr(args, k) for k in ("providers", "p99_limit", "timeout")},
         "gen_cpu_util_max": max((s["gen_cpu_util"] or 0.0 for s in all_steps), default=0.0),
         "elapsed_s": time.monotonic() - started,
     }

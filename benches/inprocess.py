@@ -5,16 +5,12 @@ LiteLLM's Python path, per case, against the mock provider (method: benches/READ
     python -m benches.inprocess --quick    # 200 calls per arm and case (BENCH_QUICK=1)
     python -m benches.inprocess --cases openai embed-openai-64
     python -m benches.inprocess --callbacks   # with one CustomLogger configured, as in a proxy
-
-Chat cases are named after the provider; embedding cases `embed-<kind>-<inputs>` send 1 or 64
-inputs and get 1,536-dimensional vectors back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -22,16 +18,14 @@ from typing import Any
 
 from benches._common import (
     MESSAGES,
+    MOCK_ARGS,
     arg_parser,
-    bench_mock,
     finish,
     fmt,
-    loadavg,
     machine,
     machine_line,
     median,
     percentile,
-    run_loadgen,
     table,
 )
 from devtools.deployments import (
@@ -40,6 +34,7 @@ from devtools.deployments import (
     embedding_deployment_kwargs,
     served_by_rust,
 )
+from devtools.processes import ServerProcess
 from devtools.procfs import cpu_seconds, system_busy_seconds
 
 BAR = 0.15
@@ -100,7 +95,6 @@ def arm_stats(d: dict[str, Any]) -> dict[str, Any]:
         "calls": len(lat),
         "median_ms": median(lat),
         "p99_ms": percentile(lat, 99),
-        "mean_ms": sum(lat) / len(lat) if lat else float("nan"),
         "cpu_ms_per_call": sum(d["cpu"]) / len(d["cpu"]) if d["cpu"] else float("nan"),
         "block_medians_ms": d["blocks"],
         "misrouted": d["misrouted"],
@@ -149,17 +143,6 @@ async def rust_call_share(kwargs: dict[str, Any], calls: int) -> dict[str, float
     return {"median_ms": median(sorted(lat)), "cpu_ms_per_call": sum(cpu) / len(cpu)}
 
 
-def mock_capacity(url: str, quick: bool) -> dict[str, Any]:
-    """Closed-loop capacity of the mock with the load generator (both separate processes)."""
-    body = json.dumps({"model": "gpt-4o-mini", "messages": MESSAGES})
-    keep = ("achieved_rps", "p50_ms", "p99_ms", "errors", "gen_cpu_util")
-    out, url, secs = {}, f"{url}/chat/completions", 1.0 if quick else 2.0
-    for n in (1, 16):
-        res = run_loadgen(url, body, 0, secs, "--closed", str(n), warm=False)
-        out[f"closed_{n}"] = {k: res[k] for k in keep}
-    return out
-
-
 def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     rows = []
     for r in results:
@@ -185,9 +168,9 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         for arm, a in r["arms"].items()
     ]
     problems = [
-        f"- {r['provider']}: {n} {arm} calls answered by {other}"
+        f"- {r['provider']}: {n} {arm} calls answered by the other path"
         for r in results
-        for arm, other in (("rust", "Python"), ("python", "Rust"))
+        for arm in ("rust", "python")
         if (n := r["arms"][arm]["misrouted"])
     ]
     foreign = ", ".join(f"{r['provider']} {r['foreign_cores']:.2f}" for r in results)
@@ -199,7 +182,6 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         f"Mode: {meta['mode']}; {meta['blocks']} blocks x {meta['block_size']} sequential calls "
         f"per arm and case, arms interleaved, {meta['warmup']} warm-up calls per arm first; "
-        f"event loop: {meta['loop']}; "
         + ("one `CustomLogger` configured" if meta["callbacks"] else "no callbacks configured")
         + ". Method (what is timed, which calls count as Rust's): benches/README.md.",
         "",
@@ -215,14 +197,6 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         *(["Problems:", "", *problems, ""] if problems else []),
     ]
-    if cap := meta.get("mock_capacity"):
-        c1, c16 = cap["closed_1"], cap["closed_16"]
-        lines += [
-            f"Mock provider capacity (closed loop): {c1['achieved_rps']:.0f} req/s on 1 "
-            f"connection (p50 {fmt(c1['p50_ms'], 3)} ms), {c16['achieved_rps']:.0f} req/s on 16 "
-            f"(p99 {fmt(c16['p99_ms'], 3)} ms).",
-            "",
-        ]
     return "\n".join(lines)
 
 
@@ -239,8 +213,7 @@ async def run(args: Any) -> int:
         litellm.callbacks = [type("CountingLogger", (CustomLogger,), {})()]
     info = machine(args.wait_quiet)
     results: list[dict[str, Any]] = []
-    with bench_mock() as mock:
-        cap = mock_capacity(mock.url, args.quick) if args.capacity else None
+    with ServerProcess(args=MOCK_ARGS) as mock:
         all_cases = cases(mock.url)
         for name in args.cases:
             gc.collect()
@@ -251,7 +224,6 @@ async def run(args: Any) -> int:
             # CPU the rest of the machine used meanwhile (other builds/tests skew results).
             busy = system_busy_seconds() - b0 - ours
             r["foreign_cores"] = max(0.0, busy / (time.monotonic() - w0))
-            r["loadavg_after"] = loadavg()
             results.append(r)
             print(
                 f"{name}: python {r['arms']['python']['median_ms']:.3f} ms, "
@@ -263,14 +235,11 @@ async def run(args: Any) -> int:
         "machine": info,
         "mode": "quick" if args.quick else "full",
         **{k: getattr(args, k) for k in ("blocks", "block_size", "warmup")},
-        "loop": "uvloop" if args.uvloop else "asyncio (default)",
-        "mock_capacity": cap,
         "bar": BAR,
         "callbacks": args.callbacks,
     }
     finish(args, args.out, render(results, meta), {"meta": meta, "results": results})
-    ok = all(r["arms"]["rust"]["misrouted"] == 0 for r in results)
-    return 0 if ok and (not args.check_bar or all(r["bar_met"] for r in results)) else 1
+    return 0 if all(r["arms"]["rust"]["misrouted"] == 0 for r in results) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,9 +248,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--blocks", type=int, help="blocks per arm (default 4 / 10)")
     p.add_argument("--block-size", type=int, help="calls per block (default 50 / 100)")
     p.add_argument("--warmup", type=int, help="warm-up calls per arm")
-    p.add_argument("--uvloop", action="store_true", help="run on uvloop (the proxy's loop)")
-    p.add_argument("--no-capacity", dest="capacity", action="store_false", help="skip the mock's")
-    p.add_argument("--check-bar", action="store_true", help="exit 1 unless every bar is met")
     p.add_argument("--callbacks", action="store_true", help="one CustomLogger, as in a proxy")
     p.add_argument("--out", help="results name (default inprocess, inprocess-callbacks)")
     args = p.parse_args(argv)
@@ -291,10 +257,6 @@ def main(argv: list[str] | None = None) -> int:
     args.warmup = args.warmup if args.warmup is not None else (20 if args.quick else 50)
     if args.blocks * args.block_size < 200:
         p.error("at least 200 measured calls per arm (blocks x block-size)")
-    if args.uvloop:
-        import uvloop
-
-        return int(uvloop.run(run(args)))
     return asyncio.run(run(args))
 
 

@@ -1,20 +1,15 @@
-"""The fast lane (`fastpath_lane: true`) through the proxy, against the plain model, in one run.
+"""The fast lane (`fastpath_lane: true`) through the proxy against the plain model and `rust: true`
+(and on `/v1/messages` LiteLLM's native route), in one run (method: benches/README.md).
 
     python -m benches.lane [--quick]                    # chat: results/lane.{md,json,png}
     python -m benches.lane --route messages [--quick] [--provider bedrock]
-                                                        # results/lane-messages[-bedrock].*
-
-Chat: added latency over direct-to-mock at 45 req/s, each arm's highest rate at p99 <= 50 ms (the
-lane also with two workers). `/v1/messages` (Anthropic SDK headers), non-streaming and streamed:
-added latency and the proxy's CPU per request against the plain model, `rust: true` and LiteLLM's
-native route (`LITELLM_RUST=1`; not for Bedrock). Both: callback count = request count on the
-lane proxy. Method: benches/README.md.
 """
 
 from __future__ import annotations
 
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +22,6 @@ from benches._common import (
     direct_step,
     finish,
     interleaved,
-    lane_callbacks,
     load_step,
     log,
     machine,
@@ -35,11 +29,11 @@ from benches._common import (
     median,
     start_proxy,
     table,
-    teach_lane,
 )
 from benches.messages import deployment
 from devtools.deployments import BEDROCK_MODEL_ID, deployment_kwargs, twin_models
 from devtools.processes import MASTER_KEY, ServerProcess
+from devtools.proxy_logger import read_events
 
 ROUTE = "/chat/completions"
 LATENCY_RATE = 45.0
@@ -51,12 +45,8 @@ MESSAGES_ROUTE = "/v1/messages"
 SDK_HEADERS = ("-H", f"x-api-key: {MASTER_KEY}", "-H", "anthropic-version: 2023-06-01")
 MESSAGE_ARMS = ("python", "native", "rust", "lane")
 KINDS = ("plain", "stream")
-NAMES = {
-    "python": "Python (plain model)",
-    "native": "LiteLLM native (`LITELLM_RUST=1`)",
-    "rust": "`rust: true`",
-    "lane": "lane",
-}
+NAMES = {"python": "Python (plain model)", "native": "LiteLLM native (`LITELLM_RUST=1`)"}
+NAMES |= {"rust": "`rust: true`", "lane": "lane"}
 
 
 def step(server: Any, arm: str, body: dict, rate: float, secs: float, **kw: Any) -> dict[str, Any]:
@@ -72,19 +62,13 @@ def chat_body(model: str) -> dict[str, Any]:
     return {"model": model, "messages": MESSAGES}
 
 
-def held(s: dict) -> bool:
-    return (
-        s["errors"] == 0 and s["lat"]["p99"] <= P99_BAR_MS and s["achieved_rps"] >= 0.95 * s["rate"]
-    )
-
-
 def highest(run: Any, rates: list[float]) -> tuple[float, list[dict]]:
+    """The ladder up to the first rate not held (errors, p99 > 50 ms or < 95% achieved)."""
     best, steps = 0.0, []
     for rate in rates:
-        s = run(rate)
-        steps.append(s)
+        steps.append(s := run(rate))
         log(f"  {rate:>6.0f} req/s: p99 {s['lat']['p99']:.1f} ms, errors {s['errors']}")
-        if not held(s):
+        if s["errors"] or s["lat"]["p99"] > P99_BAR_MS or s["achieved_rps"] < 0.95 * rate:
             break
         best = rate
     return best, steps
@@ -115,7 +99,10 @@ class Arms:
                 settings = SETTINGS.get(name, {})
                 server = start_proxy(self.models, workers=workers, log_path=log_path, **settings)
                 self.servers[name], server.log_file = server, log_path
-                teach_lane(server, route, bodies, workers)
+                for _ in range(3 * workers):  # every worker's lane learns the key's verdict
+                    for request in bodies:
+                        server.post(route, json=request)
+                time.sleep(0.5)
         except BaseException:
             self.__exit__()  # the proxies already started
             raise
@@ -128,9 +115,15 @@ class Arms:
         return result
 
     def callbacks(self) -> dict[str, Any]:
-        """The lane proxy's logged events against the requests it answered (after the exit)."""
-        log_file, taught = self.servers["lane"].log_file, 3 * self.workers
-        return lane_callbacks(log_file, "rust-bench", self.lane_steps, taught)
+        """The lane proxy's logged events (read after its exit) against the requests it answered:
+        each step's measured and warm-up ones, and the 3 per worker that taught it the key."""
+        events, steps = read_events(self.servers["lane"].log_file), self.lane_steps
+        return {
+            "lane_events": sum(e.get("model_group") == "rust-bench" for e in events),
+            "lane_requests": sum(s["ok"] + WARMUP for s in steps) + 3 * self.workers,
+            "lane_errors": sum(s["errors"] for s in steps),
+            "lane_served": max([(e.get("lane") or {}).get("served", 0) for e in events] or [0]),
+        }
 
     def __enter__(self) -> Arms:
         return self
@@ -199,18 +192,15 @@ def plot(data: dict[str, Any], plt: Any) -> Any:
 
 def render(data: dict[str, Any]) -> str:
     add, rates = data["latency"]["added"], data["rates"]
-    py = add["python"]
-    rows = [
-        [f"added {q} at {LATENCY_RATE:g} req/s"]
-        + [f"{add[arm][q]:.2f} ms" for arm in ARMS]
-        + [f"**{add['lane'][q] / py[q]:.3f}x**"]
-        for q in ("p50", "p99")
-    ]
-    ratio = rates["lane"]["max"] / max(1.0, rates["python"]["max"])
+    rows = []
+    for q in ("p50", "p99"):
+        ratio = f"**{add['lane'][q] / add['python'][q]:.3f}x**"
+        rows.append(
+            [f"added {q} at {LATENCY_RATE:g} req/s", *(f"{add[a][q]:.2f} ms" for a in ARMS), ratio]
+        )
+    ratio = f"**{rates['lane']['max'] / max(1.0, rates['python']['max']):.1f}x**"
     rows.append(
-        ["highest rate at p99 ≤ 50 ms"]
-        + [f"{rates[arm]['max']:g} req/s" for arm in ARMS]
-        + [f"**{ratio:.1f}x**"]
+        ["highest rate at p99 ≤ 50 ms", *(f"{rates[a]['max']:g} req/s" for a in ARMS), ratio]
     )
     head = ["one worker, open loop", "Python (plain model)", "rust: true", "lane", "lane / Python"]
     two = rates["lane_2_workers"]["max"] / max(1.0, rates["lane"]["max"])

@@ -1,13 +1,18 @@
 """Media memory bench: a Bedrock transcription body sent `fastpath`/`buffered`/`python`, one fresh
-process per measurement, to the hashing sink; every body verified (method: benches/README.md).
+process per measurement, to the hashing sink; with `--proxy`, 16 concurrent 16 MiB uploads through
+the real proxy, LiteLLM's own route vs `rust: true`. Every body verified (method:
+benches/README.md). Extra environment (`LITELLM_FASTPATH_THREADS=4`, `MALLOC_ARENA_MAX=2`,
+`MALLOC_MMAP_THRESHOLD_=1048576`) reaches the workers and the proxy.
 
     python -m benches.media            # full: 1/16/64 MiB x concurrency 1/16, 3 repetitions
     python -m benches.media --quick    # 1/16 MiB, 1 repetition (BENCH_QUICK=1)
+    python -m benches.media --proxy [--quick]   # 2 (quick: 1) repetitions per arm
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import gc
 import hashlib
@@ -15,7 +20,7 @@ import itertools
 import json
 import os
 import random
-import resource
+import struct
 import subprocess
 import sys
 import threading
@@ -26,7 +31,6 @@ from typing import Any
 from benches._common import (
     ROOT,
     arg_parser,
-    bar_panels,
     cells,
     failed,
     fetch_json,
@@ -34,32 +38,40 @@ from benches._common import (
     machine,
     machine_line,
     median,
+    start_proxy,
     table,
     wait_quiet,
 )
-from devtools.procfs import MIB, Sampler, cpu_seconds, proc_status, reset_hwm, system_busy_seconds
+from devtools.processes import ServerProcess
+from devtools.procfs import (
+    MIB,
+    Sampler,
+    cpu_seconds,
+    proc_status,
+    process_tree,
+    reset_hwm,
+    system_busy_seconds,
+)
 
 MODEL = "mistral.voxtral-mini-3b-2507"
 REGION = "us-east-1"
 ACCESS_KEY, SECRET_KEY = "AKID", "secret"
 INSTRUCTION = "Transcribe the audio. Respond with only the transcript."
 APPROACHES = ("fastpath", "buffered", "python")
-ALL_APPROACHES = (*APPROACHES, "fastpath-blocking")
 KINDS = ("encoded", "raw")
 CELL = ("approach", "kind", "size_mib", "concurrency")  # one measurement's coordinates
 WARMUP_BYTES = 3000
 MEMORY_BAR_MIB = 64.0
 WIRE_BARS = {"raw": 1.5, "encoded": 1.2}
 CPU_BAR = 0.7
+ENV = ("LITELLM_FASTPATH_THREADS", "MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_")
 
 
 def converse_doc(b64: str) -> dict[str, Any]:
     """Exactly the document `_native.prepare_transcription(d, audio, "wav")` sends."""
     content = [{"audio": {"format": "wav", "source": {"bytes": b64}}}, {"text": INSTRUCTION}]
-    return {
-        "messages": [{"role": "user", "content": content}],
-        "inferenceConfig": {"maxTokens": 4096},
-    }
+    turn = {"role": "user", "content": content}
+    return {"messages": [turn], "inferenceConfig": {"maxTokens": 4096}}
 
 
 def build_body(item: str | bytes) -> bytes:
@@ -155,24 +167,16 @@ def thread_batch(send: Callable[[Any], None], inputs: list[Any]) -> Callable[[],
 
 def sender(approach: str, sink_url: str) -> Callable[[list[Any]], Callable[[], None]]:
     """For a list of inputs, its sending phase ready to go: every call started on one asyncio
-    loop (fastpath, as the proxy integration does) or one waiting thread per request."""
+    loop (fastpath, as the proxy integration does) or one waiting thread per request (buffered:
+    Python builds the body, Rust signs and sends it)."""
     if approach == "python":
         send = python_send(sink_url)
         return lambda inputs: thread_batch(send, inputs)
     from litellm_fastpath import _native  # the package import is lazy: no LiteLLM
 
-    d = _native.Deployment(
-        "bedrock",
-        MODEL,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-        aws_region=REGION,
-        aws_endpoint=sink_url,
-        timeout=600.0,
-    )
+    keys = {"aws_access_key_id": ACCESS_KEY, "aws_secret_access_key": SECRET_KEY}
+    d = _native.Deployment("bedrock", MODEL, **keys, aws_region=REGION, aws_endpoint=sink_url)
     if approach == "fastpath":
-        import asyncio
-
         from litellm_fastpath.bridge import await_call
 
         async def run_all(inputs: list[Any]) -> None:
@@ -183,11 +187,7 @@ def sender(approach: str, sink_url: str) -> Callable[[list[Any]], Callable[[], N
         return lambda inputs: lambda: asyncio.run(run_all(inputs))
 
     def send_blocking(item: str | bytes) -> None:
-        if approach == "buffered":
-            call = _native.prepare_converse_body(d, build_body(item))
-        else:
-            call = _native.prepare_transcription(d, item, "wav")
-        check_transcription(call.send_blocking())
+        check_transcription(_native.prepare_converse_body(d, build_body(item)).send_blocking())
 
     return lambda inputs: thread_batch(send_blocking, inputs)
 
@@ -197,7 +197,6 @@ def as_kind(raw: bytes, kind: str) -> str | bytes:
 
 
 def worker(args: Any) -> dict[str, Any]:
-    cpu_start = time.process_time()
     prepare = sender(args.approach, args.sink_url)
     inputs = [as_kind(raw_input(args.size_mib, i), args.kind) for i in range(args.concurrency)]
     # Warm-up with a tiny input of the same kind: runtime threads, pool, lazy imports.
@@ -214,8 +213,6 @@ def worker(args: Any) -> dict[str, Any]:
     me = [os.getpid()]
     setup = proc_status(me)
     peak_reset = reset_hwm(me)
-    sampler = Sampler(me[0], 0.02, tree=False)
-    sampler.start()
     busy0, sink0 = system_busy_seconds(), cpu_seconds([args.sink_pid])
     cpu0, t0 = time.process_time(), time.perf_counter()
     go()
@@ -223,40 +220,20 @@ def worker(args: Any) -> dict[str, Any]:
     cpu = time.process_time() - cpu0
     sink_cpu = cpu_seconds([args.sink_pid]) - sink0
     busy = system_busy_seconds() - busy0
-    sampler.stop()
     end = proc_status(me)
-    peak = max(sampler.samples, key=lambda s: s["rss_mib"])
     return {
-        "approach": args.approach,
-        "kind": args.kind,
-        "size_mib": args.size_mib,
-        "concurrency": args.concurrency,
         "input_bytes": sum(len(x) for x in inputs),  # keeps every input alive until here
         "rss_setup_mib": setup["VmRSS"] / MIB,
-        # VmHWM: this process's own high-water mark since the reset. ru_maxrss is also
-        # max()ed with the RSS of the mm replaced at exec (the parent's, with vfork), so it
-        # over-reports small workers; it is kept for reference.
+        # VmHWM: this process's own high-water mark since the reset (ru_maxrss would also count
+        # the RSS of the mm replaced at exec: the parent's, with vfork).
         "peak_rss_mib": end["VmHWM"] / MIB,
-        "ru_maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "rss_end_mib": end["VmRSS"] / MIB,
         "peak_reset": peak_reset,
         "wall_s": wall,
         "cpu_s": cpu,
-        "cpu_total_s": time.process_time() - cpu_start,
         "sink_cpu_s": sink_cpu,
         # CPU used by every other process on the machine during the sending phase (/proc/stat
         # busy time minus this worker and the sink); well above 0 means a shared, noisy box.
         "foreign_cores": max(0.0, busy - cpu - sink_cpu) / wall,
-        "threads_setup": setup["Threads"],
-        "threads_max": max(s["threads"] for s in sampler.samples),
-        "sampled_peak_mib": peak["rss_mib"],
-        "sampled_peak_at_s": peak["t"],
-        "timeline": [(s["t"], round(s["rss_mib"], 1)) for s in sampler.samples[::5]],
-        "env": {
-            k: os.environ[k]
-            for k in ("LITELLM_FASTPATH_THREADS", "MALLOC_ARENA_MAX")
-            if k in os.environ
-        },
     }
 
 
@@ -290,31 +267,26 @@ def run_one(
     result: dict[str, Any] = dict(zip(CELL, cell, strict=True))
     worker = json.dumps({**result, "sink_url": sink.url, "sink_pid": sink.pid})
     cmd = [sys.executable, "-m", "benches.media", "--worker", worker]
-    env = {**os.environ, **dict(item.split("=", 1) for item in args.worker_env)}
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=args.timeout, env=env, cwd=ROOT
-        )
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
         stdout, stderr, code = proc.stdout, proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as err:
         stdout, stderr, code = str(err.stdout or ""), str(err.stderr or ""), -1
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     if code != 0 or not lines:
         return {**result, "problems": [f"worker exited {code}: {stderr.strip()[-1500:]}"]}
-    result = json.loads(lines[-1][len("RESULT ") :])
+    result |= json.loads(lines[-1][len("RESULT ") :])
     sink_view = fetch_json(f"{sink.url}/results")
-    records = sink_view["requests"]
-    problems, matched = verify(records, expected)
-    body_bytes = sum(r.get("received") or 0 for r in records)
-    result["body_bytes"] = body_bytes
-    result["wire_mib_s"] = body_bytes / MIB / result["wall_s"]
+    problems, matched = verify(sink_view["requests"], expected)
+    result["body_bytes"] = sum(r.get("received") or 0 for r in sink_view["requests"])
+    result["wire_mib_s"] = result["body_bytes"] / MIB / result["wall_s"]
     result["peak_minus_setup_mib"] = result["peak_rss_mib"] - result["rss_setup_mib"]
     result["sink_max_inflight"] = sink_view["max_inflight"]
     return {**result, "verified_requests": matched, "problems": problems}
 
 
-MEDIANS = ("rss_setup_mib", "peak_rss_mib", "peak_minus_setup_mib", "cpu_s", "cpu_total_s")
-MEDIANS += ("wall_s", "wire_mib_s", "sink_cpu_s")
+MEDIANS = ("rss_setup_mib", "peak_rss_mib", "peak_minus_setup_mib", "cpu_s", "wall_s")
+MEDIANS += ("wire_mib_s", "sink_cpu_s")
 
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[tuple[str, str, int, int], dict[str, Any]]:
@@ -323,7 +295,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[tuple[str, str, int, int], dic
     for run in runs:
         if "wall_s" in run:
             cells.setdefault(tuple(run[k] for k in CELL), []).append(run)
-    order = {a: i for i, a in enumerate(ALL_APPROACHES)}
+    order = {a: i for i, a in enumerate(APPROACHES)}
     rows = {}
     for key, group in sorted(cells.items(), key=lambda kv: (*kv[0][2:], kv[0][1], order[kv[0][0]])):
         rows[key] = {
@@ -333,45 +305,33 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[tuple[str, str, int, int], dic
             "peak_minus_setup_max_mib": max(r["peak_minus_setup_mib"] for r in group),
             "foreign_cores": max(r["foreign_cores"] for r in group),
             "sink_max_inflight": min(r["sink_max_inflight"] for r in group),
-            "threads_max": max(r["threads_max"] for r in group),
         }
     return rows
 
 
-def ratios_and_bars(rows: dict[Any, Any], size: int, conc: int) -> tuple[list[Any], list[Any]]:
-    """Each approach against python at `size` x `conc`, and the fastpath bars."""
-    ratios, bars = [], []
-    for kind, approach in ((k, a) for k in KINDS for a in ALL_APPROACHES if a != "python"):
-        base, row = rows.get(("python", kind, size, conc)), rows.get((approach, kind, size, conc))
+def bars(rows: dict[Any, Any], size: int, conc: int) -> list[dict[str, Any]]:
+    """The fastpath bars at `size` x `conc`, against python in the same run."""
+    out = []
+    for kind in KINDS:
+        base, row = rows.get(("python", kind, size, conc)), rows.get(("fastpath", kind, size, conc))
         if base is None or row is None:
             continue
-        memory = row["peak_minus_setup_mib"] / max(base["peak_minus_setup_mib"], 1e-9)
         cpu, wire = row["cpu_s"] / base["cpu_s"], row["wire_mib_s"] / base["wire_mib_s"]
-        ratios.append(
-            dict(approach=approach, kind=kind, peak_minus_setup=memory, cpu=cpu, wire=wire)
-        )
-        if approach != "fastpath":
-            continue
         worst = row["peak_minus_setup_max_mib"]
+        memory = f"peak - setup {worst:.1f} MiB (worst of {row['reps']})"
+        wires = f"{row['wire_mib_s']:.0f} vs {base['wire_mib_s']:.0f} MiB/s = {wire:.2f}x"
+        cpus = f"{row['cpu_s']:.2f} vs {base['cpu_s']:.2f} s = {cpu:.2f}x"
         for bar, value, met in (
             (
                 f"peak RSS <= RSS after setup + {MEMORY_BAR_MIB:.0f} MiB",
-                f"peak - setup {worst:.1f} MiB (worst of {row['reps']})",
+                memory,
                 worst <= MEMORY_BAR_MIB,
             ),
-            (
-                f"wire MiB/s >= {WIRE_BARS[kind]}x python",
-                f"{row['wire_mib_s']:.0f} vs {base['wire_mib_s']:.0f} MiB/s = {wire:.2f}x",
-                wire >= WIRE_BARS[kind],
-            ),
-            (
-                f"CPU s <= {CPU_BAR}x python",
-                f"{row['cpu_s']:.2f} vs {base['cpu_s']:.2f} s = {cpu:.2f}x",
-                cpu <= CPU_BAR,
-            ),
+            (f"wire MiB/s >= {WIRE_BARS[kind]}x python", wires, wire >= WIRE_BARS[kind]),
+            (f"CPU s <= {CPU_BAR}x python", cpus, cpu <= CPU_BAR),
         ):
-            bars.append({"bar": f"fastpath {bar} ({kind})", "value": value, "met": met})
-    return ratios, bars
+            out.append({"bar": f"fastpath {bar} ({kind})", "value": value, "met": met})
+    return out
 
 
 ROW_HEAD = ["approach", "kind", "size MiB", "concurrency", "RSS after setup MiB", "peak RSS MiB"]
@@ -384,8 +344,6 @@ ROW += ("wire_mib_s:.0f", "wall_s:.2f", "sink_cpu_s:.2f", "sink_max_inflight", "
 def markdown(report: dict[str, Any]) -> str:
     size, conc = report["bar_size_mib"], report["bar_concurrency"]
     rows = [cells(r, *ROW) for r in report["rows"]]
-    ratio = ("kind", "peak_minus_setup:.3f", "cpu:.2f", "wire:.2f")
-    ratios = [[f"{r['approach']}/python", *cells(r, *ratio)] for r in report["ratios"]]
     bars = [[b["bar"], b["value"], "yes" if b["met"] else "**no**"] for b in report["bars"]]
     quick = " --quick" if report["quick"] else ""
     failed = " — **FAILED**, see problems below." if report["problems"] else "."
@@ -399,15 +357,11 @@ def markdown(report: dict[str, Any]) -> str:
             "(medians; the memory bar uses the worst repetition); method and columns: "
             "benches/README.md (*Media memory*). *Foreign cores*: worst repetition.",
             "",
-            f"Worker env: `{json.dumps(report['worker_env'])}`. Verified: "
+            f"Env: `{json.dumps(report['env'])}`. Verified: "
             f"{report['verified_requests']} requests, every (length, sha256) equal to the "
             f"independently computed reference body{failed}",
             "",
             *table(ROW_HEAD, rows, "llrrrrrrrrrrr"),
-            "",
-            f"## {size} MiB x {conc}: ratios to python (same run)",
-            "",
-            *table(["approach", "kind", "peak - setup", "CPU s", "wire MiB/s"], ratios, "llrrr"),
             "",
             f"## Bars ({size} MiB x {conc})",
             "",
@@ -417,46 +371,13 @@ def markdown(report: dict[str, Any]) -> str:
                 * bool(report["problems"])
             ),
             "",
-            "Raw per-run numbers (every repetition, RSS timeline every ~0.1 s, thread counts, sink "
-            "CPU) are in `media.json`; the plot is `media.png`.",
-            "",
         ]
     )
 
 
-def plot(report: dict[str, Any], plt: Any) -> Any:
-    size, conc = report["bar_size_mib"], report["bar_concurrency"]
-    rows = {(r["approach"], r["kind"], r["size_mib"], r["concurrency"]): r for r in report["rows"]}
-    approaches = [a for a in ALL_APPROACHES if any(r["approach"] == a for r in report["rows"])]
-    metrics = {"peak RSS - RSS after setup (MiB)": ("peak_minus_setup_mib", "%.0f")}
-    metrics |= {"wire MiB/s": ("wire_mib_s", "%.0f"), "CPU s (sending phase)": ("cpu_s", "%.2f")}
-
-    def values(approach: str, key: str) -> list[float]:
-        return [rows.get((approach, k, size, conc), {}).get(key, 0.0) for k in KINDS]
-
-    panels = [
-        (t, KINDS, {a: values(a, key) for a in approaches}) for t, (key, _) in metrics.items()
-    ]
-    fig, axes = bar_panels(plt, panels, (15, 4.5))
-    for ax, (_, label_fmt) in zip(axes, metrics.values(), strict=True):
-        for bars in ax.containers:
-            ax.bar_label(bars, fmt=label_fmt, fontsize=8)
-    axes[0].axhline(MEMORY_BAR_MIB, color="red", linestyle="--", linewidth=1)
-    axes[0].text(-0.45, MEMORY_BAR_MIB * 1.05, "bar: 64 MiB", color="red", fontsize=8)
-    fig.suptitle(
-        f"Bedrock transcription body, {size} MiB x {conc} concurrent, "
-        f"fresh process per measurement (medians of {report['reps']})",
-        fontsize=11,
-    )
-    return fig
-
-
 def parent(args: Any) -> int:
-    from devtools.processes import ServerProcess
-
     sizes = args.sizes or ((1, 16) if args.quick else (1, 16, 64))
     concurrency = args.concurrency or (1, 16)
-    approaches = args.approaches or APPROACHES
     reps = args.reps or (1 if args.quick else 3)
     started = time.monotonic()
     expected = {
@@ -465,75 +386,204 @@ def parent(args: Any) -> int:
     print(f"references ready in {time.monotonic() - started:.1f}s", flush=True)
     runs: list[dict[str, Any]] = []
     problems: list[str] = []
-    matrix = itertools.product(range(reps), sizes, concurrency, args.kinds or KINDS)
+    matrix = itertools.product(range(reps), sizes, concurrency, KINDS)
     with ServerProcess("devtools.media_sink") as sink:
         for rep, size, conc, kind in matrix:
-            shift = rep % len(approaches)  # rotate which approach goes first
-            for approach in [*approaches[shift:], *approaches[:shift]]:
+            shift = rep % len(APPROACHES)  # rotate which approach goes first
+            for approach in [*APPROACHES[shift:], *APPROACHES[:shift]]:
                 if args.wait_quiet > 0:
                     wait_quiet(args.wait_quiet, window=1.0)
                 cell = (approach, kind, size, conc)
                 runs.append(run := {**run_one(sink, cell, expected[size][:conc], args), "rep": rep})
                 tag = f"{approach}/{kind}/{size}MiB/x{conc}/rep{rep}"
                 problems += [f"{tag}: {problem}" for problem in run["problems"]]
-                if "wall_s" not in run:
-                    print(f"{tag}: FAILED {run['problems']}", flush=True)
-                    continue
-                print(
-                    f"{tag:34s} setup {run['rss_setup_mib']:7.0f} MiB  "
-                    f"peak-setup {run['peak_minus_setup_mib']:7.1f} MiB  "
-                    f"cpu {run['cpu_s']:6.2f}s  wire {run['wire_mib_s']:6.0f} MiB/s  "
-                    f"inflight {run['sink_max_inflight']:2d}  foreign {run['foreign_cores']:.2f}"
-                    + ("  PROBLEMS" if run["problems"] else ""),
-                    flush=True,
-                )
+                done = " ".join(cells(run, *ROW[4:])) if "wall_s" in run else "FAILED"
+                print(tag, done, "PROBLEMS" * bool(run["problems"]), flush=True)
     rows = aggregate(runs)
     bar_size, bar_conc = 64 if 64 in sizes else max(sizes), max(concurrency)
-    ratios, bars = ratios_and_bars(rows, bar_size, bar_conc)
     report: dict[str, Any] = {
         "quick": args.quick,
         "machine": machine_line(machine()) + ".",
         "reps": reps,
-        "worker_env": dict(item.split("=", 1) for item in args.worker_env),
+        "env": {k: os.environ[k] for k in ENV if k in os.environ},
         "elapsed_s": time.monotonic() - started,
         "bar_size_mib": bar_size,
         "bar_concurrency": bar_conc,
         "verified_requests": sum(r.get("verified_requests", 0) for r in runs),
         "rows": list(rows.values()),
-        "ratios": ratios,
-        "bars": bars,
+        "bars": bars(rows, bar_size, bar_conc),
         "problems": problems,
         "runs": runs,
     }
-    name = args.out or ("media-quick" if args.quick else "media")
-    finish(args, name, markdown(report), report, indent=1, plot=lambda plt: plot(report, plt))
+    name = "media-quick" if args.quick else "media"
+    finish(args, name, markdown(report), report, indent=1)
+    return failed(problems)
+
+
+# -- through the proxy (`--proxy`) ---------------------------------------------------------------
+
+PROXY_ARMS = {"plain": "plain-voxtral", "rust": "rust-voxtral"}
+PROXY_BAR = 0.5
+UPLOAD_MIB, UPLOADS = 16, 16
+
+
+def wav(size: int, seed: int) -> bytes:
+    """A 16 kHz mono 16-bit PCM WAV of exactly `size` bytes, random samples."""
+    data_len = size - 44
+    header = b"RIFF" + struct.pack("<I", 36 + data_len) + b"WAVEfmt "
+    header += struct.pack("<IHHIIHH", 16, 1, 1, 16000, 32000, 2, 16)
+    return header + b"data" + struct.pack("<I", data_len) + random.Random(seed).randbytes(data_len)
+
+
+async def upload(url: str, arm: str, files: list[bytes]) -> tuple[list[list[str]], float]:
+    """The files uploaded side by side to `arm`'s model: each answer's problems, and the wall
+    time. Every answer must carry `x-litellm-rust`, and `x-litellm-fastpath` on the rust arm
+    only (LiteLLM's own route tags its answers too)."""
+    import httpx
+
+    from devtools.processes import MASTER_KEY
+
+    limits = httpx.Limits(max_connections=len(files) + 4)
+    client = httpx.AsyncClient(base_url=url, timeout=300, limits=limits, trust_env=False)
+
+    async def one(data: bytes) -> list[str]:
+        response = await client.post(
+            "/v1/audio/transcriptions",
+            headers={"Authorization": f"Bearer {MASTER_KEY}"},
+            files={"file": ("a.wav", data, "audio/wav")},
+            data={"model": PROXY_ARMS[arm]},
+        )
+        if response.status_code != 200:
+            return [f"HTTP {response.status_code}: {response.text[:300]}"]
+        problems = [] if response.json().get("text") == "ok" else [f"text {response.text[:100]}"]
+        if response.headers.get("x-litellm-rust") != "true":
+            problems.append("answered without x-litellm-rust")
+        if (arm == "rust") != bool(response.headers.get("x-litellm-fastpath")):
+            problems.append(f"answered {'without' if arm == 'rust' else 'with'} x-litellm-fastpath")
+        return problems
+
+    async with client:
+        started = time.perf_counter()
+        problems = await asyncio.gather(*(one(f) for f in files))
+        return list(problems), time.perf_counter() - started
+
+
+def proxy_arm(arm: str, sink: Any, files: list[bytes], expected: list[Any]) -> dict[str, Any]:
+    """One burst of uploads through a fresh proxy (1 worker): the peak RSS of its process tree
+    over its idle RSS after a warm-up upload (from the reset VmHWM, cross-checked with 20 ms
+    samples), what it still holds 2 s later, its CPU, and the sink's view."""
+    params = {"model": f"bedrock/{MODEL}", "aws_access_key_id": ACCESS_KEY, "api_base": sink.url}
+    params |= {"aws_secret_access_key": SECRET_KEY, "aws_region_name": REGION}
+    models = [
+        {"model_name": PROXY_ARMS["plain"], "litellm_params": params},
+        {"model_name": PROXY_ARMS["rust"], "litellm_params": {**params, "rust": True}},
+    ]
+    with start_proxy(models) as proxy:
+        warm = asyncio.run(upload(proxy.url, arm, [wav(64 * 1024, 999)]))[0][0]
+        time.sleep(1.0)
+        pids = process_tree(proxy.pid)
+        hwm_reset = reset_hwm(pids)
+        idle = proc_status(pids)["VmRSS"] / MIB
+        fetch_json(f"{sink.url}/reset", post=True)
+        cpu0, sampler = cpu_seconds(pids), Sampler(proxy.pid, 0.02)
+        sampler.start()
+        answers, wall = asyncio.run(upload(proxy.url, arm, files))
+        sampler.stop()
+        pids = process_tree(proxy.pid)
+        cpu, hwm = cpu_seconds(pids) - cpu0, proc_status(pids)["VmHWM"] / MIB
+        time.sleep(2.0)
+        after = proc_status(pids)["VmRSS"] / MIB
+        sink_view = fetch_json(f"{sink.url}/results")
+    problems = [f"warm-up: {p}" for p in warm]
+    problems += [f"upload {i}: {p}" for i, found in enumerate(answers) for p in found]
+    # LiteLLM's own route (the plain arm) builds its body its own way: only the rust arm's must
+    # be the reference.
+    sink_problems, matched = verify(sink_view["requests"], expected, bodies=arm == "rust")
+    sampled = max(s["rss_mib"] for s in sampler.samples) - idle
+    return {
+        "arm": arm,
+        "idle_rss_mib": idle,
+        "increase_mib": hwm - idle if hwm_reset else sampled,
+        "increase_sampled_mib": sampled,
+        "retained_after_2s_mib": after - idle,
+        "proxy_cpu_s": cpu,
+        "wall_s": wall,
+        "bodies_match": matched == len(expected),
+        "sink_max_inflight": sink_view["max_inflight"],
+        "problems": problems + [f"sink: {p}" for p in sink_problems],
+    }
+
+
+PROXY_HEAD = ["rep", "arm", "idle RSS MiB", "peak increase MiB", "sampled MiB"]
+PROXY_HEAD += ["retained after 2 s MiB", "proxy CPU s", "wall s", "sink max in-flight"]
+PROXY_ROW = ("rep", "arm", "idle_rss_mib:.0f", "increase_mib:.0f", "increase_sampled_mib:.0f")
+PROXY_ROW += ("retained_after_2s_mib:.0f", "proxy_cpu_s:.2f", "wall_s:.2f", "sink_max_inflight")
+
+
+def proxy(args: Any) -> int:
+    reps = args.reps or (1 if args.quick else 2)
+    files = [wav(UPLOAD_MIB * MIB, 7_000 + i) for i in range(UPLOADS)]
+    expected = [body_reference(f) for f in files]
+    runs: list[dict[str, Any]] = []
+    with ServerProcess("devtools.media_sink") as sink:
+        for rep in range(reps):
+            for arm in PROXY_ARMS if rep % 2 == 0 else reversed(PROXY_ARMS):
+                if args.wait_quiet > 0:
+                    wait_quiet(args.wait_quiet)
+                runs.append(run := {**proxy_arm(arm, sink, files, expected), "rep": rep})
+                print(" ".join(cells(run, *PROXY_ROW)), len(run["problems"]), flush=True)
+    keys = ("increase_mib", "increase_sampled_mib", "proxy_cpu_s", "wall_s")
+    arms = {a: {k: median(r[k] for r in runs if r["arm"] == a) for k in keys} for a in PROXY_ARMS}
+    ratio = arms["rust"]["increase_mib"] / max(arms["plain"]["increase_mib"], 1e-9)
+    equal = all(r["bodies_match"] for r in runs if r["arm"] == "rust")
+    problems = [f"rep {r['rep']} {r['arm']}: {p}" for r in runs for p in r["problems"]]
+    summary = [
+        [a, *cells(v, "increase_mib:.0f", "proxy_cpu_s:.2f", "wall_s:.2f")] for a, v in arms.items()
+    ]
+    markdown = "\n".join(
+        [
+            f"# Media through the proxy: {UPLOADS} concurrent {UPLOAD_MIB} MiB uploads",
+            "",
+            f"Generated by `benches/media.py --proxy`. {machine_line(machine())}.",
+            "",
+            f"{UPLOADS} concurrent `POST /v1/audio/transcriptions` (multipart, distinct "
+            f"{UPLOAD_MIB} MiB WAV files) per arm; a fresh proxy (1 worker) per arm and "
+            "repetition. *Increase* = peak RSS of the proxy's process tree (reset VmHWM) - idle "
+            "RSS after one warm-up upload; *sampled*: the same from 20 ms samples; *retained* = "
+            "RSS 2 s after the burst - idle. Method: benches/README.md (*Media memory*). Env: "
+            f"`{json.dumps({k: os.environ[k] for k in ENV if k in os.environ})}`.",
+            "",
+            *table(PROXY_HEAD, [cells(r, *PROXY_ROW) for r in runs], "rl" + "r" * 7),
+            "",
+            "Medians over repetitions:",
+            "",
+            *table(["arm", "peak increase MiB", "proxy CPU s", "wall s"], summary),
+            "",
+            f"Bar: rust peak increase ≤ {PROXY_BAR}x plain: {ratio:.2f}x — "
+            + ("**met**." if ratio <= PROXY_BAR else "**missed**."),
+            f"The rust arm's upstream bodies against the reference Converse body of each file "
+            f"(length, sha256): {'equal' if equal else '**different**'}.",
+            *(["", "## Problems", "", *[f"- {p}" for p in problems]] if problems else []),
+            "",
+        ]
+    )
+    data = {"reps": reps, "arms": arms, "ratio": ratio, "problems": problems, "runs": runs}
+    finish(args, "proxy_media", markdown, data, indent=1)
     return failed(problems)
 
 
 def main() -> int:
-    p = arg_parser(
-        __doc__, "1/16 MiB, 1 repetition (also BENCH_QUICK=1)", "before each measurement"
-    )
+    p = arg_parser(__doc__, "1/16 MiB, 1 repetition (also BENCH_QUICK=1)", "before each run")
+    p.add_argument("--proxy", action="store_true", help="uploads through the proxy")
     p.add_argument("--sizes", type=int, nargs="+", help="MiB per input (default 1 16 64)")
     p.add_argument("--concurrency", type=int, nargs="+", help="default 1 16")
-    p.add_argument("--approaches", nargs="+", choices=ALL_APPROACHES)
-    p.add_argument("--kinds", nargs="+", choices=KINDS)
     p.add_argument("--reps", type=int, help="fresh processes per cell (3 full, 1 quick)")
-    p.add_argument(
-        "--worker-env",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="extra env for workers, e.g. LITELLM_FASTPATH_THREADS=4 or MALLOC_ARENA_MAX=2",
-    )
-    p.add_argument("--timeout", type=float, default=600.0, help="per worker process (s)")
-    p.add_argument("--out", help="results name under benches/results (default media)")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one measurement (JSON)
     args = p.parse_args()
     if args.worker:
         print("RESULT " + json.dumps(worker(argparse.Namespace(**json.loads(args.worker)))))
         return 0
-    return parent(args)
+    return proxy(args) if args.proxy else parent(args)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ in-process per-call median and CPU (a small and a coding-agent request, `anthrop
 Invoke), and through one proxy worker the first streamed event's added latency at 20 concurrent
 streams (method: benches/README.md).
 
-`python -m benches.messages [--quick]`; results in benches/results/messages.{md,json,png}.
+`python -m benches.messages [--quick]`; results in benches/results/messages.{md,json}.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from benches._common import (
+    MESSAGES,
     arg_parser,
-    bar_panels,
     finish,
     log,
     machine,
@@ -28,51 +28,29 @@ from benches._common import (
 from benches.inprocess import arm_stats, interleaved_calls
 from benches.streaming import added_ms, run_client, spec, twin_proxy
 from devtools.deployments import bedrock_invoke_kwargs, deployment_kwargs
+from devtools.processes import ServerProcess
 from devtools.procfs import cpu_seconds, process_tree
 
 ANTHROPIC_MODEL = "claude-sonnet-4-5"
 IN_ARMS = ("python", "native", "rust")
 
 
-def _tool(i: int) -> dict[str, Any]:
+def requests() -> dict[str, dict[str, Any]]:
+    """A small request, and a coding agent's: a long system prompt, 10 tools, a tool exchange."""
     properties = {"path": {"type": "string"}, "limit": {"type": "integer"}}
     schema = {"type": "object", "properties": properties, "required": ["path"]}
-    return {"name": f"tool_{i}", "description": f"Tool {i}", "input_schema": schema}
-
-
-def requests() -> dict[str, dict[str, Any]]:
-    agent = {
-        "system": [
-            {"type": "text", "text": "You are a coding agent. " * 200},
-            {"type": "text", "text": "Rules. " * 100, "cache_control": {"type": "ephemeral"}},
-        ],
-        "messages": [
-            {"role": "user", "content": [{"type": "text", "text": "Fix main.rs"}]},
-            {
-                "role": "assistant",
-                "content": [
-                    {"type": "text", "text": "Reading it."},
-                    {"type": "tool_use", "id": "toolu_1", "name": "tool_0", "input": {"path": "a"}},
-                ],
-            },
-            {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": "toolu_1",
-                        "content": "fn main() {}\n" * 50,
-                    }
-                ],
-            },
-        ],
-        "tools": [_tool(i) for i in range(10)],
-        "max_tokens": 1024,
-    }
-    return {
-        "small": {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 64},
-        "agent": agent,
-    }
+    tools = [
+        {"name": f"tool_{i}", "description": f"Tool {i}", "input_schema": schema} for i in range(10)
+    ]
+    text = [{"type": "text", "text": "You are a coding agent. " * 200}]
+    text += [{"type": "text", "text": "Rules. " * 100, "cache_control": {"type": "ephemeral"}}]
+    use = {"type": "tool_use", "id": "toolu_1", "name": "tool_0", "input": {"path": "a"}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "fn main() {}\n" * 50}
+    turns = [{"role": "user", "content": [{"type": "text", "text": "Fix main.rs"}]}]
+    turns += [{"role": "assistant", "content": [{"type": "text", "text": "Reading it."}, use]}]
+    turns += [{"role": "user", "content": [result]}]
+    agent = {"system": text, "messages": turns, "tools": tools, "max_tokens": 1024}
+    return {"small": {"messages": MESSAGES, "max_tokens": 64}, "agent": agent}
 
 
 def deployment(provider: str, url: str) -> dict[str, Any]:
@@ -133,9 +111,8 @@ async def bench_in_process(url: str, args: Any) -> list[dict[str, Any]]:
 
 def bench_streaming(mock_url: str, quick: bool) -> dict[str, Any]:
     reps, rounds = (1, 2) if quick else (3, 4)
-    arms = IN_ARMS
-    firsts: dict[str, list[float]] = {arm: [] for arm in (*arms, "direct")}
-    cpu_per_stream: dict[str, list[float]] = {arm: [] for arm in arms}
+    firsts: dict[str, list[float]] = {arm: [] for arm in (*IN_ARMS, "direct")}
+    cpu_per_stream: dict[str, list[float]] = {arm: [] for arm in IN_ARMS}
     claude = {"claude": deployment("anthropic", mock_url)}
     with twin_proxy(claude) as proxy, twin_proxy(claude, LITELLM_RUST="1") as native:
         targets = {"python": (proxy, "plain-claude"), "rust": (proxy, "rust-claude")}
@@ -143,17 +120,17 @@ def bench_streaming(mock_url: str, quick: bool) -> dict[str, Any]:
 
         def streams(arm: str, rounds: int = rounds) -> dict[str, Any]:
             kw = {"chunks": 200, "concurrency": 20, "rounds": rounds}
+            if arm == "direct":
+                return run_client(
+                    {"url": f"{mock_url}/v1/messages", "model": ANTHROPIC_MODEL, **kw}
+                )
             return run_client(spec(*targets[arm], route="/v1/messages", **kw))
 
-        direct = {"url": f"{mock_url}/v1/messages", "model": ANTHROPIC_MODEL}
         # Warm-up at full concurrency: first requests pay one-time imports and connection setup.
         for arm in targets:
-            run_client(
-                spec(*targets[arm], route="/v1/messages", chunks=200, concurrency=20, rounds=2)
-            )
+            streams(arm, rounds=2)
         for rep in range(reps):
-            d = run_client({**direct, "chunks": 200, "concurrency": 20, "rounds": rounds})
-            firsts["direct"] += [s["first"] for s in d["streams"]]
+            firsts["direct"] += [s["first"] for s in streams("direct")["streams"]]
             for arm in targets:
                 log(f"rep {rep} {arm}: 20 concurrent streams")
                 pids = process_tree(targets[arm][0].pid)
@@ -168,7 +145,7 @@ def bench_streaming(mock_url: str, quick: bool) -> dict[str, Any]:
             "first_event_added_p99_ms": added_ms(firsts[arm], firsts["direct"], 99),
             "proxy_cpu_ms_per_stream": min(cpu_per_stream[arm]),
         }
-        for arm in arms
+        for arm in IN_ARMS
     }
 
 
@@ -213,28 +190,14 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(data: dict[str, Any]) -> Any:
-    rows = [r for r in data["in_process"] if r["provider"] == "anthropic"]
-    names = {"python": "Python", "native": "native", "rust": "fast"}
-    medians = {names[a]: [r["arms"][a]["median_ms"] for r in rows] for a in IN_ARMS}
-    firsts = {"": [data["streaming"][a]["first_event_added_p99_ms"] for a in IN_ARMS]}
-    panels = [("anthropic, in-process median ms/call", [r["request"] for r in rows], medians)]
-    panels += [("first event added p99 ms, 20 streams", list(names.values()), firsts)]
-    return lambda plt: bar_panels(plt, panels, (10, 3.4))[0]
-
-
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = arg_parser(__doc__ or "", "a short run: fewer calls and streams")
-    args = parser.parse_args(argv)
-    from devtools.processes import ServerProcess
-
+    args = arg_parser(__doc__ or "", "a short run: fewer calls and streams").parse_args(argv)
     info = machine(args.wait_quiet)
     with ServerProcess() as mock:
         in_process = asyncio.run(bench_in_process(mock.url, args))
         streaming = bench_streaming(mock.url, args.quick)
     data = {"machine": info, "in_process": in_process, "streaming": streaming}
-    finish(args, "messages", render(data), data, plot=plot(data), alt="/v1/messages arms")
+    finish(args, "messages", render(data), data)
     return 0
 
 

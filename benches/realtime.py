@@ -1,16 +1,8 @@
-"""Realtime session phase through the proxy: LiteLLM's own dial vs `rust: true` with the pool.
-
-One proxy worker, one realtime mock whose WebSocket handshake takes 300 ms (a provider's TCP +
-TLS + upgrade + `session.created`), two model groups of the same deployment: `plain-realtime`
-(LiteLLM dials per client) and `rust-realtime` (`rust: true`, `fastpath_realtime_pool: 32`); and,
-as the floor, `plain-instant`: the plain model against a second mock whose handshake takes no
-time (what the proxy's own per-session Python costs a client). A session: connect,
-`session.created`, `response.create` .. `response.done`, close; with 20 clients each holds its
-session `HOLD_S` first (a voice session lasts far longer).
-
-Reported, arms interleaved in one run: the session phase (upgrade request sent -> client has
-`session.created`) p50/p99 at 1 session at a time and at 20 clients connecting side by side,
-the pool's hit rate at 20, and the pool's upstream dials per minute at zero traffic.
+"""Realtime session phase (upgrade sent -> `session.created`) through one proxy worker against a
+mock with a 300 ms handshake: LiteLLM's own dial (`plain-realtime`), `rust: true` with
+`fastpath_realtime_pool: 32` (`rust-realtime`), and the floor (`plain-instant`: the plain model
+against a 0 ms mock), arms interleaved, 1 client and 20; the pool's hit rate at 20 clients and
+its dials per minute at zero traffic (method: benches/README.md).
 """
 
 from __future__ import annotations
@@ -34,6 +26,7 @@ from benches._common import (
     start_proxy,
     table,
 )
+from devtools.polling import wait_until
 from devtools.processes import MASTER_KEY
 from devtools.realtime import RealtimeUpstream
 
@@ -66,7 +59,6 @@ async def _session(url: str, hold_s: float) -> float:
 async def _step(url: str, clients: int, sessions: int) -> list[float]:
     """`sessions` sessions by `clients` clients, each running its share back to back."""
     phases: list[float] = []
-
     hold_s = HOLD_S if clients > 1 else 0.0
 
     async def client(count: int) -> None:
@@ -78,20 +70,13 @@ async def _step(url: str, clients: int, sessions: int) -> list[float]:
     return phases
 
 
-def _pool_counts(log_path: Path) -> dict[str, int]:
-    from devtools.proxy_logger import read_events
-
-    events = read_events(log_path)
-    return next((e["realtime_pool"] for e in reversed(events) if e.get("realtime_pool")), {})
-
-
 def _settled_counts(log_path: Path, sessions_logged: int) -> dict[str, int]:
     """The pool counts once every session so far has logged its event."""
-    from devtools.polling import wait_until
     from devtools.proxy_logger import read_events
 
     wait_until(lambda: len(read_events(log_path)) >= sessions_logged, timeout=60)
-    return _pool_counts(log_path)
+    events = read_events(log_path)
+    return next((e["realtime_pool"] for e in reversed(events) if e.get("realtime_pool")), {})
 
 
 def measure(quick: bool) -> dict[str, Any]:
@@ -106,11 +91,7 @@ def measure(quick: bool) -> dict[str, Any]:
         {"model_name": ARMS["rust+pool"], "litellm_params": {**params, "rust": True}},
         {"model_name": ARMS["floor"], "litellm_params": {**params, "api_base": instant.url}},
     ]
-    proxy = start_proxy(
-        models,
-        log_path=log_path,
-        settings_extra={"fastpath_realtime_pool": POOL},
-    )
+    proxy = start_proxy(models, log_path=log_path, settings_extra={"fastpath_realtime_pool": POOL})
     urls = {
         arm: proxy.url.replace("http://", "ws://") + f"/v1/realtime?model={m}"
         for arm, m in ARMS.items()
@@ -121,8 +102,6 @@ def measure(quick: bool) -> dict[str, Any]:
         for url in urls.values():
             asyncio.run(_step(url, 1, 1))
             logged += 1
-        from devtools.polling import wait_until
-
         wait_until(lambda: len(upstream.idle_sessions()) >= POOL, timeout=60)
         steps: dict[str, dict[str, list[float]]] = {"1": {}, "20": {}}
         hits = [0, 0]  # at 20 clients: hits, sessions
@@ -134,14 +113,10 @@ def measure(quick: bool) -> dict[str, Any]:
                     logged += count
                     steps[str(clients)].setdefault(arm, []).extend(phases)
                     after = _settled_counts(log_path, logged)
-                    stats = lat_stats(phases)
-                    if arm == "rust+pool":
+                    if arm == "rust+pool" and clients == 20:
                         hit = after["hits"] - before["hits"]
-                        miss = after["misses"] - before["misses"]
-                        if clients == 20:
-                            hits = [hits[0] + hit, hits[1] + hit + miss]
-                        log(f"rep {rep} c={clients} {arm}: hits {hit}/{hit + miss}")
-                    log(f"rep {rep} c={clients} {arm}: p50 {stats['p50']:.1f} ms")
+                        hits = [hits[0] + hit, hits[1] + hit + after["misses"] - before["misses"]]
+                    log(f"rep {rep} c={clients} {arm}: p50 {lat_stats(phases)['p50']:.1f} ms")
                     # The pool refills before the next step.
                     wait_until(lambda: len(upstream.idle_sessions()) >= POOL, timeout=60)
         log(f"zero traffic: counting the pool's dials for {idle_window_s:.0f} s")
@@ -153,15 +128,10 @@ def measure(quick: bool) -> dict[str, Any]:
         proxy.stop()
         upstream.stop()
         instant.stop()
+    config = {"handshake_ms": HANDSHAKE_S * 1000, "pool": POOL, "hold_s": HOLD_S, "workers": 1}
+    config |= {"sessions_serial": serial_n * reps, "sessions_20": burst_n * reps}
     return {
-        "config": {
-            "handshake_ms": HANDSHAKE_S * 1000,
-            "pool": POOL,
-            "hold_s": HOLD_S,
-            "sessions_serial": serial_n * reps,
-            "sessions_20": burst_n * reps,
-            "workers": 1,
-        },
+        "config": config,
         "phase_ms": {
             c: {arm: lat_stats(v) for arm, v in by_arm.items()} for c, by_arm in steps.items()
         },
@@ -175,16 +145,8 @@ def render(data: dict[str, Any]) -> str:
     for clients, by_arm in data["phase_ms"].items():
         plain, pool, floor = by_arm["plain"], by_arm["rust+pool"], by_arm["floor"]
         for q in ("p50", "p99"):
-            rows.append(
-                [
-                    clients,
-                    q,
-                    fmt(plain[q], 1),
-                    fmt(pool[q], 1),
-                    f"**{fmt(pool[q] / plain[q], 3)}**",
-                    fmt(floor[q], 1),
-                ]
-            )
+            ratio = f"**{fmt(pool[q] / plain[q], 3)}**"
+            rows.append([clients, q, fmt(plain[q], 1), fmt(pool[q], 1), ratio, fmt(floor[q], 1)])
     cfg = data["config"]
     lines = [
         "# Realtime: session phase, LiteLLM's dial vs the pool",
@@ -195,10 +157,7 @@ def render(data: dict[str, Any]) -> str:
         "interleaved. Session phase: upgrade request sent -> `session.created` received (ms). "
         "The floor is the proxy's own per-session Python: what a pool can bring a client to.",
         "",
-        *table(
-            ["clients", "", "plain", "rust + pool", "ratio", "floor (plain, 0 ms handshake)"],
-            rows,
-        ),
+        *table(["clients", "", "plain", "rust + pool", "ratio", "floor (0 ms handshake)"], rows),
         "",
         f"Pool hits at 20 clients: {data['hit_rate_20']:.1%} (bar >= {BARS['hits']:.0%}); "
         f"bar for the ratios: <= {BARS['ratio']}x.",

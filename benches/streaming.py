@@ -1,12 +1,8 @@
-"""Streamed chat through one proxy worker: LiteLLM's Python path (`plain-<provider>`), `rust: true`
-(`rust-<provider>`, same proxy) and the same model on a second proxy with the fast lane on, arms
-interleaved, the mock streaming each provider's native format, clients in their own process:
-chunks/s and proxy CPU per chunk, time to the first content chunk (1 stream; 20 streaming 200
-chunks), last-chunk lateness of 20 paced streams, RSS over a fresh proxy's first 10,000-chunk
-stream (method: benches/README.md).
+"""Streamed chat through one proxy worker: the plain model, `rust: true` and the same model with
+the fast lane on, arms interleaved, clients in their own process (method: benches/README.md).
 
 `python -m benches.streaming [--quick] [--provider openai|anthropic|bedrock]`; results in
-benches/results/streaming[-<provider>].{md,json,png}.
+benches/results/streaming[-<provider>].{md,json}.
 """
 
 from __future__ import annotations
@@ -20,7 +16,6 @@ from typing import Any
 
 from benches._common import (
     arg_parser,
-    bar_panels,
     finish,
     log,
     machine,
@@ -29,6 +24,8 @@ from benches._common import (
     start_proxy,
     table,
 )
+from devtools.deployments import deployment_kwargs, twin_models
+from devtools.processes import MASTER_KEY, ServerProcess
 from devtools.procfs import cpu_seconds, proc_status, process_tree
 
 ARMS = ("plain", "rust", "lane")
@@ -61,12 +58,8 @@ async def _client(spec: dict[str, Any]) -> dict[str, Any]:
 
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        body = {
-            "model": spec["model"],
-            "messages": [{"role": "user", "content": "hi"}],
-            "stream": True,
-            "max_tokens": spec["chunks"],
-        }
+        body = {"model": spec["model"], "messages": [{"role": "user", "content": "hi"}]}
+        body |= {"stream": True, "max_tokens": spec["chunks"]}
         headers = {"Authorization": f"Bearer {spec['key']}"} if spec.get("key") else {}
         url = spec["url"]
         results: list[Any] = []
@@ -99,16 +92,12 @@ def run_client(spec: dict[str, Any]) -> dict[str, Any]:
 def twin_proxy(models: dict[str, dict[str, Any]], lane: bool = False, **env: str) -> Any:
     """A started proxy with `plain-<name>` and `rust-<name>` models of each deployment (router
     retries off), with the fast lane when `lane`."""
-    from devtools.deployments import twin_models
-
     twins = [m for name, params in models.items() for m in twin_models(name, params)]
     return start_proxy(twins, lane=lane, env=env, router_settings={"num_retries": 0})
 
 
 def spec(server: Any, model: str, route: str = "/chat/completions", **kw: Any) -> dict[str, Any]:
     """What a client process streams: `model` through `server`, a proxy (with its master key)."""
-    from devtools.processes import MASTER_KEY
-
     return {"url": f"{server.url}{route}", "model": model, "key": MASTER_KEY, **kw}
 
 
@@ -131,9 +120,6 @@ def added_ms(arm: list[float], direct: list[float], q: float) -> float:
 
 
 def measure(quick: bool, provider: str) -> dict[str, Any]:
-    from devtools.deployments import deployment_kwargs
-    from devtools.processes import ServerProcess
-
     seconds, reps, rounds = (4, 1, 20) if quick else (12, 3, 60)
     data: dict[str, Any] = {"provider": provider}
     with ServerProcess() as mock, ServerProcess(args=("--chunk-delay-ms", "20")) as paced:
@@ -177,10 +163,8 @@ def measure(quick: bool, provider: str) -> dict[str, Any]:
                     many = streams(arm, "fast", chunks=200, concurrency=20, rounds=2)
                     ttft20[arm] += [s["ttft"] for s in many]
                     span = PACED_SPAN_S["openai" if arm == "direct" else provider]
-                    lag[arm] += [
-                        s["last"] - span
-                        for s in streams(arm, "paced", chunks=50, concurrency=20, rounds=1)
-                    ]
+                    paced_streams = streams(arm, "paced", chunks=50, concurrency=20, rounds=1)
+                    lag[arm] += [s["last"] - span for s in paced_streams]
             for arm in ARMS:
                 data[arm] = {
                     "chunks_per_s": max(s["chunks_per_s"] for s in throughput[arm]),
@@ -193,9 +177,8 @@ def measure(quick: bool, provider: str) -> dict[str, Any]:
             data["raw"] = {"throughput": throughput}
             # The lane arm's streams the proxy served itself (its first, which teaches the lane
             # the key, and any the lane left to it): uvicorn's access log counts them.
-            data["lane"]["streams_via_proxy"] = lane_proxy.log_text().count(
-                '"POST /chat/completions'
-            )
+            via_proxy = lane_proxy.log_text().count('"POST /chat/completions')
+            data["lane"]["streams_via_proxy"] = via_proxy
     for arm in ARMS:
         log(f"{arm}: RSS over a fresh proxy's first 10,000-chunk stream")
         with (
@@ -221,7 +204,7 @@ ROWS = (
     ("first chunk, added p99, 1 stream (ms)", "ttft1_added_p99_ms", "≤ 0.6x", 2),
     ("first chunk, added p99, 20 streams of 200 chunks (ms)", "ttft20_added_p99_ms", "≤ 0.1x", 1),
     (
-        "last chunk behind schedule, added p99, 20 paced streams (ms)",
+        "last chunk late, added p99, 20 paced streams (ms)",
         "paced20_last_chunk_added_p99_ms",
         "≤ 0.1x",
         1,
@@ -235,32 +218,13 @@ def render(data: dict[str, Any]) -> str:
     for label, key, bar, digits in ROWS:
         py, rs, ln = data["plain"][key], data["rust"][key], data["lane"][key]
         ratios = [f"{x / py:.2f}" if py else "nan" for x in (rs, ln)]
-        rows.append(
-            [
-                label,
-                f"{py:.{digits}f}",
-                f"{rs:.{digits}f}",
-                ratios[0],
-                f"{ln:.{digits}f}",
-                ratios[1],
-                bar,
-            ]
-        )
+        values = [f"{x:.{digits}f}" for x in (py, rs, ln)]
+        rows.append([label, *values[:2], ratios[0], values[2], ratios[1], bar])
     head = ["metric", "Python", "Rust", "Rust/Python", "Rust, lane on", "lane/Python", "bar"]
     title = f"# Streaming through one proxy worker ({data['provider']}, mock provider)"
-    return (
-        "\n".join([title, "", machine_line(data["machine"]), "", *table(head, rows, "lrrrrrl")])
-        + "\n"
+    return "\n".join(
+        [title, "", machine_line(data["machine"]), "", *table(head, rows, "lrrrrrl"), ""]
     )
-
-
-def plot(data: dict[str, Any]) -> Any:
-    labels = ["Python", "Rust", "Rust, lane on"]
-    keys = {"chunks/s": "chunks_per_s", "CPU ms/chunk": "cpu_ms_per_chunk"}
-    panels = [
-        (title, labels, {"": [data[arm][key] for arm in ARMS]}) for title, key in keys.items()
-    ]
-    return lambda plt: bar_panels(plt, panels, (9, 3.2))[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(args.wait_quiet)
     data = {**measure(args.quick, args.provider), "machine": info}
     name = "streaming" if args.provider == "openai" else f"streaming-{args.provider}"
-    finish(args, name, render(data), data, plot=plot(data), alt="streaming throughput")
+    finish(args, name, render(data), data)
     return 0
 
 
