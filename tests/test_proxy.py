@@ -8,7 +8,7 @@ test sends the same request to both and compares what the client and the upstrea
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import pytest
 import litellm_fastpath
 from devtools.deployments import PROVIDERS, deployment_kwargs, twin_models
 from devtools.processes import ProxyProcess
-from devtools.proxy_logger import events_for, logged_proxy
+from devtools.proxy_logger import events_for, logged_proxy, wait_for_events
 from devtools.upstream import Recorded, RecordingUpstream, Reply
 from tests.conftest import FASTPATH_HEADERS, assert_rust_field_refused
 from tests.test_tools import anthropic_answer, converse_answer, tool_use, tool_use_block
@@ -108,6 +108,12 @@ def call_once(
 
 def header_names(resp: httpx.Response) -> set[str]:
     return {name.lower() for name in resp.headers}
+
+
+def answering(resp: httpx.Response) -> Callable[[dict[str, Any]], bool]:
+    """Whether a logged event is of the request that got `resp` (by LiteLLM's call id)."""
+    call_id = resp.headers["x-litellm-call-id"]
+    return lambda event: (event.get("payload") or {}).get("litellm_call_id") == call_id
 
 
 def is_rust(resp: httpx.Response) -> bool:
@@ -326,11 +332,11 @@ def test_openai_sdk_tool_calling_against_a_rust_model(
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_success_callback_matches_plain(proxy: ProxyProcess, log: Path, provider: str) -> None:
-    clear_log(log)
-    assert is_rust(chat(proxy, f"rust-{provider}"))
-    assert not is_rust(chat(proxy, f"plain-{provider}"))
-    rust_events = events_for(log, f"rust-{provider}", 1)
-    plain_events = events_for(log, f"plain-{provider}", 1)
+    rust, plain = chat(proxy, f"rust-{provider}"), chat(proxy, f"plain-{provider}")
+    assert is_rust(rust) and not is_rust(plain)
+    # This request's events (an earlier test's may still be landing on a busy machine).
+    rust_events = wait_for_events(log, answering(rust), 1)
+    plain_events = wait_for_events(log, answering(plain), 1)
     assert [e["event"] for e in rust_events] == ["success"]
     assert [e["event"] for e in plain_events] == ["success"]
     (rust_event,), (plain_event,) = rust_events, plain_events
