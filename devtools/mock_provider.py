@@ -18,6 +18,12 @@ installed), so it answers tens of thousands of requests per second:
 - `POST .../model/<id>/invoke-with-response-stream`  Claude's Anthropic events in Bedrock's
                                    event stream (`max_tokens` text deltas)
 - `GET /health`                    `{"ok": true}`; anything else is a 404 JSON error.
+With `--connect-delay-ms D` every new connection waits D ms before its first byte is read (a
+slow connect and TLS handshake), connections are counted, and two more routes answer:
+`GET /mock/connections` (`{"opened": n, "open": n, "opened_by": {...}, "open_by": {...}}`:
+connections that carried a request other than these two, in all and by their first request,
+e.g. `"OPTIONS /"`) and `POST /mock/close-idle` (closes the idle ones, as a server's keep-alive
+timeout does; `{"closed": n}`).
 The answers are `devtools.answers`' (the tests' recording upstream serves the same ones);
 `devtools.deployments` gives LiteLLM params pointing at a server like this, and
 `devtools.processes.ServerProcess` runs it in a process of its own.
@@ -30,7 +36,7 @@ import argparse
 import asyncio
 import json
 import signal
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from devtools import answers
 from devtools.answers import (
@@ -52,6 +58,8 @@ _MAX_HEAD = 64 * 1024
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required"}
 # Delay between streamed chunks (`--chunk-delay-ms`); 0 sends the whole stream at once.
 CHUNK_DELAY_S = 0.0
+# Delay before a new connection's first byte is read (`--connect-delay-ms`).
+CONNECT_DELAY_S = 0.0
 
 
 def _stream_request(body: bytes | bytearray) -> tuple[str, int, bool] | None:
@@ -249,6 +257,65 @@ class MockProvider(HttpServerProtocol):
             transport.close()
 
 
+class SlowConnectMock(MockProvider):
+    """The mock provider behind a slow connect, counting its connections (`--connect-delay-ms`)."""
+
+    opened_by: ClassVar[dict[str, int]] = {}  # by each connection's first request
+    live: ClassVar[set[SlowConnectMock]] = set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.counted = self.busy = False
+        self.first = ""
+        self.live.add(self)
+        if CONNECT_DELAY_S > 0:
+            self.transport.pause_reading()  # type: ignore[union-attr]
+            asyncio.get_running_loop().call_later(CONNECT_DELAY_S, self._resume)
+
+    def _resume(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.live.discard(self)
+        self.transport = None
+
+    def request_started(self) -> None:
+        super().request_started()
+        self.busy = True
+        if not self.counted and not self.path.startswith("/mock/"):
+            self.counted = True
+            self.first = f"{self.method} {self.path}"
+            self.opened_by[self.first] = self.opened_by.get(self.first, 0) + 1
+
+    def request_done(self) -> None:
+        if self.path == "/mock/connections":
+            open_by: dict[str, int] = {}
+            for connection in self.live:
+                if connection.counted:
+                    open_by[connection.first] = open_by.get(connection.first, 0) + 1
+            self._answer(
+                {
+                    "opened": sum(self.opened_by.values()),
+                    "open": sum(open_by.values()),
+                    "opened_by": self.opened_by,
+                    "open_by": open_by,
+                }
+            )
+        elif self.path == "/mock/close-idle":
+            idle = [c for c in self.live if c is not self and not c.busy and c.transport]
+            for connection in idle:
+                assert connection.transport is not None
+                connection.transport.close()
+            self._answer({"closed": len(idle)})
+        else:
+            super().request_done()
+        self.busy = False
+
+    def _answer(self, payload: dict[str, Any]) -> None:
+        self.respond(http_response(200, json.dumps(payload).encode(), self.keep_alive))
+
+
 def serve(protocol: type[asyncio.Protocol], port: int = 0) -> None:
     """Runs `protocol` on HOST:port until SIGTERM/SIGINT; prints `READY <port>` once listening."""
 
@@ -271,7 +338,7 @@ def serve(protocol: type[asyncio.Protocol], port: int = 0) -> None:
 
 
 def main() -> None:
-    global CHUNK_DELAY_S
+    global CHUNK_DELAY_S, CONNECT_DELAY_S
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument(
@@ -283,10 +350,20 @@ def main() -> None:
     parser.add_argument(
         "--chunk-delay-ms", type=float, default=0.0, help="pause between streamed chunks"
     )
+    parser.add_argument(
+        "--connect-delay-ms",
+        type=float,
+        default=None,
+        help="pause before a new connection is read; counts connections (/mock/connections)",
+    )
     args = parser.parse_args()
     answers.EMBEDDING_DIMS = args.embedding_dims
     CHUNK_DELAY_S = args.chunk_delay_ms / 1000
-    serve(MockProvider, args.port)
+    if args.connect_delay_ms is None:
+        serve(MockProvider, args.port)
+        return
+    CONNECT_DELAY_S = args.connect_delay_ms / 1000
+    serve(SlowConnectMock, args.port)
 
 
 if __name__ == "__main__":
