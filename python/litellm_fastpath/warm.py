@@ -61,7 +61,8 @@ async def _keep_warm() -> None:
             try:
                 targets, interval = _targets(router)
                 key = (tuple((id(d), t, n) for d, t, n in targets), interval)
-                if key != seen:
+                # No `rust: true` deployment to warm: the Rust runtime is not started for it.
+                if key != seen and (targets or seen is not None):
                     _native.warm_upstreams(targets, interval)
                     seen = key
             except Exception:  # warming never stops the proxy

@@ -23,6 +23,9 @@ const H2_PING_EVERY: Duration = Duration::from_secs(20);
 const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 /// A warming answer's body is read up to this and dropped (past it the connection closes).
 const WARM_BODY_MAX: usize = 64 * 1024;
+/// A warming request that takes longer is dropped (with its connection): an upstream that
+/// stalls it must not hold the warmer for the calls' own, often long, timeout.
+const WARM_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -137,6 +140,17 @@ impl Transport {
     /// deployment headers and no body, through the client the deployment's calls use, so the
     /// connection it leaves in the pool is theirs. Ok(true) when it went over HTTP/2.
     pub async fn warm(
+        &self,
+        origin: reqwest::Url,
+        timeout: Duration,
+    ) -> Result<bool, TransportError> {
+        let bound = WARM_TIMEOUT.min(timeout);
+        tokio::time::timeout(bound, self.warm_unbounded(origin, timeout))
+            .await
+            .unwrap_or(Err(TransportError::Timeout(bound)))
+    }
+
+    async fn warm_unbounded(
         &self,
         origin: reqwest::Url,
         timeout: Duration,

@@ -188,6 +188,80 @@ async fn keep_warm(
 mod tests {
     use super::*;
 
+    /// Answers every warming request at once, as HTTP/2 or not, and notes when each came.
+    struct Answering {
+        http2: bool,
+        sent: Mutex<Vec<std::time::Instant>>,
+    }
+
+    impl WarmSend for Answering {
+        fn warm_once(
+            &self,
+            _target: &WarmTarget,
+        ) -> std::pin::Pin<Box<dyn Future<Output = Result<bool, ()>> + Send + '_>> {
+            if let Ok(mut sent) = self.sent.lock() {
+                sent.push(std::time::Instant::now());
+            }
+            Box::pin(async move { Ok(self.http2) })
+        }
+    }
+
+    /// The sizes of the rounds warming one target of 3 connections every 50 ms sent, until it
+    /// was removed; and checks that removing it stopped them.
+    fn rounds(http2: bool) -> Vec<usize> {
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        let sender = Arc::new(Answering {
+            http2,
+            sent: Mutex::new(Vec::new()),
+        });
+        let target = WarmTarget {
+            origin: origin_of("http://127.0.0.1:9/v1").expect("a URL with an origin"),
+            timeout: Duration::from_secs(5),
+        };
+        let plan = WarmPlan {
+            connections: 3,
+            interval: Duration::from_millis(50),
+        };
+        let warmer = Warmer::default();
+        warmer.configure(
+            sender.clone(),
+            runtime.handle(),
+            HashMap::from([(target, plan)]),
+        );
+        std::thread::sleep(Duration::from_millis(180));
+        warmer.configure(sender.clone(), runtime.handle(), HashMap::new());
+        let sent = |sender: &Answering| sender.sent.lock().map(|s| s.clone()).unwrap_or_default();
+        std::thread::sleep(Duration::from_millis(20));
+        let stopped = sent(&sender);
+        std::thread::sleep(Duration::from_millis(120));
+        assert_eq!(sent(&sender).len(), stopped.len(), "kept warming");
+        // Requests of one round come together; rounds are 50 ms apart.
+        let mut sizes = vec![0];
+        for pair in stopped.windows(2) {
+            if pair[1] - pair[0] > Duration::from_millis(25) {
+                sizes.push(0);
+            }
+            *sizes.last_mut().expect("one round at least") += 1;
+        }
+        sizes[0] += 1;
+        sizes
+    }
+
+    #[test]
+    fn http1_rounds_warm_each_connection() {
+        let sizes = rounds(false);
+        assert!(sizes.len() >= 2, "{sizes:?}");
+        assert!(sizes.iter().all(|size| *size == 3), "{sizes:?}");
+    }
+
+    #[test]
+    fn http2_rounds_send_one_request_after_the_first() {
+        let sizes = rounds(true);
+        assert!(sizes.len() >= 2, "{sizes:?}");
+        assert_eq!(sizes[0], 3, "{sizes:?}");
+        assert!(sizes[1..].iter().all(|size| *size == 1), "{sizes:?}");
+    }
+
     #[test]
     fn the_origin_drops_the_path_query_and_credentials() {
         let origin = origin_of("https://user:secret@api.example.com:8443/v1/chat?key=k#x");

@@ -18,6 +18,7 @@ use crate::runtime;
 /// whose URL cannot be built are skipped. Returns how many (origin, timeout) targets are warmed.
 #[pyfunction]
 pub fn warm_upstreams(
+    py: Python<'_>,
     targets: Vec<(Py<Deployment>, f64, usize)>,
     interval_s: f64,
 ) -> PyResult<usize> {
@@ -48,20 +49,26 @@ pub fn warm_upstreams(
         // Two deployments on one origin: the larger setting.
         plan.connections = plan.connections.max(connections);
     }
-    let engine = runtime::engine().map_err(transport_error_to_py)?;
     let warmed = plans.values().filter(|plan| plan.connections > 0).count();
-    let sender: Arc<dyn WarmSend> = engine.clone();
-    engine
-        .warmer
-        .configure(sender, engine.runtime.handle(), plans);
+    // The engine's and the warmer's locks are taken detached (never block on a lock attached).
+    py.detach(|| {
+        let engine = runtime::engine().map_err(transport_error_to_py)?;
+        let sender: Arc<dyn WarmSend> = engine.clone();
+        engine
+            .warmer
+            .configure(sender, engine.runtime.handle(), plans);
+        Ok::<_, PyErr>(())
+    })?;
     Ok(warmed)
 }
 
 /// This process's warmer: `targets` warmed now, warming requests `answered` and `failed`.
 #[pyfunction]
 pub fn warm_counts(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let engine = runtime::engine().map_err(transport_error_to_py)?;
-    let (targets, answered, failed) = engine.warmer.counts();
+    let (targets, answered, failed) = py.detach(|| {
+        let engine = runtime::engine().map_err(transport_error_to_py)?;
+        Ok::<_, PyErr>(engine.warmer.counts())
+    })?;
     let counts = PyDict::new(py);
     counts.set_item("targets", targets)?;
     counts.set_item("answered", answered)?;
