@@ -1,11 +1,12 @@
 """HTTP: the first request after an idle spell, added over a warm request, plain vs `rust: true`.
 
-One proxy worker, one mock provider whose new connections wait `--connect-delay-ms` (100 ms)
-before they are read (a provider's connect and TLS handshake), two model groups of the same
-deployment: `plain-openai` (LiteLLM's path) and `rust-openai` (`rust: true`, the warmer's
-default `fastpath_warm_connections`). Each round: nothing for `--idle-s` (the bar's 2 minutes),
-then per arm (order alternating by round) the first request and `WARM_N` right after it; the
-added latency is the first minus the median of those. The mock counts the connections the
+One proxy worker, `UPSTREAMS` mock providers whose new connections wait `--connect-delay-ms`
+(100 ms) before they are read (a provider's connect and TLS handshake) and which close
+connections idle for 60 s (a server's keep-alive timeout); on each a plain deployment
+(`plain-<i>`, LiteLLM's path) and a `rust: true` one (`rust-<i>`, the warmer's default
+`fastpath_warm_connections`). Each round: nothing for `--idle-s` (the bar's 2 minutes), then per
+arm (order alternating by round) and upstream the first request and `WARM_N` right after it;
+the added latency is the first minus the median of those. The mocks count the connections the
 calls dialed themselves (a warmer's connection does not count).
 """
 
@@ -28,12 +29,16 @@ from benches._common import (
     start_proxy,
     table,
 )
-from devtools.deployments import deployment_kwargs, twin_models
+from devtools.deployments import deployment_kwargs
 from devtools.processes import MASTER_KEY, ServerProcess
 
-ARMS = ("plain-openai", "rust-openai")
+ARMS = ("plain", "rust")
 BAR_MS = 1.0
 WARM_N = 5
+# Upstreams (one deployment of each arm on each): first requests after an idle spell per round.
+UPSTREAMS = 3
+# The mock closes connections idle this long, as servers and load balancers do (60 s is common).
+KEEP_ALIVE_S = 60.0
 BODY = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
 
 
@@ -45,39 +50,45 @@ def timed(client: httpx.Client, model: str) -> float:
     return elapsed
 
 
-def dialed(mock: ServerProcess) -> int:
-    counts = httpx.get(f"{mock.url}/mock/connections").json()["opened_by"]
-    return int(counts.get("POST /chat/completions", 0))
+def dialed(mocks: list[ServerProcess]) -> int:
+    counts = [httpx.get(f"{m.url}/mock/connections").json()["waited_by"] for m in mocks]
+    return sum(int(c.get("POST /chat/completions", 0)) for c in counts)
 
 
 def measure(idle_s: float, rounds: int, delay_ms: float) -> dict[str, Any]:
-    mock = ServerProcess(args=("--connect-delay-ms", str(delay_ms))).__enter__()
-    proxy = start_proxy(twin_models("openai", deployment_kwargs("openai", mock.url)))
+    flags = ("--connect-delay-ms", str(delay_ms), "--idle-close-s", str(KEEP_ALIVE_S))
+    mocks = [ServerProcess(args=flags).__enter__() for _ in range(UPSTREAMS)]
+    models = [
+        {"model_name": f"{arm}-{i}", "litellm_params": {**deployment_kwargs("openai", m.url)}}
+        for i, m in enumerate(mocks)
+        for arm in ARMS
+    ]
+    for model in models[1::2]:  # the rust arm's
+        model["litellm_params"]["rust"] = True
+    proxy = start_proxy(models)
     added: dict[str, list[float]] = {arm: [] for arm in ARMS}
     dials: dict[str, list[int]] = {arm: [] for arm in ARMS}
     headers = {"Authorization": f"Bearer {MASTER_KEY}"}
     try:
         with httpx.Client(base_url=proxy.url, headers=headers, timeout=60) as client:
-            for arm in ARMS:  # both paths have loaded what a first call loads
-                timed(client, arm)
+            for model in models:  # both paths have loaded what a first call loads
+                timed(client, model["model_name"])
             for round_no in range(rounds):
                 log(f"round {round_no + 1}/{rounds}: idle {idle_s:g} s")
                 time.sleep(idle_s)  # the idle spell is the measurement
                 for arm in ARMS if round_no % 2 == 0 else ARMS[::-1]:
-                    before = dialed(mock)
-                    first = timed(client, arm)
-                    warm = median([timed(client, arm) for _ in range(WARM_N)])
-                    after = dialed(mock)
-                    added[arm].append(first - warm)
-                    dials[arm].append(after - before)
+                    for i in range(UPSTREAMS):
+                        before = dialed(mocks)
+                        first = timed(client, f"{arm}-{i}")
+                        warm = median([timed(client, f"{arm}-{i}") for _ in range(WARM_N)])
+                        dials[arm].append(dialed(mocks) - before)
+                        added[arm].append(first - warm)
     finally:
         proxy.stop()
-        mock.__exit__()
-    return {
-        "config": {"idle_s": idle_s, "rounds": rounds, "connect_delay_ms": delay_ms, "workers": 1},
-        "added_ms": added,
-        "dials": dials,
-    }
+        for mock in mocks:
+            mock.__exit__()
+    config = {"idle_s": idle_s, "rounds": rounds, "connect_delay_ms": delay_ms}
+    return {"config": config, "added_ms": added, "dials": dials}
 
 
 def render(data: dict[str, Any]) -> str:
@@ -88,10 +99,11 @@ def render(data: dict[str, Any]) -> str:
     lines = [
         f"# HTTP: first request after {cfg['idle_s']:g} s idle ({time.strftime('%Y-%m-%d')})",
         "",
-        f"One worker; mock connect delay {cfg['connect_delay_ms']:g} ms; {cfg['rounds']} rounds "
-        "per arm, arms interleaved (order alternating). Added: the first request after the "
-        f"idle spell minus the median of the {WARM_N} right after it (ms); dials: connections "
-        "those requests opened.",
+        f"One worker; {UPSTREAMS} mocks, connect delay {cfg['connect_delay_ms']:g} ms, idle "
+        f"connections closed after {KEEP_ALIVE_S:g} s; {cfg['rounds']} rounds x {UPSTREAMS} "
+        "upstreams per arm, arms interleaved (order alternating). Added: the first request "
+        f"after the idle spell minus the median of the {WARM_N} right after it (ms); dials: "
+        "connections those requests opened.",
         "",
         *table(["arm", "added p50", "added max", "dials"], rows),
         "",
@@ -114,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(args.wait_quiet)
     data = {**measure(idle_s, args.rounds, args.connect_delay_ms), "machine": info}
     finish(args, f"warm-{time.strftime('%Y-%m-%d')}", render(data), data)
-    rust = median(data["added_ms"]["rust-openai"])
+    rust = median(data["added_ms"]["rust"])
     return 0 if rust <= BAR_MS else 1
 
 

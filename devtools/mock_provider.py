@@ -20,10 +20,11 @@ installed), so it answers tens of thousands of requests per second:
 - `GET /health`                    `{"ok": true}`; anything else is a 404 JSON error.
 With `--connect-delay-ms D` every new connection waits D ms before its first byte is read (a
 slow connect and TLS handshake), connections are counted, and two more routes answer:
-`GET /mock/connections` (`{"opened": n, "open": n, "opened_by": {...}, "open_by": {...}}`:
-connections that carried a request other than these two, in all and by their first request,
-e.g. `"OPTIONS /"`) and `POST /mock/close-idle` (closes the idle ones, as a server's keep-alive
-timeout does; `{"closed": n}`).
+- `GET /mock/connections`: `opened` and `open` (connections that carried a request other than
+  these two), `opened_by` and `open_by` (the same by their first request, e.g. `"OPTIONS /"`),
+  `waited_by` (first requests sent as their connection opened, which paid for it)
+- `POST /mock/close-idle`: closes the idle connections, as a server's keep-alive timeout does
+  (`{"closed": n}`); with `--idle-close-s S` each closes S s after its last answer anyway.
 The answers are `devtools.answers`' (the tests' recording upstream serves the same ones);
 `devtools.deployments` gives LiteLLM params pointing at a server like this, and
 `devtools.processes.ServerProcess` runs it in a process of its own.
@@ -60,6 +61,10 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Requir
 CHUNK_DELAY_S = 0.0
 # Delay before a new connection's first byte is read (`--connect-delay-ms`).
 CONNECT_DELAY_S = 0.0
+# A connection idle this long after its last answer is closed (`--idle-close-s`; 0: never).
+IDLE_CLOSE_S = 0.0
+# A first request read within this of the connect delay's end was waiting for it.
+_WAITED_SLACK_S = 0.1
 
 
 def _stream_request(body: bytes | bytearray) -> tuple[str, int, bool] | None:
@@ -261,32 +266,53 @@ class SlowConnectMock(MockProvider):
     """The mock provider behind a slow connect, counting its connections (`--connect-delay-ms`)."""
 
     opened_by: ClassVar[dict[str, int]] = {}  # by each connection's first request
+    waited_by: ClassVar[dict[str, int]] = {}  # first requests that were waiting for the delay
     live: ClassVar[set[SlowConnectMock]] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.counted = self.busy = False
         self.first = ""
+        self.idle_timer: asyncio.TimerHandle | None = None
+        self.readable_at = asyncio.get_running_loop().time() + CONNECT_DELAY_S
         self.live.add(self)
+        # Bytes that arrive before the delay ends wait here (uvloop ignores `pause_reading` in
+        # `connection_made`).
+        self.held: bytearray | None = None
         if CONNECT_DELAY_S > 0:
-            self.transport.pause_reading()  # type: ignore[union-attr]
-            asyncio.get_running_loop().call_later(CONNECT_DELAY_S, self._resume)
+            self.held = bytearray()
+            asyncio.get_running_loop().call_later(CONNECT_DELAY_S, self._release)
 
-    def _resume(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
+    def data_received(self, data: bytes) -> None:
+        if self.held is not None:
+            self.held += data
+            return
+        super().data_received(data)
+
+    def _release(self) -> None:
+        held, self.held = self.held, None
+        if held and self.transport is not None:
+            super().data_received(bytes(held))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.live.discard(self)
         self.transport = None
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
 
     def request_started(self) -> None:
         super().request_started()
         self.busy = True
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
         if not self.counted and not self.path.startswith("/mock/"):
             self.counted = True
             self.first = f"{self.method} {self.path}"
             self.opened_by[self.first] = self.opened_by.get(self.first, 0) + 1
+            # Read as soon as the delay ended: it was sent while the connection was opening (a
+            # connection dialed ahead and used later gets its first request later than that).
+            if asyncio.get_running_loop().time() - self.readable_at < _WAITED_SLACK_S:
+                self.waited_by[self.first] = self.waited_by.get(self.first, 0) + 1
 
     def request_done(self) -> None:
         if self.path == "/mock/connections":
@@ -299,6 +325,7 @@ class SlowConnectMock(MockProvider):
                     "opened": sum(self.opened_by.values()),
                     "open": sum(open_by.values()),
                     "opened_by": self.opened_by,
+                    "waited_by": self.waited_by,
                     "open_by": open_by,
                 }
             )
@@ -311,6 +338,9 @@ class SlowConnectMock(MockProvider):
         else:
             super().request_done()
         self.busy = False
+        if IDLE_CLOSE_S > 0 and self.transport is not None:
+            loop = asyncio.get_running_loop()
+            self.idle_timer = loop.call_later(IDLE_CLOSE_S, self.transport.close)
 
     def _answer(self, payload: dict[str, Any]) -> None:
         self.respond(http_response(200, json.dumps(payload).encode(), self.keep_alive))
@@ -338,7 +368,7 @@ def serve(protocol: type[asyncio.Protocol], port: int = 0) -> None:
 
 
 def main() -> None:
-    global CHUNK_DELAY_S, CONNECT_DELAY_S
+    global CHUNK_DELAY_S, CONNECT_DELAY_S, IDLE_CLOSE_S
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument(
@@ -349,6 +379,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--chunk-delay-ms", type=float, default=0.0, help="pause between streamed chunks"
+    )
+    parser.add_argument(
+        "--idle-close-s", type=float, default=0.0, help="with --connect-delay-ms: keep-alive"
     )
     parser.add_argument(
         "--connect-delay-ms",
@@ -363,6 +396,7 @@ def main() -> None:
         serve(MockProvider, args.port)
         return
     CONNECT_DELAY_S = args.connect_delay_ms / 1000
+    IDLE_CLOSE_S = args.idle_close_s
     serve(SlowConnectMock, args.port)
 
 
