@@ -12,6 +12,7 @@ import socket
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ import pytest
 from devtools.deployments import deployment_kwargs
 from devtools.polling import wait_until
 from devtools.processes import HOST, ProxyProcess, ServerProcess
+from devtools.proxy_logger import logged_proxy, wait_for_count
 
 WARM = 2
 SLOW_CONNECT = ("--connect-delay-ms", "300")
@@ -53,10 +55,14 @@ class Setup:
     cold: ServerProcess
     down_port: int
     down_socket: socket.socket
+    lane: bool
+    log: Path
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["fast-path", "lane"])
-def setup(request: pytest.FixtureRequest) -> Iterator[Setup]:
+def setup(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Setup]:
     # The down upstream's port: bound, not listening (connections are refused) until a test
     # starts a mock on it.
     down = socket.socket()
@@ -78,16 +84,13 @@ def setup(request: pytest.FixtureRequest) -> Iterator[Setup]:
             model("rust-cold", cold.url, None),
             model("rust-down", f"http://{HOST}:{down_port}", WARM),
         ]
-        settings: dict[str, Any] = {
-            "callbacks": ["litellm_fastpath.proxy.accelerator"],
-            "fastpath_warm_connections": 0,
-            "fastpath_warm_interval_s": 1,
-        }
+        settings: dict[str, Any] = {"fastpath_warm_connections": 0, "fastpath_warm_interval_s": 1}
         if request.param:
             settings["fastpath_lane"] = True
-        proxy = ProxyProcess(models, settings, router_settings={"num_retries": 0})
-        with proxy:
-            yield Setup(proxy, warm, cold, down_port, down)
+        log = tmp_path_factory.mktemp("warm") / "events.jsonl"
+        log.touch()
+        with logged_proxy(models, log, **settings) as proxy:
+            yield Setup(proxy, warm, cold, down_port, down, request.param, log)
     down.close()
 
 
@@ -103,6 +106,8 @@ def test_startup_opens_the_connections_the_first_request_uses(setup: Setup) -> N
     for _ in range(3):
         chat(setup.proxy, "rust-warm")
     assert dialed_by_calls(setup.warm) == 0
+    if setup.lane:  # the proxy's first call teaches the lane the key; it served the others
+        wait_for_count(setup.log, "served", 1)
 
 
 def test_setting_zero_opens_no_connection(setup: Setup) -> None:
