@@ -56,6 +56,8 @@ __all__ = [
     "prepare_transcription",
     "provider_registry",
     "start_lane",
+    "warm_counts",
+    "warm_upstreams",
 ]
 
 __version__: Final[str]
