@@ -99,7 +99,7 @@ bench-lane-messages: $(PY)
 bench-realtime: $(PY)
 	$(PY) -m benches.realtime
 
-# Not part of `bench`: five 2-minute idle spells (~11 min).
+# Not part of `bench`: five 2-minute idle spells (~12 min).
 bench-warm: $(PY)
 	$(PY) -m benches.warm
 

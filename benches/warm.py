@@ -110,7 +110,7 @@ def render(data: dict[str, Any]) -> str:
         "",
         f"One worker; {UPSTREAMS} mocks, connect delay {cfg['connect_delay_ms']:g} ms, idle "
         f"connections closed after {KEEP_ALIVE_S:g} s; {cfg['rounds']} rounds x {UPSTREAMS} "
-        "upstreams per arm, arms interleaved (order alternating). Added: the first request "
+        "upstreams per arm, arms interleaved (order rotating). Added: the first request "
         f"after the idle spell minus the median of the {WARM_N} right after it (ms); dials: "
         "connections those requests opened.",
         "",
