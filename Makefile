@@ -7,7 +7,7 @@ WHEEL_VENV ?= target/venv-wheel
 # LiteLLM otherwise fetches its model price map from the internet at import.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup build demo test lint rust-test py-test wheel wheel-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-streaming bench-messages bench-lane bench-lane-messages bench-realtime clean
+.PHONY: setup build demo test lint rust-test py-test wheel wheel-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-streaming bench-messages bench-lane bench-lane-messages bench-realtime bench-warm clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -94,6 +94,10 @@ bench-lane-messages: $(PY)
 
 bench-realtime: $(PY)
 	$(PY) -m benches.realtime
+
+# Not part of `bench`: five 2-minute idle spells (~12 min).
+bench-warm: $(PY)
+	$(PY) -m benches.warm
 
 clean:
 	rm -rf target $(VENV) dist

@@ -18,6 +18,13 @@ installed), so it answers tens of thousands of requests per second:
 - `POST .../model/<id>/invoke-with-response-stream`  Claude's Anthropic events in Bedrock's
                                    event stream (`max_tokens` text deltas)
 - `GET /health`                    `{"ok": true}`; anything else is a 404 JSON error.
+With `--connect-delay-ms D` every new connection waits D ms before its first byte is read (a
+slow connect and TLS handshake), connections are counted, and two more routes answer:
+- `GET /mock/connections`: `opened` and `open` (connections that carried a request other than
+  these two), `opened_by` and `open_by` (the same by their first request, e.g. `"OPTIONS /"`),
+  `waited_by` (first requests sent as their connection opened, which paid for it)
+- `POST /mock/close-idle`: closes the idle connections, as a server's keep-alive timeout does
+  (`{"closed": n}`); with `--idle-close-s S` each closes S s after its last answer anyway.
 The answers are `devtools.answers`' (the tests' recording upstream serves the same ones);
 `devtools.deployments` gives LiteLLM params pointing at a server like this, and
 `devtools.processes.ServerProcess` runs it in a process of its own.
@@ -30,7 +37,7 @@ import argparse
 import asyncio
 import json
 import signal
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from devtools import answers
 from devtools.answers import (
@@ -52,6 +59,12 @@ _MAX_HEAD = 64 * 1024
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required"}
 # Delay between streamed chunks (`--chunk-delay-ms`); 0 sends the whole stream at once.
 CHUNK_DELAY_S = 0.0
+# Delay before a new connection's first byte is read (`--connect-delay-ms`).
+CONNECT_DELAY_S = 0.0
+# A connection idle this long after its last answer is closed (`--idle-close-s`; 0: never).
+IDLE_CLOSE_S = 0.0
+# A first request read within this of the connect delay's end was waiting for it.
+_WAITED_SLACK_S = 0.1
 
 
 def _stream_request(body: bytes | bytearray) -> tuple[str, int, bool] | None:
@@ -249,6 +262,90 @@ class MockProvider(HttpServerProtocol):
             transport.close()
 
 
+class SlowConnectMock(MockProvider):
+    """The mock provider behind a slow connect, counting its connections (`--connect-delay-ms`)."""
+
+    opened_by: ClassVar[dict[str, int]] = {}  # by each connection's first request
+    waited_by: ClassVar[dict[str, int]] = {}  # first requests that were waiting for the delay
+    live: ClassVar[set[SlowConnectMock]] = set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.counted = self.busy = False
+        self.first = ""
+        self.idle_timer: asyncio.TimerHandle | None = None
+        self.readable_at = asyncio.get_running_loop().time() + CONNECT_DELAY_S
+        self.live.add(self)
+        # Bytes that arrive before the delay ends wait here (uvloop ignores `pause_reading` in
+        # `connection_made`).
+        self.held: bytearray | None = None
+        if CONNECT_DELAY_S > 0:
+            self.held = bytearray()
+            asyncio.get_running_loop().call_later(CONNECT_DELAY_S, self._release)
+
+    def data_received(self, data: bytes) -> None:
+        if self.held is not None:
+            self.held += data
+            return
+        super().data_received(data)
+
+    def _release(self) -> None:
+        held, self.held = self.held, None
+        if held and self.transport is not None:
+            super().data_received(bytes(held))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.live.discard(self)
+        self.transport = None
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+
+    def request_started(self) -> None:
+        super().request_started()
+        self.busy = True
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+        if not self.counted and not self.path.startswith("/mock/"):
+            self.counted = True
+            self.first = f"{self.method} {self.path}"
+            self.opened_by[self.first] = self.opened_by.get(self.first, 0) + 1
+            # Read as soon as the delay ended: it was sent while the connection was opening (a
+            # connection dialed ahead and used later gets its first request later than that).
+            if asyncio.get_running_loop().time() - self.readable_at < _WAITED_SLACK_S:
+                self.waited_by[self.first] = self.waited_by.get(self.first, 0) + 1
+
+    def request_done(self) -> None:
+        if self.path == "/mock/connections":
+            open_by: dict[str, int] = {}
+            for connection in self.live:
+                if connection.counted:
+                    open_by[connection.first] = open_by.get(connection.first, 0) + 1
+            self._answer(
+                {
+                    "opened": sum(self.opened_by.values()),
+                    "open": sum(open_by.values()),
+                    "opened_by": self.opened_by,
+                    "waited_by": self.waited_by,
+                    "open_by": open_by,
+                }
+            )
+        elif self.path == "/mock/close-idle":
+            idle = [c for c in self.live if c is not self and not c.busy and c.transport]
+            for connection in idle:
+                assert connection.transport is not None
+                connection.transport.close()
+            self._answer({"closed": len(idle)})
+        else:
+            super().request_done()
+        self.busy = False
+        if IDLE_CLOSE_S > 0 and self.transport is not None:
+            loop = asyncio.get_running_loop()
+            self.idle_timer = loop.call_later(IDLE_CLOSE_S, self.transport.close)
+
+    def _answer(self, payload: dict[str, Any]) -> None:
+        self.respond(http_response(200, json.dumps(payload).encode(), self.keep_alive))
+
+
 def serve(protocol: type[asyncio.Protocol], port: int = 0) -> None:
     """Runs `protocol` on HOST:port until SIGTERM/SIGINT; prints `READY <port>` once listening."""
 
@@ -271,7 +368,7 @@ def serve(protocol: type[asyncio.Protocol], port: int = 0) -> None:
 
 
 def main() -> None:
-    global CHUNK_DELAY_S
+    global CHUNK_DELAY_S, CONNECT_DELAY_S, IDLE_CLOSE_S
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument(
@@ -283,10 +380,24 @@ def main() -> None:
     parser.add_argument(
         "--chunk-delay-ms", type=float, default=0.0, help="pause between streamed chunks"
     )
+    parser.add_argument(
+        "--idle-close-s", type=float, default=0.0, help="with --connect-delay-ms: keep-alive"
+    )
+    parser.add_argument(
+        "--connect-delay-ms",
+        type=float,
+        default=None,
+        help="pause before a new connection is read; counts connections (/mock/connections)",
+    )
     args = parser.parse_args()
     answers.EMBEDDING_DIMS = args.embedding_dims
     CHUNK_DELAY_S = args.chunk_delay_ms / 1000
-    serve(MockProvider, args.port)
+    if args.connect_delay_ms is None:
+        serve(MockProvider, args.port)
+        return
+    CONNECT_DELAY_S = args.connect_delay_ms / 1000
+    IDLE_CLOSE_S = args.idle_close_s
+    serve(SlowConnectMock, args.port)
 
 
 if __name__ == "__main__":

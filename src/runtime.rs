@@ -6,11 +6,23 @@
 use std::sync::{Arc, Mutex};
 
 use crate::http::client::{Transport, TransportError};
+use crate::http::warm::{WarmSend, WarmTarget, Warmer};
 
 pub struct Engine {
     pid: u32,
     pub runtime: tokio::runtime::Runtime,
     pub transport: Transport,
+    /// Keeps the `rust: true` deployments' upstream connections warm in `transport`'s pool.
+    pub warmer: Warmer,
+}
+
+impl WarmSend for Engine {
+    fn warm_once(
+        &self,
+        target: &WarmTarget,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<bool, ()>> + Send + '_>> {
+        self.transport.warm_once(target)
+    }
 }
 
 static ENGINE: Mutex<Option<Arc<Engine>>> = Mutex::new(None);
@@ -113,6 +125,7 @@ pub fn engine() -> Result<Arc<Engine>, TransportError> {
         pid,
         runtime,
         transport,
+        warmer: Warmer::default(),
     });
     *slot = Some(Arc::clone(&engine));
     Ok(engine)

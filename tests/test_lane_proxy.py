@@ -668,7 +668,9 @@ def stalled_lane_proxy(
     log = tmp_path / "events.jsonl"
     log.touch()
     models = twin_models("openai", deployment_kwargs("openai", upstream.url))
-    with logged_proxy(models, log, fastpath_lane=True) as proxy:
+    # No warm connections: each connection the provider sees is a call.
+    settings = {"fastpath_lane": True, "fastpath_warm_connections": 0}
+    with logged_proxy(models, log, **settings) as proxy:
         body = {"model": "rust-openai", "messages": HI}
         with pytest.raises(httpx.TimeoutException):
             proxy.post("/chat/completions", json=body, timeout=1.0)

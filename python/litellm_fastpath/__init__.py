@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from litellm_fastpath.declines import decline_counts, reset_decline_counts
     from litellm_fastpath.integration import install, is_installed, uninstall
     from litellm_fastpath.realtime import realtime_pool_counts
+    from litellm_fastpath.warm import warm_counts
 
 __all__ = [
     "UntestedLiteLLMWarning",
@@ -25,6 +26,7 @@ __all__ = [
     "realtime_pool_counts",
     "reset_decline_counts",
     "uninstall",
+    "warm_counts",
 ]
 
 # Importing LiteLLM takes seconds; load it when the API is first used, not on import.
@@ -36,6 +38,7 @@ _LAZY = {
     "reset_decline_counts": "declines",
     "UntestedLiteLLMWarning": "compat",
     "realtime_pool_counts": "realtime",
+    "warm_counts": "warm",
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from litellm_fastpath import compat, lane, metrics, realtime
+from litellm_fastpath import compat, lane, metrics, realtime, warm
 from litellm_fastpath.integration import install
 
 
@@ -31,6 +31,7 @@ class FastpathAccelerator(compat.CustomLogger):
 install()
 if compat.usable():
     realtime.install()
+    warm.install()
 accelerator = FastpathAccelerator()
 # With LiteLLM's prometheus callback on, our metrics join its /metrics.
 metrics.enable(compat.config_litellm_settings())

@@ -11,6 +11,21 @@ use crate::wire::body::JsonBody;
 
 /// LiteLLM's httpx default connect timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an idle pooled connection is kept (reqwest's default drops it after 90 s, so a
+/// quiet spell of two minutes paid a new connect and TLS handshake). The upstream may close
+/// it sooner; the warmer (`warm.rs`) dials again then.
+const POOL_IDLE: Duration = Duration::from_secs(600);
+/// TCP keepalive probes on idle connections, so a peer or a middlebox that vanished is noticed
+/// and NAT entries stay open.
+const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+/// HTTP/2 pings on idle connections, answered within the timeout or the connection is closed.
+const H2_PING_EVERY: Duration = Duration::from_secs(20);
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
+/// A warming answer's body is read up to this and dropped (past it the connection closes).
+const WARM_BODY_MAX: usize = 64 * 1024;
+/// A warming request that takes longer is dropped (with its connection): an upstream that
+/// stalls it must not hold the warmer for the calls' own, often long, timeout.
+const WARM_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -68,8 +83,12 @@ impl Transport {
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT.min(read_timeout))
             .read_timeout(read_timeout)
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(POOL_IDLE)
             .tcp_nodelay(true)
+            .tcp_keepalive(TCP_KEEPALIVE)
+            .http2_keep_alive_interval(H2_PING_EVERY)
+            .http2_keep_alive_timeout(H2_PING_TIMEOUT)
+            .http2_keep_alive_while_idle(true)
             // The router owns retries; a redirect must never carry credentials elsewhere.
             .retry(reqwest::retry::never())
             .redirect(reqwest::redirect::Policy::none())
@@ -115,6 +134,47 @@ impl Transport {
             .await
             .map_err(|err| classify(err, timeout))?;
         Ok(OpenResponse { response, timeout })
+    }
+
+    /// One warming request (`warm.rs`): `OPTIONS` to the origin with no credentials, no
+    /// deployment headers and no body, through the client the deployment's calls use, so the
+    /// connection it leaves in the pool is theirs. Ok(true) when it went over HTTP/2.
+    pub async fn warm(
+        &self,
+        origin: reqwest::Url,
+        timeout: Duration,
+    ) -> Result<bool, TransportError> {
+        let bound = WARM_TIMEOUT.min(timeout);
+        tokio::time::timeout(bound, self.warm_unbounded(origin, timeout))
+            .await
+            .unwrap_or(Err(TransportError::Timeout(bound)))
+    }
+
+    async fn warm_unbounded(
+        &self,
+        origin: reqwest::Url,
+        timeout: Duration,
+    ) -> Result<bool, TransportError> {
+        let mut response = self
+            .client(timeout)?
+            .request(reqwest::Method::OPTIONS, origin)
+            .send()
+            .await
+            .map_err(|err| classify(err, timeout))?;
+        let http2 = response.version() == reqwest::Version::HTTP_2;
+        let mut read = 0;
+        // Read to the end so an HTTP/1.1 connection goes back to the pool.
+        while let Some(piece) = response
+            .chunk()
+            .await
+            .map_err(|err| body_error(&err, timeout))?
+        {
+            read += piece.len();
+            if read > WARM_BODY_MAX {
+                break;
+            }
+        }
+        Ok(http2)
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod client;
 pub mod sigv4;
+pub mod warm;
 
 use std::time::Duration;
 

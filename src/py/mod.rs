@@ -11,6 +11,7 @@ mod lane;
 mod lane_types;
 mod prepare;
 mod stream;
+mod warm;
 
 use pyo3::prelude::*;
 
@@ -50,6 +51,8 @@ mod _native {
     };
     #[pymodule_export]
     use super::stream::{PreparedStream, StreamHandle};
+    #[pymodule_export]
+    use super::warm::{warm_counts, warm_upstreams};
 
     #[pymodule_export]
     #[allow(non_upper_case_globals)]

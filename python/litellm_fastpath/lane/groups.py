@@ -41,6 +41,9 @@ _NEUTRAL_LITELLM_SETTINGS = frozenset(
         # The realtime pool changes how a `/v1/realtime` session is dialed, never a request.
         "fastpath_realtime_pool",
         "fastpath_realtime_pool_idle_s",
+        # Warm connections change when the upstream is dialed, never a request.
+        "fastpath_warm_connections",
+        "fastpath_warm_interval_s",
     }
 )
 _lane_groups: frozenset[str] = frozenset()
