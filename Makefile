@@ -7,7 +7,7 @@ WHEEL_VENV ?= target/venv-wheel
 # LiteLLM otherwise fetches its model price map from the internet at import.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup build demo test lint rust-test py-test wheel wheel-test bench bench-inprocess bench-gateway bench-media bench-sha256 bench-streaming bench-messages bench-lane bench-lane-messages bench-realtime bench-warm clean
+.PHONY: setup build demo test lint rust-test py-test wheel wheel-test bench bench-inprocess bench-gateway bench-media bench-streaming bench-messages bench-lane bench-lane-messages bench-realtime bench-warm clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -59,7 +59,7 @@ wheel-test: wheel
 
 test: setup lint rust-test py-test wheel-test
 
-bench: bench-inprocess bench-gateway bench-media bench-sha256 bench-streaming bench-messages bench-lane bench-lane-messages bench-realtime
+bench: bench-inprocess bench-gateway bench-media bench-streaming bench-messages bench-lane bench-lane-messages bench-realtime
 
 bench-inprocess: $(PY)
 	$(PY) -m benches.inprocess
@@ -74,9 +74,6 @@ bench-media: $(PY)
 	$(VENV)/bin/maturin develop --release -q --features python,bench
 	$(PY) -m benches.media
 	$(PY) -m benches.media --proxy
-
-bench-sha256: $(PY)
-	$(PY) -m benches.sha256
 
 bench-streaming: $(PY)
 	for provider in openai anthropic bedrock; do $(PY) -m benches.streaming --provider $$provider; done

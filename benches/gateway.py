@@ -1,9 +1,5 @@
 """Gateway bench: the real LiteLLM proxy, Python path vs `rust: true`, open loop, stepped rates
-(method: benches/README.md).
-
-    python -m benches.gateway --quick      # 3 s steps, 1 worker            (BENCH_QUICK=1)
-    python -m benches.gateway              # 6 s steps, 1 then 2 workers
-"""
+(method and commands: benches/README.md)."""
 
 from __future__ import annotations
 

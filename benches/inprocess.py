@@ -1,11 +1,6 @@
 """In-process bench: `await litellm.acompletion(..., rust=True)` (and `litellm.aembedding`) vs
-LiteLLM's Python path, per case, against the mock provider (method: benches/README.md).
-
-    python -m benches.inprocess            # full: 1000 calls per arm and case
-    python -m benches.inprocess --quick    # 200 calls per arm and case (BENCH_QUICK=1)
-    python -m benches.inprocess --cases openai embed-openai-64
-    python -m benches.inprocess --callbacks   # with one CustomLogger configured, as in a proxy
-"""
+LiteLLM's Python path, per case, against the mock provider (method and commands:
+benches/README.md)."""
 
 from __future__ import annotations
 

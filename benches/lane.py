@@ -1,9 +1,6 @@
 """The fast lane (`fastpath_lane: true`) through the proxy against the plain model and `rust: true`
-(and on `/v1/messages` LiteLLM's native route), in one run (method: benches/README.md).
-
-    python -m benches.lane [--quick]                    # chat: results/lane.{md,json,png}
-    python -m benches.lane --route messages [--quick] [--provider bedrock]
-"""
+(and on `/v1/messages` LiteLLM's native route), in one run (method and commands:
+benches/README.md)."""
 
 from __future__ import annotations
 

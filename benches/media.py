@@ -1,13 +1,8 @@
 """Media memory bench: a Bedrock transcription body sent `fastpath`/`buffered`/`python`, one fresh
 process per measurement, to the hashing sink; with `--proxy`, 16 concurrent 16 MiB uploads through
 the real proxy, LiteLLM's own route vs `rust: true`. Every body verified (method:
-benches/README.md). Extra environment (`LITELLM_FASTPATH_THREADS=4`, `MALLOC_ARENA_MAX=2`,
-`MALLOC_MMAP_THRESHOLD_=1048576`) reaches the workers and the proxy.
-
-    python -m benches.media            # full: 1/16/64 MiB x concurrency 1/16, 3 repetitions
-    python -m benches.media --quick    # 1/16 MiB, 1 repetition (BENCH_QUICK=1)
-    python -m benches.media --proxy [--quick]   # 2 (quick: 1) repetitions per arm
-"""
+benches/README.md, with the commands). Extra environment (`LITELLM_FASTPATH_THREADS=4`,
+`MALLOC_ARENA_MAX=2`, `MALLOC_MMAP_THRESHOLD_=1048576`) reaches the workers and the proxy."""
 
 from __future__ import annotations
 

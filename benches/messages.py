@@ -2,10 +2,7 @@
 route (`LITELLM_RUST=1`, Anthropic only) and the fast path (`rust: true`), against the mock:
 in-process per-call median and CPU (a small and a coding-agent request, `anthropic/…` and Bedrock
 Invoke), and through one proxy worker the first streamed event's added latency at 20 concurrent
-streams (method: benches/README.md).
-
-`python -m benches.messages [--quick]`; results in benches/results/messages.{md,json}.
-"""
+streams (method and commands: benches/README.md)."""
 
 from __future__ import annotations
 

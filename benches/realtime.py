@@ -1,9 +1,6 @@
-"""Realtime session phase (upgrade sent -> `session.created`) through one proxy worker against a
-mock with a 300 ms handshake: LiteLLM's own dial (`plain-realtime`), `rust: true` with
-`fastpath_realtime_pool: 32` (`rust-realtime`), and the floor (`plain-instant`: the plain model
-against a 0 ms mock), arms interleaved, 1 client and 20; the pool's hit rate at 20 clients and
-its dials per minute at zero traffic (method: benches/README.md).
-"""
+"""Realtime session phase (upgrade sent -> `session.created`) through one proxy worker: LiteLLM's
+own dial (`plain-realtime`), `rust: true` with the pool (`rust-realtime`) and the floor
+(`plain-instant`), arms interleaved (what each arm is, the method: benches/README.md)."""
 
 from __future__ import annotations
 

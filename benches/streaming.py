@@ -1,9 +1,6 @@
 """Streamed chat through one proxy worker: the plain model, `rust: true` and the same model with
-the fast lane on, arms interleaved, clients in their own process (method: benches/README.md).
-
-`python -m benches.streaming [--quick] [--provider openai|anthropic|bedrock]`; results in
-benches/results/streaming[-<provider>].{md,json}.
-"""
+the fast lane on, arms interleaved, clients in their own process (method and commands:
+benches/README.md)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""HTTP: the first request after an idle spell, added over a warm request, plain vs `rust: true`.
-
-One proxy worker, `UPSTREAMS` mocks whose new connections wait `--connect-delay-ms` (100 ms)
-before they are read (a connect and TLS handshake) and which close connections idle for 60 s
-(a keep-alive timeout); on each a plain deployment (`plain-<i>`) and a `rust: true` one
-(`rust-<i>`, warm connections by default); the `lane` arm is `rust-<i>` on a second proxy with
-the fast lane. Each round: nothing for `--idle-s` (the bar's 2 minutes), then per arm (order
-rotating) and upstream the first request and `WARM_N` right after it: added = the first minus
-their median. The mocks count the calls that waited for a new connection.
-"""
+"""HTTP: the first request after an idle spell (`--idle-s`, the bar's 2 minutes), added over
+the median of the `WARM_N` after it, plain vs `rust: true` vs the lane, against mocks with slow
+new connections; method: benches/README.md."""
 
 from __future__ import annotations
 
@@ -28,12 +21,11 @@ from benches._common import (
     start_proxy,
     table,
 )
-from devtools.deployments import deployment_kwargs
+from devtools.deployments import deployment_kwargs, twin_models
 from devtools.processes import MASTER_KEY, ServerProcess
 
 ARMS = ("plain", "rust", "lane")
-BAR_MS = 1.0
-WARM_N = 5
+BAR_MS, WARM_N = 1.0, 5  # the bar (ms); warm requests after each first one
 # Upstreams (one deployment of each arm on each): first requests after an idle spell per round.
 UPSTREAMS = 3
 # The mock closes connections idle this long, as servers and load balancers do (60 s is common).
@@ -41,16 +33,10 @@ KEEP_ALIVE_S = 60.0
 BODY = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
 
 
-def timed(client: httpx.Client, model: str) -> float:
-    started = time.perf_counter()
-    response = client.post("/chat/completions", json={**BODY, "model": model})
-    elapsed = (time.perf_counter() - started) * 1000
-    response.raise_for_status()
-    return elapsed
-
-
-def model_of(arm: str, upstream: int) -> str:
-    return f"{'plain' if arm == 'plain' else 'rust'}-{upstream}"
+def timed(client: httpx.Client, arm: str, upstream: int) -> float:
+    started, model = time.perf_counter(), f"{'plain' if arm == 'plain' else 'rust'}-{upstream}"
+    client.post("/chat/completions", json={**BODY, "model": model}).raise_for_status()
+    return (time.perf_counter() - started) * 1000
 
 
 def dialed(mocks: list[ServerProcess]) -> int:
@@ -61,13 +47,8 @@ def dialed(mocks: list[ServerProcess]) -> int:
 def measure(idle_s: float, rounds: int, delay_ms: float) -> dict[str, Any]:
     flags = ("--connect-delay-ms", str(delay_ms), "--idle-close-s", str(KEEP_ALIVE_S))
     mocks = [ServerProcess(args=flags).__enter__() for _ in range(UPSTREAMS)]
-    models = [
-        {"model_name": f"{arm}-{i}", "litellm_params": {**deployment_kwargs("openai", m.url)}}
-        for i, m in enumerate(mocks)
-        for arm in ("plain", "rust")
-    ]
-    for model in models[1::2]:
-        model["litellm_params"]["rust"] = True
+    twins = (twin_models(str(i), deployment_kwargs("openai", m.url)) for i, m in enumerate(mocks))
+    models = [model for pair in twins for model in pair]
     # The lane arm: the rust models of a second proxy, with the fast lane on.
     proxies = {"plain": start_proxy(models), "lane": start_proxy(models, lane=True)}
     headers = {"Authorization": f"Bearer {MASTER_KEY}"}
@@ -78,17 +59,16 @@ def measure(idle_s: float, rounds: int, delay_ms: float) -> dict[str, Any]:
     added: dict[str, list[float]] = {arm: [] for arm in ARMS}
     dials: dict[str, list[int]] = {arm: [] for arm in ARMS}
     try:
-        for arm in ARMS:  # every path has loaded what a first call loads; the lane, the key
-            for i in range(UPSTREAMS):
-                timed(clients[arm], model_of(arm, i))
+        for arm, i in ((a, i) for a in ARMS for i in range(UPSTREAMS)):
+            timed(clients[arm], arm, i)  # every path has loaded what a first call loads
         for round_no in range(rounds):
             log(f"round {round_no + 1}/{rounds}: idle {idle_s:g} s")
             time.sleep(idle_s)  # the idle spell is the measurement
             for arm in ARMS[round_no % 3 :] + ARMS[: round_no % 3]:
                 for i in range(UPSTREAMS):
                     before = dialed(mocks)
-                    first = timed(clients[arm], model_of(arm, i))
-                    warm = median([timed(clients[arm], model_of(arm, i)) for _ in range(WARM_N)])
+                    first = timed(clients[arm], arm, i)
+                    warm = median([timed(clients[arm], arm, i) for _ in range(WARM_N)])
                     dials[arm].append(dialed(mocks) - before)
                     added[arm].append(first - warm)
     finally:
@@ -131,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--connect-delay-ms", type=float, default=100.0)
     args = parser.parse_args(argv)
-    idle_s = 30.0 if args.quick else args.idle_s
-    info = machine(args.wait_quiet)
+    idle_s, info = 30.0 if args.quick else args.idle_s, machine(args.wait_quiet)
     data = {**measure(idle_s, args.rounds, args.connect_delay_ms), "machine": info}
     finish(args, f"warm-{time.strftime('%Y-%m-%d')}", render(data), data)
     return 0 if min(median(data["added_ms"][arm]) for arm in ARMS[1:]) <= BAR_MS else 1
