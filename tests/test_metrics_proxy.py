@@ -167,6 +167,20 @@ def test_upstream_durations_as_the_fast_path_measured_them(
     assert ("litellm_fastpath_lane_backlog", frozenset()) in series
 
 
+def test_warm_connections_are_counted(mixed: tuple[ProxyProcess, int, Series]) -> None:
+    """The warmer's requests to the `rust: true` upstream (every worker warms it at startup)."""
+    proxy, workers, _series = mixed
+
+    def warmed() -> Series | None:
+        series = scrape(proxy)
+        answered = value(series, "litellm_fastpath_warm_requests_total", outcome="answered")
+        return series if answered >= workers else None
+
+    series = wait_until(warmed, lambda: scrape(proxy), timeout=20)
+    assert value(series, "litellm_fastpath_warm_targets") >= workers
+    assert value(series, "litellm_fastpath_warm_requests_total", outcome="failed") == 0
+
+
 def test_no_label_carries_a_key_or_request_text(mixed: tuple[ProxyProcess, int, Series]) -> None:
     _proxy, _workers, series = mixed
     values = {v for _name, labels in series for _k, v in labels}

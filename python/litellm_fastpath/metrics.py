@@ -84,6 +84,18 @@ class Recorder:
             "Warm realtime sessions waiting in the pool (summed over live workers)",
             multiprocess_mode="livesum",
         )
+        self.warm_requests = Counter(
+            PREFIX + "warm_requests",
+            "Credential-free warming requests to rust: true upstreams, by outcome (answered, "
+            "failed)",
+            ["outcome"],
+        )
+        self.warm_targets = Gauge(
+            PREFIX + "warm_targets",
+            "Upstream origins (per call timeout) whose connections are kept warm",
+            multiprocess_mode="livesum",
+        )
+        self._warm_counts: dict[str, int] = {}
         self._lane_reasons = frozenset(_native.lane_reasons())
         self._lane_counts: dict[str, int] = {}
         self._lane_served: dict[tuple[str, str], tuple[int, list[int], float]] = {}
@@ -116,6 +128,15 @@ class Recorder:
                     child._buckets[bucket].inc(now - was)
             child._sum.inc(seconds - before[2])
         self.lane_backlog.set(_native.lane_backlog())
+
+    def fold_warm(self, counts: Mapping[str, int]) -> None:
+        """Adds the warming requests counted since the last fold (`warm.warm_counts()`)."""
+        for outcome in ("answered", "failed"):
+            added = counts.get(outcome, 0) - self._warm_counts.get(outcome, 0)
+            if added > 0:
+                self._warm_counts[outcome] = counts[outcome]
+                self.warm_requests.labels(outcome).inc(added)
+        self.warm_targets.set(counts.get("targets", 0))
 
 
 recorder: Recorder | None = None

@@ -20,7 +20,7 @@ import contextvars
 import logging
 from typing import Any
 
-from litellm_fastpath import _native, compat, routing
+from litellm_fastpath import _native, compat, metrics, routing
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -67,6 +67,8 @@ async def _keep_warm() -> None:
                     seen = key
             except Exception:  # warming never stops the proxy
                 logger.debug("warm connections: configuring failed", exc_info=True)
+        if metrics.recorder is not None and seen is not None:
+            metrics.recorder.fold_warm(warm_counts())
         await asyncio.sleep(REFRESH_S if router is not None else REFRESH_S / 4)
 
 
