@@ -452,8 +452,9 @@ CASES = [
         *sent(request(extra=b"X-Folded: a\r\n  b\r\n")),
         reason=f"lane off: {SERVED} (h11 unfolds the line); lane on: {HYPER_400}",
     ),
-    # h11 takes a head of any size that arrives in one read, else 400s past 16 KB.
-    case("header-100kb", *sent(BIG_CHAT)),
+    # h11 takes a head of any size that arrives in one read, else 400s past 16 KB: whether a
+    # 100 KB head sent at once arrives in one read is up to the kernel (on a busy machine it
+    # may not), so only the split case, which is certain, is compared.
     case(
         "header-100kb-in-two-writes",
         Send(BIG_CHAT[:50_000]),
