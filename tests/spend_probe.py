@@ -24,6 +24,7 @@ import functools
 import json
 import math
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -39,6 +40,8 @@ from litellm.proxy.db.db_spend_update_writer import DBSpendUpdateWriter
 from litellm.proxy.hooks.parallel_request_limiter_v3 import _PROXY_MaxParallelRequestsHandler_v3
 from litellm.proxy.hooks.proxy_track_cost_callback import _ProxyDBLogger
 from litellm.proxy.spend_tracking import budget_reservation
+
+from litellm_fastpath import _native, claims
 
 SEED_PATH = "/spend-probe/seed"
 SETTLEMENT_PATH = "/spend-probe/settlement"
@@ -252,6 +255,11 @@ async def snapshot(about: str = "") -> dict[str, Any]:
     worker: the reservations still open and how often LiteLLM's post-call work started and
     ended."""
     names = frozenset(filter(None, about.split(",")))
+    if claims.lane_running():
+        # The lane answers first and its replays reserve afterwards: look once they have.
+        deadline = time.monotonic() + 10
+        while _native.lane_backlog() and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
     cache = proxy_server.user_api_key_cache
     writer = proxy_server.proxy_logging_obj.db_spend_update_writer
     limiter_cache = proxy_server.proxy_logging_obj.internal_usage_cache.dual_cache

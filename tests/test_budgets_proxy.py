@@ -483,10 +483,15 @@ def test_past_a_budget_every_arm_answers_and_bills_alike(
     else:
         seed(arms, keys={key: {"team_id": team}}, teams={team: budget})
         names = {token_hash(key), team}
+    budget_before = lane_counts(arms["lane"].log).get("lane_budget", 0)
     sequence = run_sequence(arms, route, key, 5, frozenset(names))
     statuses = [a.status for a in sequence.answers["plain"]]
     assert (statuses[0] == 200 or not cost) and statuses[-1] >= 400, statuses
     assert_alike(sequence, route)
+    if route in LANE_ROUTES:
+        # Once the lane holds the key's verdict, a budget this close leaves it no margin: the
+        # proxy decides on LiteLLM's counters, after the key's replays reserved.
+        assert lane_counts(arms["lane"].log).get("lane_budget", 0) > budget_before
 
 
 @pytest.mark.parametrize(("arms", "route"), cases(RESERVED_ROUTES), indirect=["arms"])
@@ -567,6 +572,34 @@ def test_keys_of_users_and_teams_without_limits_take_the_lane(
     assert [a.status for a in sequence.answers["plain"]] == [200] * 3
     assert_alike(sequence, route)
     assert lane_counts(arms["lane"].log).get("served", 0) >= served_before + 2
+
+
+@pytest.mark.parametrize(("arms", "route"), cases(("chat", "messages-stream")), indirect=["arms"])
+@pytest.mark.parametrize("owner", ["key", "user", "team"])
+def test_keys_with_budgets_far_from_the_limit_take_the_lane(
+    arms: dict[str, Arm], per_request: dict[str, dict[str, float]], route: str, owner: str
+) -> None:
+    """A budget (on the key, its user or its team) with room for dozens of LiteLLM's
+    estimates: once LiteLLM judged the key, the lane serves it, its replays reserve and settle
+    as LiteLLM's path does, and every arm answers, reserves and bills request by request alike.
+    (Close to the limit the lane hands requests to the proxy: see the sequences past a budget.)
+    """
+    key, owner_id = f"sk-{owner}-budgeted-{route}", f"{owner}-budgeted-{route}"
+    estimate = per_request[route]["reserved"]
+    assert estimate > 0
+    budget = {"max_budget": 1.0, "spend": 1.0 - 40 * estimate}
+    if owner == "key":
+        seed(arms, keys={key: budget})
+        names = {token_hash(key)}
+    else:
+        seed(arms, keys={key: {f"{owner}_id": owner_id}}, **{f"{owner}s": {owner_id: budget}})
+        names = {token_hash(key), owner_id}
+    served_before = lane_counts(arms["lane"].log).get("served", 0)
+    sequence = run_sequence(arms, route, key, 4, frozenset(names))
+    assert [a.status for a in sequence.answers["plain"]] == [200] * 4
+    assert_alike(sequence, route)
+    # The key's first request teaches the lane its verdict; the lane serves the others.
+    assert lane_counts(arms["lane"].log).get("served", 0) >= served_before + 3
 
 
 @pytest.mark.parametrize("arms", ["memory"], indirect=True)

@@ -41,6 +41,7 @@ __all__ = [
     "lane_messages_cost",
     "lane_next_replays",
     "lane_reasons",
+    "lane_release_hold",
     "lane_replayed",
     "lane_served",
     "lane_set_cooling",
@@ -302,6 +303,8 @@ class LaneClaim:
     def call_id_added(self) -> bool: ...
     @property
     def call(self) -> PreparedCall | PreparedStream: ...
+    @property
+    def hold(self) -> int | None: ...
 
 @final
 class LaneCost:
@@ -316,7 +319,11 @@ class LaneCost:
     @property
     def cache_creation(self) -> float: ...
 
-def lane_set_groups(groups: dict[str, list[LaneDeployment]]) -> None: ...
+def lane_set_groups(
+    groups: dict[str, list[LaneDeployment]],
+    reservation_rates: dict[str, tuple[float, float, int]] = ...,
+) -> None: ...
+def lane_release_hold(hold: int) -> None: ...
 def lane_learn_messages_headers(
     deployment_id: str, key: str, headers: list[tuple[str, str]]
 ) -> None: ...
@@ -328,6 +335,10 @@ def lane_set_key(
     expires_at: float | None,
     valid_for: float,
     spend: float,
+    *,
+    headroom: float | None = None,
+    max_budget_header: str | None = None,
+    release: int | None = None,
 ) -> None: ...
 def lane_forget_group_lists() -> None: ...
 def lane_claim(ticket: str) -> LaneClaim | None: ...

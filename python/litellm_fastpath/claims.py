@@ -30,6 +30,16 @@ _claimed_call: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar
 _forced_deployment: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
     "litellm_fastpath_lane_deployment", default=None
 )
+# The replayed request's hold on its key's budget (the lane's `budget::Holds`), released once
+# LiteLLM's counters hold the replay's reservation.
+_budget_hold: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "litellm_fastpath_lane_hold", default=None
+)
+# Set while a replay is authenticated again without LiteLLM's budget checks (see
+# `lane.replay`): the lane admitted it, and the provider answered.
+_admitted: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "litellm_fastpath_lane_admitted", default=False
+)
 # The client header the lane passes on to `/v1/messages` calls (the one version there is).
 ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
 # What the proxy passes on to Anthropic of the client's headers (`provider_specific_header`).
@@ -50,6 +60,24 @@ def hold(claim: _native.LaneClaim) -> None:
     the router's pick the deployment the lane called."""
     _claimed_call.set([claim.call])
     _forced_deployment.set([claim.deployment_id])
+    _budget_hold.set([] if claim.hold is None else [claim.hold])
+
+
+def take_hold() -> int | None:
+    """The replayed request's hold on its key's budget, once (None: not a replay, or no
+    budget)."""
+    holder = _budget_hold.get()
+    return holder.pop() if holder else None
+
+
+def admitted() -> bool:
+    """Whether this request is a replay the lane admitted, authenticated again without
+    LiteLLM's budget checks."""
+    return _admitted.get()
+
+
+def set_admitted() -> None:
+    _admitted.set(True)
 
 
 def claimed_call() -> Any:

@@ -94,6 +94,26 @@ _PRIVATE: dict[str, tuple[str, str]] = {
     "LiteLLM_TeamTableCachedObj": ("litellm.proxy._types", "LiteLLM_TeamTableCachedObj"),
     "LiteLLM_UserTable": ("litellm.proxy._types", "LiteLLM_UserTable"),
     "user_api_key_auth": ("litellm.proxy.auth.user_api_key_auth", "user_api_key_auth"),
+    # Budgets on the lane: the counters LiteLLM's reservation charges and the prices it reads,
+    # their current values, and the module whose budget-check skip a replay may take.
+    "get_budget_counters": (
+        "litellm.proxy.spend_tracking.budget_reservation",
+        "_get_budget_counters",
+    ),
+    "get_model_cost_infos": (
+        "litellm.proxy.spend_tracking.budget_reservation",
+        "_get_model_cost_infos",
+    ),
+    "DEFAULT_MAX_OUTPUT_TOKENS_FALLBACK": (
+        "litellm.proxy.spend_tracking.budget_reservation",
+        "DEFAULT_MAX_OUTPUT_TOKENS_FALLBACK",
+    ),
+    "get_current_spend": ("litellm.proxy.proxy_server", "get_current_spend"),
+    "team_membership_reservation_cache_key": (
+        "litellm.proxy.common_utils.user_api_key_cache",
+        "team_membership_reservation_cache_key",
+    ),
+    "LiteLLM_TeamMembership": ("litellm.proxy._types", "LiteLLM_TeamMembership"),
     "proxy_chat_completion": ("litellm.proxy.proxy_server", "chat_completion"),
     "proxy_anthropic_response": (
         "litellm.proxy.anthropic_endpoints.endpoints",

@@ -10,6 +10,7 @@ use http::Method;
 use http::header::{AUTHORIZATION, CONTENT_LENGTH};
 use sha2::{Digest, Sha256};
 
+use super::budget::Hold;
 use super::state::Lane;
 use super::table::{KeyRefusal, LaneDeployment};
 use crate::model::LaneReason;
@@ -91,20 +92,24 @@ pub(super) fn gate(
     key_hash(&parts.headers, route).ok_or(LaneReason::Auth)
 }
 
-/// A request past every shared check: its key, the key's spend, and the deployment picked.
+/// A request past every shared check: its key, the key's spend and budget header, its hold on
+/// the key's budget, and the deployment picked.
 pub(super) struct Judged {
     pub key_hash: String,
     pub key_spend: f64,
+    pub max_budget_header: Option<String>,
+    pub hold: Option<Hold>,
     pub deployment: Arc<LaneDeployment>,
 }
 
 /// The checks every route shares, after the request is read: the model group, the key's
-/// verdict for it, cooldowns and the backlog; then the deployment (picked as the router picks)
-/// and the key's spend.
+/// verdict for it, cooldowns, the backlog and the key's budget (see `budget`); then the
+/// deployment (picked as the router picks) and the key's spend.
 pub(super) fn judge(
     lane: &Lane,
     key_hash: String,
     model_group: &str,
+    body: &[u8],
 ) -> Result<Judged, LaneReason> {
     let group = lane.table.group(model_group).ok_or(LaneReason::Model)?;
     let verdict = lane.table.verdict(&key_hash).ok_or(LaneReason::Auth)?;
@@ -120,9 +125,26 @@ pub(super) fn judge(
     if lane.backlog_full() {
         return Err(LaneReason::Backlog);
     }
+    let key_spend = verdict.current_spend();
+    let (hold, max_budget_header) = match verdict.budget {
+        None => (None, None),
+        Some(budget) => {
+            let bound = group
+                .reservation
+                .and_then(|rates| rates.bound(body))
+                .ok_or(LaneReason::Budget)?;
+            let hold = lane
+                .holds
+                .try_hold(&key_hash, bound, budget.headroom)
+                .ok_or(LaneReason::Budget)?;
+            (Some(hold), budget.max_budget_header)
+        }
+    };
     Ok(Judged {
+        key_spend,
         key_hash,
-        key_spend: verdict.current_spend(),
+        max_budget_header,
+        hold,
         deployment: lane.table.pick(&group),
     })
 }
@@ -145,7 +167,7 @@ fn has_proxy_options(headers: &http::HeaderMap, route: Route) -> bool {
 /// SHA-256 (hex) of the caller's key, as LiteLLM's `hash_token`: the bearer key, or on
 /// `/v1/messages` an `x-api-key` sent alone; None when the request carries its key any other
 /// way (or one the proxy passes on to the provider).
-fn key_hash(headers: &http::HeaderMap, route: Route) -> Option<String> {
+pub(super) fn key_hash(headers: &http::HeaderMap, route: Route) -> Option<String> {
     let api_key_taken = route == Route::Messages && !headers.contains_key(AUTHORIZATION);
     if OTHER_KEY_HEADERS
         .iter()

@@ -149,6 +149,9 @@ fn chat_headers(
     } else {
         head.key_spend
     };
+    if let Some(max_budget) = &head.max_budget_header {
+        push("x-litellm-key-max-budget", max_budget.clone());
+    }
     push("x-litellm-key-spend", python_float(updated));
     push("x-litellm-response-duration-ms", python_float(total_ms));
     let overhead = ((total_ms - upstream_ms) * 10_000.0).round() / 10_000.0;

@@ -19,7 +19,8 @@
 //!   client connection as the routes see it), `response` (answers' bodies and headers).
 //! - The gate: `gate` (route, settings, proxy-option headers, the key; the group, verdict,
 //!   cooldown, backlog and the router's pick), `table` (what Python hands over: settings,
-//!   groups, key verdicts). Why a request goes to the proxy: `model::LaneReason`.
+//!   groups, key verdicts), `budget` (keys with budgets: headroom, and holds until replays
+//!   reserve). Why a request goes to the proxy: `model::LaneReason`.
 //! - The routes, one folder each: `chat` (`/chat/completions`), `messages` (`/v1/messages`):
 //!   the body the lane reads, admission, the answer as the proxy writes it, the stream's frames.
 //! - The serve paths the routes share: `unary` (one call, one answer) and `streamed` (a stream
@@ -31,6 +32,7 @@
 //!   answer, cost split included).
 //! - `state`: the lane of one process (its table, engine, counters, backlog).
 
+pub mod budget;
 mod chat;
 mod connection;
 pub mod cost;

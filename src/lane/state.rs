@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::budget::Holds;
 use super::replay::{Replay, Replays};
 use super::table::Table;
 use super::tickets::{Ticket, Tickets};
@@ -96,6 +97,8 @@ pub struct Lane {
     pub(super) engine: Arc<Engine>,
     pub(super) tickets: Tickets,
     pub(super) replays: Replays,
+    /// What requests admitted on budgeted keys hold until their replays reserve.
+    pub holds: Arc<Holds>,
     max_backlog: usize,
     /// Other workers accept on the same socket (see `Lane::busy`).
     shared_socket: bool,
@@ -124,6 +127,7 @@ impl Lane {
             engine,
             tickets: Tickets::default(),
             replays: Replays::default(),
+            holds: Arc::new(Holds::default()),
             max_backlog: backlog_setting("LITELLM_FASTPATH_LANE_BACKLOG", MAX_BACKLOG),
             shared_socket,
             busy_backlog: backlog_setting("LITELLM_FASTPATH_LANE_BUSY_BACKLOG", BUSY_BACKLOG),

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
+use super::budget::{KeyBudget, ReservationRates};
 use super::cost::Pricing;
 use crate::providers::Deployment;
 
@@ -76,6 +77,9 @@ pub struct Group {
     pub deployments: Vec<Arc<LaneDeployment>>,
     /// LiteLLM's simple-shuffle weights, one per deployment (empty: uniform).
     pub weights: Vec<f64>,
+    /// The prices LiteLLM's budget reservation reads for the group (None: requests of keys with
+    /// a budget go to the proxy).
+    pub reservation: Option<ReservationRates>,
 }
 
 /// What LiteLLM decided about an API key, valid until `valid_until` (LiteLLM's key cache TTL).
@@ -91,6 +95,8 @@ pub struct Verdict {
     pub spend: f64,
     /// What the lane served on the key since (its replays bring LiteLLM's figure up to date).
     pub spend_since: f64,
+    /// The key's budgets (its own, its user's, team's, team membership's), if any.
+    pub budget: Option<KeyBudget>,
 }
 
 impl Verdict {

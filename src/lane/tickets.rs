@@ -73,6 +73,8 @@ pub struct Ticket {
     /// should not show it).
     pub call_id_added: bool,
     pub outcome: Outcome,
+    /// The request's hold on its key's budget (`budget::Holds`), for the replay to release.
+    pub hold: Option<u64>,
 }
 
 /// A ticket as the lane sends it along.
@@ -87,7 +89,13 @@ pub struct Tickets {
 }
 
 impl Tickets {
-    pub fn issue(&self, deployment_id: &str, call_id: CallId, outcome: Outcome) -> Issued {
+    pub fn issue(
+        &self,
+        deployment_id: &str,
+        call_id: CallId,
+        outcome: Outcome,
+        hold: Option<u64>,
+    ) -> Issued {
         let id = random_hex(4);
         let now = Instant::now();
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
@@ -102,6 +110,7 @@ impl Tickets {
                     deployment_id: deployment_id.to_string(),
                     call_id_added: call_id.added,
                     outcome,
+                    hold,
                 },
             ),
         );

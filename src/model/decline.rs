@@ -141,6 +141,10 @@ named_reasons! {
         /// A request naming an end user (`/v1/messages` `metadata.user_id`) on a proxy with a
         /// database, where LiteLLM checks the end user's budget, limits and model access.
         EndUser => "lane_end_user",
+        /// A key with a budget whose headroom (less what its requests not yet replayed hold)
+        /// does not leave room for this request with a margin, or a group or body whose
+        /// reservation the lane cannot bound: the proxy decides, once the key's replays reserved.
+        Budget => "lane_budget",
     }
 }
 

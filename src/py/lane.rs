@@ -12,6 +12,7 @@ use super::errors::{InvalidRequestError, transport_error_to_py};
 use super::headers::header_list;
 use super::lane_types::{LaneClaim, LaneCost, LaneDeployment, LanePricing, LaneReplay};
 use super::stream::{Payload, PreparedStream};
+use crate::lane::budget::{KeyBudget, ReservationRates};
 use crate::lane::{self, App, Group, Lane, Settings, Verdict};
 use crate::model::LaneReason;
 use crate::runtime;
@@ -115,9 +116,15 @@ pub fn lane_configure(
     Ok(())
 }
 
-/// Replaces the groups the lane serves: `{group: [deployment]}`.
+/// Replaces the groups the lane serves: `{group: [deployment]}`, and per group the prices
+/// LiteLLM's budget reservation reads, `(input per token, output per token, max output tokens)`
+/// (a group without them: requests of keys with a budget go to the proxy).
 #[pyfunction]
-pub fn lane_set_groups(groups: HashMap<String, Vec<Bound<'_, LaneDeployment>>>) -> PyResult<()> {
+#[pyo3(signature = (groups, reservation_rates = HashMap::new()))]
+pub fn lane_set_groups(
+    groups: HashMap<String, Vec<Bound<'_, LaneDeployment>>>,
+    reservation_rates: HashMap<String, (f64, f64, u64)>,
+) -> PyResult<()> {
     let lane = running()?;
     let mut table = HashMap::new();
     for (name, entries) in groups {
@@ -129,9 +136,20 @@ pub fn lane_set_groups(groups: HashMap<String, Vec<Bound<'_, LaneDeployment>>>) 
             .map(|entry| Arc::clone(&entry.get().inner))
             .collect();
         let weights: Option<Vec<f64>> = entries.iter().map(|entry| entry.get().weight).collect();
+        let reservation = reservation_rates
+            .get(&name)
+            .and_then(|&(input, output, ceiling)| {
+                let valid = |rate: f64| rate.is_finite() && rate >= 0.0;
+                (valid(input) && valid(output)).then_some(ReservationRates {
+                    input_per_token: input,
+                    output_per_token: output,
+                    max_output_tokens: ceiling,
+                })
+            });
         let group = Group {
             deployments,
             weights: weights.unwrap_or_default(),
+            reservation,
         };
         table.insert(name, Arc::new(group));
     }
@@ -174,15 +192,25 @@ pub fn lane_set_cooling(groups: Vec<String>) -> PyResult<()> {
 }
 
 /// LiteLLM's verdict on a key (by its SHA-256 hex): the groups it may call (None: all), its
-/// expiry (Unix seconds), how long the verdict holds, and its spend.
+/// expiry (Unix seconds), how long the verdict holds, and its spend; for a key with budgets,
+/// its headroom (`min(max_budget - counter)` over LiteLLM's counters) and
+/// `x-litellm-key-max-budget`. `release`: the hold of the replay whose reservation the
+/// headroom was read after (see `lane::budget`).
 #[pyfunction]
-#[pyo3(signature = (key_hash, groups, expires_at, valid_for, spend))]
+#[pyo3(signature = (
+    key_hash, groups, expires_at, valid_for, spend, *, headroom=None, max_budget_header=None,
+    release=None,
+))]
+#[allow(clippy::too_many_arguments)]
 pub fn lane_set_key(
     key_hash: String,
     groups: Option<Vec<String>>,
     expires_at: Option<f64>,
     valid_for: f64,
     spend: f64,
+    headroom: Option<f64>,
+    max_budget_header: Option<String>,
+    release: Option<u64>,
 ) -> PyResult<()> {
     let at = |seconds: f64| UNIX_EPOCH + Duration::from_secs_f64(seconds.max(0.0));
     let verdict = Verdict {
@@ -191,8 +219,25 @@ pub fn lane_set_key(
         valid_until: SystemTime::now() + Duration::from_secs_f64(valid_for.clamp(0.0, 1e9)),
         spend,
         spend_since: 0.0,
+        // A headroom that is not a number admits nothing (NaN fails every comparison).
+        budget: headroom.map(|headroom| KeyBudget {
+            headroom,
+            max_budget_header,
+        }),
     };
-    running()?.table.set_key(key_hash, verdict);
+    let lane = running()?;
+    lane.table.set_key(key_hash, verdict);
+    if let Some(id) = release {
+        lane.holds.release(id);
+    }
+    Ok(())
+}
+
+/// Releases a served request's hold on its key's budget (its replay ended without reserving);
+/// nothing if it was released already.
+#[pyfunction]
+pub fn lane_release_hold(hold: u64) -> PyResult<()> {
+    running()?.holds.release(hold);
     Ok(())
 }
 
@@ -230,6 +275,7 @@ pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<LaneClaim>> {
         deployment_id: ticket.deployment_id,
         call_id_added: ticket.call_id_added,
         call,
+        hold: ticket.hold,
     }))
 }
 

@@ -254,12 +254,14 @@ impl LaneReplay {
 
 /// The outcome behind a ticket: the deployment the lane called (the replay's router must pick
 /// it), whether the lane chose the call id, and the call that yields the provider's answer or
-/// error without calling it again (a `PreparedCall`, or for a stream a `PreparedStream`).
+/// error without calling it again (a `PreparedCall`, or for a stream a `PreparedStream`), and
+/// its hold on the key's budget (`lane_set_key(release=...)` releases it).
 #[pyclass(frozen, get_all, module = "litellm_fastpath._native")]
 pub struct LaneClaim {
     pub(crate) deployment_id: String,
     pub(crate) call_id_added: bool,
     pub(crate) call: Py<PyAny>,
+    pub(crate) hold: Option<u64>,
 }
 
 /// The lane's cost of an answer, split as the proxy's headers split it.

@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 import litellm
@@ -128,7 +128,8 @@ def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
         _native.lane_forget_group_lists()
     _lane_groups = frozenset(groups)
     replay.install_forced_pick(router)
-    _native.lane_set_groups(groups)
+    replay.install_admitted_budget_skip()
+    _native.lane_set_groups(groups, reservation_rates(router, groups))
     _native.lane_configure(
         why_off, _answer_headers(), list(_openai_headers()), end_users=_keeps_end_users()
     )
@@ -136,6 +137,53 @@ def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
     if status != _status:
         logger.warning("fastpath_lane: %s", status)
         _status = status
+
+
+def reservation_rates(router: Any, names: Iterable[str]) -> dict[str, tuple[float, float, int]]:
+    """Per group, the prices LiteLLM's budget reservation estimates a request at (its own
+    `_get_model_cost_infos`: the group's rates and every deployment's tiers): the highest input
+    rate, the highest output or reasoning rate, and the highest output ceiling. Groups priced in
+    tiers, or without an input rate, are left out (their budgeted requests go to the proxy)."""
+    rates: dict[str, tuple[float, float, int]] = {}
+    for name in names:
+        try:
+            infos = compat.get_model_cost_infos(model=name, llm_router=router)
+        except Exception:
+            continue
+        if not infos or any(info.get("tiered_pricing") for info in infos):
+            continue
+        inputs = [_rate(info.get("input_cost_per_token")) for info in infos]
+        if any(rate is None for rate in inputs):
+            continue
+        outputs = [
+            max(
+                _rate(info.get("output_cost_per_token")) or 0.0,
+                _rate(info.get("output_cost_per_reasoning_token")) or 0.0,
+            )
+            for info in infos
+        ]
+        ceilings = [
+            _ceiling(info.get("max_output_tokens")) or compat.DEFAULT_MAX_OUTPUT_TOKENS_FALLBACK
+            for info in infos
+        ]
+        rates[name] = (max(r for r in inputs if r is not None), max(outputs), max(ceilings))
+    return rates
+
+
+def _rate(value: Any) -> float | None:
+    try:
+        rate = float(value)
+    except (TypeError, ValueError):
+        return None
+    return rate if rate >= 0 and rate == rate and rate != float("inf") else None
+
+
+def _ceiling(value: Any) -> int | None:
+    try:
+        ceiling = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return ceiling if ceiling > 0 else None
 
 
 def _why_off(router: Any, litellm_settings: frozenset[str]) -> str | None:

@@ -5,13 +5,20 @@ request, so their next requests can take the lane.
 A verdict holds what LiteLLM decided once and re-checks per request in Rust: which model groups
 the key may call (LiteLLM's own checks, per group) and its expiry. It lasts LiteLLM's auth-cache
 TTL and is dropped early when LiteLLM rewrites or drops a cached object it was judged on (a key,
-its user, its team, the team membership). Keys with anything LiteLLM counts per request (a
-budget or an rpm/tpm/parallel limit on the key, its user, its team or the membership), an
-organization, metadata, aliases or permissions keep going to the proxy.
+its user, its team, the team membership).
+
+Budgets (`max_budget` on the key, its user, its team or the team membership): the verdict also
+carries the key's headroom over LiteLLM's own budget counters (`spend:*`, in Redis when the
+proxy has one), read again after every request of the key LiteLLM judges, the lane's replays
+included; see `lane::budget` in Rust for how the lane admits against it. Keys with anything
+else LiteLLM counts or checks per request (rpm/tpm/parallel limits, budget windows, soft
+budgets, per-model budgets), an organization, metadata, aliases or permissions keep going to the
+proxy.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import hashlib
@@ -29,6 +36,15 @@ from litellm_fastpath.lane import groups, replay
 _KEY_FIELDS_REAPPLIED = frozenset(
     {
         "api_key",
+        # Budgets, on the key and as LiteLLM's auth copies them from the user and team (the
+        # lane re-applies them against LiteLLM's counters; see `_budget_counters`).
+        "max_budget",
+        "budget_duration",
+        "budget_reset_at",
+        "team_max_budget",
+        "user_max_budget",
+        # This request's reservation (per request, LiteLLM's own).
+        "budget_reservation",
         "token",
         "key_name",
         "key_alias",
@@ -72,6 +88,9 @@ _USER_FIELDS_REAPPLIED = frozenset(
         "last_breach_check_at",
         "teams",
         "user_role",
+        "max_budget",
+        "budget_duration",
+        "budget_reset_at",
         "spend",
         "model_spend",
         "user_email",
@@ -89,6 +108,9 @@ _TEAM_FIELDS_REAPPLIED = frozenset(
         "members_with_roles",
         "team_member_permissions",
         "models",
+        "max_budget",
+        "budget_duration",
+        "budget_reset_at",
         "default_team_member_models",
         "access_group_ids",
         "spend",
@@ -98,7 +120,11 @@ _TEAM_FIELDS_REAPPLIED = frozenset(
         "last_refreshed_at",
     }
 )
-_MEMBERSHIP_FIELDS_REAPPLIED = frozenset({"user_id", "team_id", "spend", "total_spend"})
+_MEMBERSHIP_FIELDS_REAPPLIED = frozenset(
+    {"user_id", "team_id", "spend", "total_spend", "budget_id", "litellm_budget_table"}
+)
+# A team membership's budget row: its cap (and reset period) alone.
+_MEMBER_BUDGET_FIELDS_REAPPLIED = frozenset({"budget_id", "max_budget", "budget_duration"})
 # Roles whose keys may call the chat routes (LiteLLM gives keys without a user the
 # internal-user role).
 _CALLING_ROLES = frozenset({None, "internal_user"})
@@ -115,9 +141,42 @@ async def note_request(user_api_key_dict: Any, data: dict[str, Any], call_type: 
     if not claims.lane_running():
         return
     replay.take_ticket(data)
-    if str(getattr(call_type, "value", call_type)) not in _JUDGED_CALL_TYPES:
-        return
-    await _verdicts.note(user_api_key_dict)
+    hold = claims.take_hold()
+    try:
+        if str(getattr(call_type, "value", call_type)) in _JUDGED_CALL_TYPES:
+            await _verdicts.note(user_api_key_dict, hold)
+    finally:
+        if hold is not None:
+            # Released with the verdict above when there was one; else here (no-op twice).
+            _native.lane_release_hold(hold)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Judged:
+    """A key's verdict in this worker: the groups it may call (None: every group), when and
+    against which served groups they were worked out, and its budget counters (empty: none)."""
+
+    allowed: list[str] | None
+    at: float
+    served: frozenset[str]
+    counters: tuple[_Counter, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Counter:
+    """One of LiteLLM's budget counters for a key: its cache key, cap and the spend LiteLLM
+    falls back to while it is not loaded."""
+
+    key: str
+    max_budget: float
+    fallback_spend: float
+
+
+@dataclasses.dataclass(frozen=True)
+class _Found:
+    allowed: list[str] | None
+    objects: list[tuple[str, Any]]
+    counters: tuple[_Counter, ...]
 
 
 class _Verdicts:
@@ -126,12 +185,13 @@ class _Verdicts:
     the verdict read of them) each rests on."""
 
     def __init__(self) -> None:
-        # Key hash -> (allowed groups, when worked out, of which served groups).
-        self.judged: dict[str, tuple[list[str] | None, float, frozenset[str]]] = {}
+        self.judged: dict[str, _Judged] = {}
         # Cache key -> {key hash: the object's fingerprint when judged}.
         self.resting_on: dict[str, dict[str, Any]] = {}
 
-    async def note(self, key: Any) -> None:
+    async def note(self, key: Any, hold: int | None) -> None:
+        """`hold`: the lane's hold for this request if it is a replay (released once the
+        key's headroom is read again, after the replay's reservation)."""
         install_invalidation()
         if not _at_defaults(key, _KEY_FIELDS_REAPPLIED):
             return
@@ -149,21 +209,29 @@ class _Verdicts:
         now = time.monotonic()
         served = groups.served_groups()
         judged = self.judged.get(key.token)
-        if judged is None or now - judged[1] >= ttl / 2 or judged[2] is not served:
+        if judged is None or now - judged.at >= ttl / 2 or judged.served is not served:
             if judged is None and len(self.judged) >= _MAX_JUDGED:
                 self.prune(now - ttl)
             found = await _judge(key)
             if found is None:
                 self.forget(key.token)
                 return
-            allowed, objects = found
-            judged = (allowed, now, served)
+            judged = _Judged(found.allowed, now, served, found.counters)
             self.judged[key.token] = judged
-            for cache_key, value in objects:
+            for cache_key, value in found.objects:
                 self.resting_on.setdefault(cache_key, {})[key.token] = _fingerprint(value)
-        # Every time: the key's spend as LiteLLM holds it (the lane adds what it serves).
+        headroom = None if not judged.counters else await _headroom(judged.counters)
+        # Every time: the key's spend as LiteLLM holds it (the lane adds what it serves), and
+        # its headroom once this request's reservation is in LiteLLM's counters.
         _native.lane_set_key(
-            key.token, judged[0], _expiry(key.expires), ttl, float(key.spend or 0.0)
+            key.token,
+            judged.allowed,
+            _expiry(key.expires),
+            ttl,
+            float(key.spend or 0.0),
+            headroom=headroom,
+            max_budget_header=None if key.max_budget is None else str(key.max_budget),
+            release=hold,
         )
 
     def changed(self, cache_key: str, value: Any) -> None:
@@ -185,8 +253,8 @@ class _Verdicts:
     def prune(self, before: float) -> None:
         """Forgets the verdicts worked out before `before` (in the lane too: their objects go
         unwatched), and the objects only they rested on."""
-        for key_hash, (_, judged_at, _) in list(self.judged.items()):
-            if judged_at < before:
+        for key_hash, judged in list(self.judged.items()):
+            if judged.at < before:
                 self.forget(key_hash)
         for cache_key, resting in list(self.resting_on.items()):
             for key_hash in [k for k in resting if k not in self.judged]:
@@ -205,9 +273,10 @@ _MAX_JUDGED = 100_000
 _verdicts = _Verdicts()
 
 
-async def _judge(key: Any) -> tuple[list[str] | None, list[tuple[str, Any]]] | None:
-    """For a key the lane may serve: the groups it may call (None: every group) and the cached
-    objects (cache key, as cached) the verdict rests on; None for any other key."""
+async def _judge(key: Any) -> _Found | None:
+    """For a key the lane may serve: the groups it may call (None: every group), the cached
+    objects (cache key, as cached) the verdict rests on, and its budget counters; None for any
+    other key."""
     resting_on = [key.token]
     team = user = None
     if key.team_id is not None:
@@ -220,18 +289,87 @@ async def _judge(key: Any) -> tuple[list[str] | None, list[tuple[str, Any]]] | N
         user = await _cached(resting_on[-1], compat.LiteLLM_UserTable)
         if user is None or not _at_defaults(user, _USER_FIELDS_REAPPLIED):
             return None
-    member = key.team_member
-    if member is not None and not _at_defaults(member, _MEMBERSHIP_FIELDS_REAPPLIED):
+    if not _membership_reapplied(key.team_member):
         return None
+    if team is not None and user is not None:
+        # Where LiteLLM's reservation reads the membership's budget from.
+        membership_key = compat.team_membership_reservation_cache_key(
+            user_id=key.user_id, team_id=key.team_id
+        )
+        membership = await _cached(membership_key, None)
+        if membership is not None:
+            if not _membership_reapplied(membership):
+                return None
+            resting_on.append(membership_key)
     objects = [(cache_key, await _cached(cache_key, None)) for cache_key in resting_on]
     if any(value is None for _, value in objects):
         return None  # judged on something no longer cached
+    counters = await _budget_counters(key, team, user)
+    if counters is None:
+        return None
     allowed = await _allowed_groups(key, team, user)
     for cache_key, value in objects:
         # Rewritten while the checks ran: the next request judges it afresh.
         if _fingerprint(await _cached(cache_key, None)) != _fingerprint(value):
             return None
-    return allowed, objects
+    return _Found(allowed, objects, counters)
+
+
+def _membership_reapplied(membership: Any) -> bool:
+    """A team membership the lane can re-apply: a budget cap at most (a string: LiteLLM's
+    sentinel for no membership row)."""
+    if membership is None or isinstance(membership, str):
+        return True
+    if isinstance(membership, dict):
+        try:
+            membership = compat.LiteLLM_TeamMembership(**membership)
+        except Exception:
+            return False
+    if not _at_defaults(membership, _MEMBERSHIP_FIELDS_REAPPLIED):
+        return False
+    budget = membership.litellm_budget_table
+    return budget is None or _at_defaults(budget, _MEMBER_BUDGET_FIELDS_REAPPLIED)
+
+
+async def _budget_counters(key: Any, team: Any, user: Any) -> tuple[_Counter, ...] | None:
+    """The counters LiteLLM's budget reservation charges for the key's requests (its own
+    `_get_budget_counters`), or None when the lane leaves them to the proxy: budget windows,
+    or a proxy that rejects when a reservation cannot be written."""
+    proxy_server = compat.proxy_server()
+    settings = proxy_server.general_settings or {}
+    found = await compat.get_budget_counters(
+        request_body={},
+        valid_token=key,
+        team_object=team,
+        user_object=user,
+        prisma_client=proxy_server.prisma_client,
+        user_api_key_cache=proxy_server.user_api_key_cache,
+        proxy_logging_obj=proxy_server.proxy_logging_obj,
+        apply_user_budget_to_team_keys=settings.get("apply_user_budget_to_team_keys") is True,
+    )
+    if not found:
+        return ()
+    if settings.get("fail_closed_budget_enforcement") is True or any(
+        counter.window_duration is not None for counter in found
+    ):
+        return None
+    return tuple(
+        _Counter(counter.counter_key, counter.max_budget, counter.fallback_spend)
+        for counter in found
+    )
+
+
+async def _headroom(counters: tuple[_Counter, ...]) -> float:
+    """`min(max_budget - spend)` over the counters, read as LiteLLM's reservation reads them
+    (Redis first where the proxy has it)."""
+    spent = [
+        await compat.get_current_spend(
+            counter_key=counter.key, fallback_spend=counter.fallback_spend
+        )
+        for counter in counters
+    ]
+    pairs = zip(counters, spent, strict=True)
+    return min(counter.max_budget - float(value) for counter, value in pairs)
 
 
 async def _allowed_groups(key: Any, team: Any, user: Any) -> list[str] | None:

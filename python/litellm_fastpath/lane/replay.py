@@ -6,8 +6,12 @@ lane's outcome of its provider call (a ticket) so that the provider is not calle
 from __future__ import annotations
 
 import asyncio
+import functools
+import importlib
 import logging
 from typing import Any
+
+import litellm
 
 from litellm_fastpath import _native, claims, compat
 from litellm_fastpath.bridge import settle
@@ -42,6 +46,7 @@ async def replay_served() -> None:
 async def _replay(record: _native.LaneReplay) -> None:
     ticket = record.ticket
     tail: list[bytes] = []
+    claimed = None
     try:
         claimed = _native.lane_claim(ticket)
         if claimed is None:
@@ -50,16 +55,19 @@ async def _replay(record: _native.LaneReplay) -> None:
         request = asgi_request(
             record.path, record.headers, record.body, record.client, record.server
         )
-        key = await compat.user_api_key_auth(
-            request=request,
-            api_key=request.headers.get("authorization"),
-            azure_api_key_header=None,
-            # The lane takes `x-api-key` on `/v1/messages` only (as the key, sent alone).
-            anthropic_api_key_header=request.headers.get("x-api-key"),
-            google_ai_studio_api_key_header=None,
-            azure_apim_header=None,
-            custom_litellm_key_header=None,
-        )
+        try:
+            key = await _authenticate(request)
+        except Exception as err:
+            if claimed.hold is None or not _refused_for_budget(err):
+                raise
+            # The lane admitted it on the key's headroom, but LiteLLM's counters moved
+            # meanwhile (another worker or instance spent them): the provider answered, so
+            # it is billed, as LiteLLM bills a request it admitted, without a second check.
+            claims.set_admitted()
+            request = asgi_request(
+                record.path, record.headers, record.body, record.client, record.server
+            )
+            key = await _authenticate(request)
         from starlette.responses import Response
 
         if record.path == MESSAGES_PATH:
@@ -83,8 +91,46 @@ async def _replay(record: _native.LaneReplay) -> None:
     except Exception as err:  # LiteLLM logged it; the client has its answer
         logger.debug("fastpath_lane: replay ended with %s", type(err).__name__)
     finally:
+        if claimed is not None and claimed.hold is not None:
+            # Released already once LiteLLM reserved; else the replay ended before that.
+            _native.lane_release_hold(claimed.hold)
         _native.lane_stream_tail(ticket, b"".join(tail))
         _native.lane_replayed()
+
+
+async def _authenticate(request: Any) -> Any:
+    return await compat.user_api_key_auth(
+        request=request,
+        api_key=request.headers.get("authorization"),
+        azure_api_key_header=None,
+        # The lane takes `x-api-key` on `/v1/messages` only (as the key, sent alone).
+        anthropic_api_key_header=request.headers.get("x-api-key"),
+        google_ai_studio_api_key_header=None,
+        azure_apim_header=None,
+        custom_litellm_key_header=None,
+    )
+
+
+def _refused_for_budget(err: Exception) -> bool:
+    return str(getattr(err, "type", "")) == "budget_exceeded" or isinstance(
+        err, litellm.BudgetExceededError
+    )
+
+
+def install_admitted_budget_skip() -> None:
+    """A replay the lane admitted skips LiteLLM's budget checks and reservation when
+    authenticated again (`claims.admitted`); every other request is judged as before."""
+    module = importlib.import_module("litellm.proxy.auth.user_api_key_auth")
+    original = module._should_skip_budget_checks
+    if getattr(original, "_litellm_fastpath", False):
+        return
+
+    @functools.wraps(original)
+    def should_skip(*args: Any, **kwargs: Any) -> bool:
+        return claims.admitted() or bool(original(*args, **kwargs))
+
+    should_skip._litellm_fastpath = True  # type: ignore[attr-defined]
+    setattr(module, "_should_skip_budget_checks", should_skip)  # noqa: B010 (a module)
 
 
 def asgi_request(

@@ -80,7 +80,7 @@ fn admit(request: ClientRequest<'_>, received: Instant) -> Result<(Head, Plan), 
     let lane = request.lane;
     let key_hash = gate(lane, request.parts, Route::Chat)?;
     let parsed = request::parse(request.body).map_err(|_| LaneReason::Body)?;
-    let judged = judge(lane, key_hash, &parsed.model)?;
+    let judged = judge(lane, key_hash, &parsed.model, request.body)?;
     let deployment = &judged.deployment;
     let mut chat = parsed.chat;
     for (name, value) in &deployment.params {

@@ -63,7 +63,7 @@ fn admit(
     }
     let client_headers =
         request::client_headers(&request.parts.headers).ok_or(LaneReason::Header)?;
-    let judged = judge(lane, key_hash, &parsed.model)?;
+    let judged = judge(lane, key_hash, &parsed.model, request.body)?;
     let deployment = &judged.deployment;
     let route = deployment.messages.as_ref().ok_or(LaneReason::Model)?;
     let (timeout, held) = match (parsed.stream, route.streams) {
