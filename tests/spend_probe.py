@@ -45,6 +45,7 @@ from litellm_fastpath import _native, claims
 
 SEED_PATH = "/spend-probe/seed"
 SETTLEMENT_PATH = "/spend-probe/settlement"
+COUNTER_PATH = "/spend-probe/counter"
 SNAPSHOT_PATH = "/spend-probe/snapshot"
 
 # Fields that differ on every request (ids, clocks, durations) or by proxy (its own address),
@@ -314,6 +315,14 @@ async def _settlement_route(body: dict[str, Any]) -> dict[str, bool]:
     return {"held": not _settlement_open.is_set()}
 
 
+async def _counter_route(body: dict[str, Any]) -> dict[str, float]:
+    """Sets a budget counter, as another instance's spend moves it in a shared Redis."""
+    await proxy_server.spend_counter_cache.async_set_cache(
+        key=body["key"], value=float(body["value"])
+    )
+    return {"set": float(body["value"])}
+
+
 # The post-call work a request's accounting waits for, wrapped to be counted.
 _WORK = ("cost_callback", "database_updates", "cache_update", "rate_limiter")
 
@@ -345,6 +354,7 @@ async def _after_startup() -> None:
     proxy_server.cost_tracking()
     proxy_server.app.add_api_route(SEED_PATH, _seed_route, methods=["POST"])
     proxy_server.app.add_api_route(SETTLEMENT_PATH, _settlement_route, methods=["POST"])
+    proxy_server.app.add_api_route(COUNTER_PATH, _counter_route, methods=["POST"])
     proxy_server.app.add_api_route(SNAPSHOT_PATH, snapshot, methods=["GET"])
 
 

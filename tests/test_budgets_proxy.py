@@ -82,6 +82,7 @@ IN_FLIGHT = ("open_reservations", "spend_counters")
 SEED_PATH = "/spend-probe/seed"
 SETTLEMENT_PATH = "/spend-probe/settlement"
 SNAPSHOT_PATH = "/spend-probe/snapshot"
+COUNTER_PATH = "/spend-probe/counter"
 
 
 @dataclass
@@ -600,6 +601,112 @@ def test_keys_with_budgets_far_from_the_limit_take_the_lane(
     assert_alike(sequence, route)
     # The key's first request teaches the lane its verdict; the lane serves the others.
     assert lane_counts(arms["lane"].log).get("served", 0) >= served_before + 3
+
+
+def burst_comparable(state: dict[str, Any]) -> dict[str, Any]:
+    """A settled state after a burst: refusals' rows say how far over the budget the counter
+    stood when each was refused, which depends on the order concurrent requests reached it (on
+    every arm alike): those rows are compared by number."""
+    rows = state["spend_logs"]
+    refused = [r for r in rows if (r.get("metadata") or {}).get("error_information")]
+    return {
+        **without_local_copies(state),
+        "spend_logs": [r for r in rows if r not in refused],
+        "refused_rows": len(refused),
+    }
+
+
+@pytest.mark.parametrize(("arms", "route"), cases(("chat", "messages")), indirect=["arms"])
+def test_a_burst_against_a_budget_admits_as_many_on_every_arm(
+    arms: dict[str, Arm],
+    per_request: dict[str, dict[str, float]],
+    upstream_server: RecordingUpstream,
+    route: str,
+) -> None:
+    """A burst of concurrent requests against a budget that fits a few dozen of LiteLLM's
+    estimates, while the cost callbacks are held (every reservation stays at its estimate) and
+    the provider takes its time: the lane serves some, hands the rest to the proxy once their
+    replays reserved (not while they are still with the provider, unknown to LiteLLM's
+    counters), and every arm admits the same number, reserves the same and bills the same."""
+    key = f"sk-burst-{route}"
+    estimate = per_request[route]["reserved"]
+    seed(arms, keys={key: {"max_budget": 1.0, "spend": 1.0 - 24 * estimate}})
+    names = frozenset({token_hash(key)})
+    before = lane_counts(arms["lane"].log)
+
+    def on_arm(arm: Arm) -> tuple[list[int], dict[str, Any], dict[str, Any]]:
+        # The key's first request teaches the lane its verdict.
+        assert send(arm, route, key).status == 200
+        settled(arm, names)
+        hold_settlement(arm, True)
+        try:
+            # All at once: every request reaches the arm while the first are still with the
+            # provider.
+            with concurrent.futures.ThreadPoolExecutor(32) as pool:
+                answers = list(pool.map(lambda _: send(arm, route, key), range(32)))
+            state = snapshot(arm, names)
+        finally:
+            hold_settlement(arm, False)
+        return sorted(a.status for a in answers), about(state), settled(arm, names)
+
+    path = "/chat/completions" if route == "chat" else "/v1/messages"
+    upstream_server.set_default(path, Reply(delay_s=0.5))
+    try:
+        results = on_each(arms, on_arm)
+    finally:
+        upstream_server.set_default(path, None)
+    statuses = results["plain"][0]
+    assert 0 < statuses.count(200) < len(statuses), statuses
+    for name in ARMS[1:]:
+        assert results[name][0] == statuses, name
+        in_flight = {k: results[name][1][k] for k in IN_FLIGHT}
+        expected = {k: results["plain"][1][k] for k in IN_FLIGHT}
+        assert_same(in_flight, expected, f"{name} in flight")
+        assert_same(
+            burst_comparable(results[name][2]),
+            burst_comparable(results["plain"][2]),
+            f"{name} settled",
+        )
+    after = lane_counts(arms["lane"].log)
+    assert after.get("served", 0) > before.get("served", 0), (before, after)
+    assert after.get("lane_budget", 0) > before.get("lane_budget", 0), (before, after)
+
+
+@pytest.mark.parametrize("arms", ["memory", "redis"], indirect=True)
+def test_a_served_request_is_billed_when_its_budget_is_spent_meanwhile(
+    arms: dict[str, Arm],
+    per_request: dict[str, dict[str, float]],
+    upstream_server: RecordingUpstream,
+) -> None:
+    """The lane admits a request on its headroom; while the provider works on it, the key's
+    budget counter is spent (as another instance's requests spend it in a shared Redis). The
+    lane's answer stands, and its replay is billed without a second budget check, as LiteLLM
+    bills a request it admitted (a deliberate difference, docs/compatibility.md): nobody is
+    served unbilled."""
+    lane = arms["lane"]
+    key = f"sk-spent-meanwhile-{len(upstream_server.requests)}"
+    estimate = per_request["chat"]["reserved"]
+    seed({"lane": lane}, keys={key: {"max_budget": 1.0, "spend": 1.0 - 40 * estimate}})
+    names = frozenset({token_hash(key)})
+    assert send(lane, "chat", key).status == 200  # teaches the lane the key's verdict
+    settled(lane, names)
+    served_before = lane_counts(lane.log).get("served", 0)
+    upstream_server.set_default("/chat/completions", Reply(delay_s=1.0))
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            calls_before = len(upstream_server.requests)
+            on_lane = pool.submit(send, lane, "chat", key)
+            wait_until(lambda: len(upstream_server.requests) > calls_before, "not called")
+            spent = {"key": f"spend:key:{token_hash(key)}", "value": 1.0}
+            assert lane.proxy.post(COUNTER_PATH, json=spent).status_code == 200
+            assert on_lane.result().status == 200
+    finally:
+        upstream_server.set_default("/chat/completions", None)
+    wait_for_count(lane.log, "served", served_before + 1)
+    # Its cost callback ran (the replay was billed), and the key is over its budget now.
+    state = settled(lane, names)
+    assert state["spend_counters"][spent["key"]] > 1.0, state["spend_counters"]
+    assert send(lane, "chat", key).status >= 400
 
 
 @pytest.mark.parametrize("arms", ["memory"], indirect=True)

@@ -112,25 +112,41 @@ async def _authenticate(request: Any) -> Any:
 
 
 def _refused_for_budget(err: Exception) -> bool:
-    return str(getattr(err, "type", "")) == "budget_exceeded" or isinstance(
+    """LiteLLM's auth refusing on a budget (a `ProxyException` of its `budget_exceeded` type)."""
+    kind = getattr(err, "type", None)
+    return getattr(kind, "value", kind) == "budget_exceeded" or isinstance(
         err, litellm.BudgetExceededError
     )
 
 
+# The modules that name LiteLLM's zero-cost predicate, with which its auth skips every budget
+# check (the key's, team's, user's and end user's, and the reservation) for a request.
+_BUDGET_SKIP_MODULES = (
+    "litellm.proxy.auth.auth_checks",
+    "litellm.proxy.auth.user_api_key_auth",
+    "litellm.proxy.auth.fallback_budget",
+)
+
+
 def install_admitted_budget_skip() -> None:
     """A replay the lane admitted skips LiteLLM's budget checks and reservation when
-    authenticated again (`claims.admitted`); every other request is judged as before."""
-    module = importlib.import_module("litellm.proxy.auth.user_api_key_auth")
-    original = module._should_skip_budget_checks
-    if getattr(original, "_litellm_fastpath", False):
-        return
+    authenticated again (`claims.admitted`), as LiteLLM skips them for a zero-cost model; every
+    other request is judged as before."""
+    for name in _BUDGET_SKIP_MODULES:
+        module = importlib.import_module(name)
+        original = module.is_model_cost_zero
+        if getattr(original, "_litellm_fastpath", False):
+            continue
+        setattr(module, "is_model_cost_zero", _skipping_when_admitted(original))  # noqa: B010
 
+
+def _skipping_when_admitted(original: Any) -> Any:
     @functools.wraps(original)
-    def should_skip(*args: Any, **kwargs: Any) -> bool:
+    def is_model_cost_zero(*args: Any, **kwargs: Any) -> bool:
         return claims.admitted() or bool(original(*args, **kwargs))
 
-    should_skip._litellm_fastpath = True  # type: ignore[attr-defined]
-    setattr(module, "_should_skip_budget_checks", should_skip)  # noqa: B010 (a module)
+    is_model_cost_zero._litellm_fastpath = True  # type: ignore[attr-defined]
+    return is_model_cost_zero
 
 
 def asgi_request(
