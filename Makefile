@@ -84,6 +84,7 @@ bench-messages: $(PY)
 bench-lane: $(PY)
 	$(PY) -m pip install -q matplotlib
 	$(PY) -m benches.lane
+	$(PY) -m benches.lane --route keyed
 
 bench-lane-messages: $(PY)
 	$(PY) -m benches.lane --route messages

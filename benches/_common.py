@@ -327,11 +327,12 @@ def start_proxy(
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
     settings_extra: dict[str, Any] | None = None,
+    callbacks: Sequence[str] = (),
     **kwargs: Any,
 ) -> Any:
     """The real proxy with the accelerator (and with `log_path`, `devtools.proxy_logger`'s
-    recorder), started; `lane` turns the fast lane on; `settings_extra`: more `litellm_settings`.
-    The caller stops it."""
+    recorder), started; `lane` turns the fast lane on; `settings_extra`: more `litellm_settings`;
+    `callbacks`: more callbacks. The caller stops it."""
     from devtools.processes import ProxyProcess
     from devtools.proxy_logger import RECORDER, recorder_env
 
@@ -339,6 +340,7 @@ def start_proxy(
     if log_path is not None:
         settings["callbacks"].append(RECORDER)
         env = {**recorder_env(log_path), **(env or {})}
+    settings["callbacks"].extend(callbacks)
     if lane:
         settings["fastpath_lane"] = True
     settings.update(settings_extra or {})

@@ -31,11 +31,13 @@ from typing import Any
 from litellm.integrations.custom_logger import CustomLogger
 from litellm.proxy import proxy_server
 from litellm.proxy._types import (
+    LiteLLM_TeamMembership,
     LiteLLM_TeamTableCachedObj,
     LiteLLM_UserTable,
     UserAPIKeyAuth,
     hash_token,
 )
+from litellm.proxy.common_utils.user_api_key_cache import team_membership_reservation_cache_key
 from litellm.proxy.db.db_spend_update_writer import DBSpendUpdateWriter
 from litellm.proxy.hooks.parallel_request_limiter_v3 import _PROXY_MaxParallelRequestsHandler_v3
 from litellm.proxy.hooks.proxy_track_cost_callback import _ProxyDBLogger
@@ -146,6 +148,12 @@ def _seed(body: Mapping[str, Any]) -> None:
         team = LiteLLM_TeamTableCachedObj(team_id=team_id, **fields)
         cache.set_cache(key=f"team_id:{team_id}", value=team, ttl=3600)
         _seeded["team"][team_id] = f"team_id:{team_id}"
+    for fields in body.get("memberships", []):
+        membership = LiteLLM_TeamMembership(**fields)
+        key = team_membership_reservation_cache_key(
+            user_id=membership.user_id, team_id=membership.team_id
+        )
+        cache.set_cache(key=key, value=membership, ttl=3600)
 
 
 def _rounded(value: Any) -> Any:

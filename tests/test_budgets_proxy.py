@@ -23,8 +23,6 @@ import hashlib
 import json
 import re
 import shutil
-import socket
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +34,9 @@ import pytest
 from devtools.answers import anthropic_stream_events, openai_stream_events, stream_pieces
 from devtools.deployments import deployment_kwargs, embedding_deployment_kwargs
 from devtools.polling import wait_until
-from devtools.processes import ProxyProcess, free_port
+from devtools.processes import ProxyProcess
 from devtools.proxy_logger import lane_counts, logged_proxy, wait_for_count
+from devtools.redis import RedisServer
 from devtools.upstream import RecordingUpstream, Reply
 from tests.conftest import VOLATILE_HEADERS as BASE_VOLATILE
 from tests.conftest import stable_headers
@@ -176,35 +175,6 @@ def memory_arms(
     """The arms as a single proxy runs: LiteLLM's counters in the worker's memory."""
     with running_arms(upstream_server, tmp_path_factory, lambda name: {}) as arms:
         yield arms
-
-
-class RedisServer:
-    """A throwaway `redis-server` on a free loopback port, keeping nothing on disk."""
-
-    def __init__(self, executable: str) -> None:
-        self.port = free_port()
-        no_disk = ("--save", "", "--appendonly", "no")
-        self._proc = subprocess.Popen(
-            [executable, "--port", str(self.port), "--bind", "127.0.0.1", *no_disk],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    def wait_ready(self) -> None:
-        wait_until(lambda: self._answers_ping() or self._proc.poll() is not None, "no PONG")
-        assert self._proc.poll() is None, "redis-server exited"
-
-    def _answers_ping(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as conn:
-                conn.sendall(b"PING\r\n")
-                return conn.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        self._proc.terminate()
-        self._proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -576,7 +546,7 @@ def test_keys_of_users_and_teams_without_limits_take_the_lane(
 
 
 @pytest.mark.parametrize(("arms", "route"), cases(("chat", "messages-stream")), indirect=["arms"])
-@pytest.mark.parametrize("owner", ["key", "user", "team"])
+@pytest.mark.parametrize("owner", ["key", "user", "team", "member"])
 def test_keys_with_budgets_far_from_the_limit_take_the_lane(
     arms: dict[str, Arm], per_request: dict[str, dict[str, float]], route: str, owner: str
 ) -> None:
@@ -592,6 +562,18 @@ def test_keys_with_budgets_far_from_the_limit_take_the_lane(
     if owner == "key":
         seed(arms, keys={key: budget})
         names = {token_hash(key)}
+    elif owner == "member":
+        # A key with a user and a team, held to the user's budget as a member of that team.
+        user, team = f"user-{owner_id}", f"team-{owner_id}"
+        member_budget = {"spend": budget["spend"], "litellm_budget_table": {"max_budget": 1.0}}
+        seed(
+            arms,
+            keys={key: {"user_id": user, "team_id": team}},
+            users={user: {}},
+            teams={team: {}},
+            memberships=[{"user_id": user, "team_id": team, **member_budget}],
+        )
+        names = {token_hash(key), user, team}
     else:
         seed(arms, keys={key: {f"{owner}_id": owner_id}}, **{f"{owner}s": {owner_id: budget}})
         names = {token_hash(key), owner_id}

@@ -534,12 +534,15 @@ def test_the_lane_serves_keys_it_can_judge_and_only_those(key_proxies: list) -> 
     before, _ = served_after("sk-lane-any-model")
     after, response = served_after("sk-lane-any-model")
     assert after >= before + 3 and response.status_code == 200
-    # Budgets (LiteLLM reserves spend per request) and limits stay with the proxy's checks.
-    for key in ("sk-lane-with-budget", "sk-lane-rate-limited"):
-        before, _ = served_after(key)
-        after, response = served_after(key)
-        assert response.status_code == 200
-        assert after == before, key
+    # A budget far from spent takes the lane (its headroom leaves the margin; see
+    # test_budgets_proxy.py for budgets close to it); rate limits stay with the proxy's checks.
+    before, _ = served_after("sk-lane-with-budget")
+    after, response = served_after("sk-lane-with-budget")
+    assert after >= before + 3 and response.status_code == 200
+    before, _ = served_after("sk-lane-rate-limited")
+    after, response = served_after("sk-lane-rate-limited")
+    assert response.status_code == 200
+    assert after == before
 
 
 # Standard logging payload fields that differ per call (ids, clocks, durations).

@@ -157,7 +157,11 @@ impl Holds {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.purge(Instant::now());
         let held = state.by_key.get(key).copied().unwrap_or(0.0);
-        if !(held + 2.0 * bound <= headroom) {
+        // A headroom or bound that is not a number admits nothing.
+        let fits = (held + 2.0 * bound)
+            .partial_cmp(&headroom)
+            .is_some_and(|order| order.is_le());
+        if !fits {
             return None;
         }
         state.next_id += 1;

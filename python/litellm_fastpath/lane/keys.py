@@ -29,10 +29,9 @@ from litellm_fastpath import _native, claims, compat
 from litellm_fastpath.lane import groups, replay
 
 # UserAPIKeyAuth fields that may differ from their defaults on a key the lane serves: identity,
-# spend, model access and expiry (re-applied per request in Rust), and the user, team and team
-# membership (judged on their own objects below). Anything else (budgets, which LiteLLM
-# reserves per request, limits, organizations, metadata, aliases, guardrails...) keeps the key
-# on the normal path.
+# spend, model access, expiry and budget caps (re-applied per request in Rust), and the user,
+# team and team membership (judged on their own objects below). Anything else (limits, budget
+# windows, organizations, metadata, aliases, guardrails...) keeps the key on the normal path.
 _KEY_FIELDS_REAPPLIED = frozenset(
     {
         "api_key",

@@ -199,8 +199,8 @@ GENERAL_SETTINGS: dict[str, Setting] = {
         "never asked for. The lane does only the unset behaviour.",
     ),
     "apply_user_budget_to_team_keys": _on(
-        "Team keys are also held to their user's budget; keys with a budget (key, user or team) "
-        "get no lane verdict (#26 point 2 revisits it)."
+        "Team keys are also held to their user's budget; the lane's headroom reads the same "
+        "counters (LiteLLM's `_get_budget_counters` with this setting)."
     ),
     "auto_redirect_ui_login_to_sso": _on("Acts only on routes the lane never serves (UI config)."),
     "background_health_check_model_groups": _on(
@@ -235,8 +235,9 @@ GENERAL_SETTINGS: dict[str, Setting] = {
         "Acts only on routes the lane never serves (/v3/login, SSO return_to)."
     ),
     "coordination_redis": _on(
-        "Builds the Redis LiteLLM's limiter, budgets and auth-cache invalidation share; keys with "
-        "limits or budgets get no lane verdict (#26 point 5 revisits it)."
+        "Builds the Redis LiteLLM's limiter, budgets and auth-cache invalidation share; the lane "
+        "reads budget counters there as LiteLLM does; keys with limits get no lane verdict (#26 "
+        "point 3)."
     ),
     "custom_auth": _off(
         UNSET,
@@ -290,8 +291,9 @@ GENERAL_SETTINGS: dict[str, Setting] = {
         "Acts only on routes the lane never serves (pass-through)."
     ),
     "disable_budget_reservation": _on(
-        "Skips LiteLLM's budget reservation; keys with budgets get no lane verdict and no lane key"
-        " reserves (#26 point 2 revisits it)."
+        "Skips LiteLLM's budget reservation (its replays reserve nothing either); LiteLLM then "
+        "admits while a counter is below its cap, and the lane, which keeps a margin below it, "
+        "admits no more than that."
     ),
     "disable_custom_api_keys": _on(
         "Acts only on routes the lane never serves (/key/generate). UI runtime flag synced from "
@@ -311,9 +313,7 @@ GENERAL_SETTINGS: dict[str, Setting] = {
         "Acts only on routes the lane never serves (login)."
     ),
     "disable_prisma_schema_update": _on("Schema migration at boot."),
-    "disable_reset_budget": _on(
-        "Background job only (budget resets); keys with budgets get no lane verdict."
-    ),
+    "disable_reset_budget": _on("Background job only (budget resets)."),
     "disable_responses_id_security": _on(
         "Acts only on routes the lane never serves (Responses API)."
     ),
@@ -388,8 +388,8 @@ GENERAL_SETTINGS: dict[str, Setting] = {
         "groups have no fallbacks."
     ),
     "fail_closed_budget_enforcement": _on(
-        "503 when a budget counter cannot be verified; keys with budgets get no lane verdict (#26 "
-        "point 2 revisits it)."
+        "503 when a budget counter cannot be verified; with it `true`, keys with budgets get no "
+        "lane verdict (a replay could not be refused after the answer)."
     ),
     "fail_closed_rate_limit_enforcement": _on(
         "503 when the v3 limiter cannot verify its Redis counters; keys with limits get no lane "
