@@ -588,13 +588,16 @@ def test_keys_with_budgets_far_from_the_limit_take_the_lane(
 def burst_comparable(state: dict[str, Any]) -> dict[str, Any]:
     """A settled state after a burst: refusals' rows say how far over the budget the counter
     stood when each was refused, which depends on the order concurrent requests reached it (on
-    every arm alike): those rows are compared by number."""
+    every arm alike): those rows are compared by number, and the queued updates in any order."""
     rows = state["spend_logs"]
     refused = [r for r in rows if (r.get("metadata") or {}).get("error_information")]
     return {
         **without_local_copies(state),
         "spend_logs": [r for r in rows if r not in refused],
         "refused_rows": len(refused),
+        "spend_updates": sorted(
+            state["spend_updates"], key=lambda u: json.dumps(u, sort_keys=True)
+        ),
     }
 
 
