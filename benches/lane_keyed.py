@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from benches._common import (
+    WARMUP,
     added,
     direct_step,
     finish,
@@ -17,10 +18,11 @@ from benches._common import (
     log,
     machine,
     machine_line,
+    median,
     start_proxy,
     table,
 )
-from benches.lane import LANE_RATES, LATENCY_RATE, PYTHON_RATES, chat_body, highest, step
+from benches.lane import chat_body, highest, step
 from devtools import seeded_keys
 from devtools.deployments import deployment_kwargs, twin_models
 from devtools.processes import ServerProcess
@@ -37,52 +39,71 @@ SEEDED = {
 ARMS = ("python", "lane")
 
 
+# Below what one worker's plain path holds for such a key here (40 req/s), so that its latency
+# is the path's, not a queue's.
+RATE = 20.0
+# The ladders for such a key start lower than `lane.py`'s: LiteLLM's Python for one of its
+# requests (auth with its user, team and membership, the reservation and its settlement in Redis)
+# takes tens of milliseconds here, on the plain path and in the lane's replay.
+KEYED_PYTHON_RATES = [5, 10, 20, 30, 40, 60]
+KEYED_LANE_RATES = [10, 20, 30, 40, 60, 80, 100, 150]
+
+
 def keyed(args: Any) -> None:
     secs, reps = (4.0, 1) if args.quick else (8.0, 3)
-    data: dict[str, Any] = {"machine": machine(args.wait_quiet), "seeded": SEEDED}
+    data: dict[str, Any] = {"machine": machine(args.wait_quiet), "seeded": SEEDED, "rate": RATE}
     redis = RedisServer()
+    proxies: dict[str, Any] = {}
     try:
         redis.wait_ready()
         with ServerProcess() as mock:
             models = twin_models("bench", deployment_kwargs("openai", mock.url))
-            events = Path(tempfile.mkdtemp(prefix="lane-keyed-")) / "events.jsonl"
-            events.touch()
+            workdir = Path(tempfile.mkdtemp(prefix="lane-keyed-"))
             env = {**redis.env(), seeded_keys.ENV: json.dumps(SEEDED)}
-            proxy = start_proxy(models, lane=True, log_path=events, env=env, callbacks=[SEEDER])
+            # The plain model on a proxy of its own, as in `lane.py`: the lane's replays of one
+            # step must not run into the next step of the other arm.
+            for arm in ARMS:
+                (events := workdir / f"{arm}.jsonl").touch()
+                proxies[arm] = start_proxy(
+                    models, lane=arm == "lane", log_path=events, env=env, callbacks=[SEEDER]
+                )
             sent = 0
 
             def run(arm: str, rate: float, seconds: float = secs) -> dict[str, Any]:
                 nonlocal sent
                 body = chat_body(models[arm == "lane"]["model_name"])
                 auth = ("-H", f"Authorization: Bearer {KEY}")
-                result = step(proxy, arm, body, rate, seconds, headers=auth)
-                sent += result["scheduled"] if arm == "lane" else 0
+                result = step(proxies[arm], arm, body, rate, seconds, headers=auth)
+                sent += result["scheduled"] + WARMUP if arm == "lane" else 0
                 return result
 
-            try:
-                for arm in ARMS:  # warm both, and teach the lane the key's verdict
-                    run(arm, 50, 2.0)
-                log(f"added latency at {LATENCY_RATE:g} req/s, {reps} interleaved repetitions")
-                direct = chat_body("gpt-4o-mini")
-                runs = {
-                    "direct": lambda: direct_step(
-                        mock.url + "/chat/completions", direct, LATENCY_RATE, secs
-                    )
-                }
-                runs |= {arm: lambda a=arm: run(a, LATENCY_RATE) for arm in ARMS}
-                data["latency"] = added(interleaved(runs, reps), "direct", ARMS)
-                data["rates"] = {}
-                for arm, ladder in {"python": PYTHON_RATES, "lane": LANE_RATES}.items():
-                    log(f"highest rate at p99 <= 50 ms: {arm}")
-                    data["rates"][arm] = highest(lambda r, a=arm: run(a, r), ladder)[0]
-            finally:
-                proxy.stop(term_timeout=60)
-                proxy.__exit__(None, None, None)
-            counts = [(e.get("lane") or {}) for e in read_events(events)]
-            data["lane"] = {"sent": sent, "counts": max(counts, key=lambda c: c.get("served", 0))}
+            for arm in ARMS:  # warm both, and teach the lane the key's verdict
+                run(arm, RATE, 2.0)
+            log(f"added latency at {RATE:g} req/s, {reps} interleaved repetitions")
+            url, direct = mock.url + "/chat/completions", chat_body("gpt-4o-mini")
+            runs = {"direct": lambda: direct_step(url, direct, RATE, secs)}
+            runs |= {arm: lambda a=arm: run(a, RATE) for arm in ARMS}
+            steps = interleaved(runs, reps)
+            data["latency"] = added(steps, "direct", ARMS)
+            data["cpu_ms"] = {a: median(s["cpu_ms_per_request"] for s in steps[a]) for a in ARMS}
+            # The share the lane served at that load (the ladder below overloads it on purpose).
+            data["lane"] = {"sent": sent, "counts": lane_counts(workdir / "lane.jsonl")}
+            data["rates"] = {}
+            for arm, ladder in {"python": KEYED_PYTHON_RATES, "lane": KEYED_LANE_RATES}.items():
+                log(f"highest rate at p99 <= 50 ms: {arm}")
+                data["rates"][arm] = highest(lambda r, a=arm: run(a, r), ladder)[0]
     finally:
+        for proxy in proxies.values():
+            proxy.stop(term_timeout=60)
+            proxy.__exit__(None, None, None)
         redis.stop()
     finish(args, "lane-keyed", render(data), data)
+
+
+def lane_counts(events: Path) -> dict[str, int]:
+    """The lane's counts as its proxy's recorder last logged them."""
+    counts = [(e.get("lane") or {}) for e in read_events(events)]
+    return max(counts, key=lambda c: c.get("served", 0), default={})
 
 
 SEEDER = "devtools.seeded_keys.seeder"
@@ -92,12 +113,20 @@ def render(data: dict[str, Any]) -> str:
     add, rates, lane = data["latency"]["added"], data["rates"], data["lane"]
     rows = [
         [
-            f"added {q} at {LATENCY_RATE:g} req/s",
+            f"added {q} at {data['rate']:g} req/s",
             *(f"{add[a][q]:.2f} ms" for a in ARMS),
             f"**{add['lane'][q] / add['python'][q]:.3f}x**",
         ]
         for q in ("p50", "p99")
     ]
+    cpu = data["cpu_ms"]
+    rows.append(
+        [
+            "proxy CPU per request",
+            *(f"{cpu[a]:.2f} ms" for a in ARMS),
+            f"**{cpu['lane'] / cpu['python']:.2f}x**",
+        ]
+    )
     rows.append(
         [
             "highest rate at p99 ≤ 50 ms",
@@ -117,7 +146,8 @@ def render(data: dict[str, Any]) -> str:
                 rows,
             ),
             "",
-            f"Requests of the key to the lane's model: {lane['sent']}; the lane served {served} "
+            f"The key's requests to the lane's model at {data['rate']:g} req/s, warm-up included: "
+            f"{lane['sent']}; the lane served {served} "
             f"({served / max(1, lane['sent']):.1%}; the rest: "
             f"{ {k: v for k, v in lane['counts'].items() if k.startswith('lane_')} }).",
             "",

@@ -109,6 +109,10 @@ _PRIVATE: dict[str, tuple[str, str]] = {
         "DEFAULT_MAX_OUTPUT_TOKENS_FALLBACK",
     ),
     "get_current_spend": ("litellm.proxy.proxy_server", "get_current_spend"),
+    "release_unbound_budget_reservation": (
+        "litellm.proxy.spend_tracking.budget_reservation",
+        "release_unbound_budget_reservation",
+    ),
     "team_membership_reservation_cache_key": (
         "litellm.proxy.common_utils.user_api_key_cache",
         "team_membership_reservation_cache_key",

@@ -46,7 +46,7 @@ async def replay_served() -> None:
 async def _replay(record: _native.LaneReplay) -> None:
     ticket = record.ticket
     tail: list[bytes] = []
-    claimed = None
+    claimed = request = None
     try:
         claimed = _native.lane_claim(ticket)
         if claimed is None:
@@ -91,11 +91,25 @@ async def _replay(record: _native.LaneReplay) -> None:
     except Exception as err:  # LiteLLM logged it; the client has its answer
         logger.debug("fastpath_lane: replay ended with %s", type(err).__name__)
     finally:
+        if request is not None:
+            await _release_unbound_reservation(request)
         if claimed is not None and claimed.hold is not None:
             # Released already once LiteLLM reserved; else the replay ended before that.
             _native.lane_release_hold(claimed.hold)
         _native.lane_stream_tail(ticket, b"".join(tail))
         _native.lane_replayed()
+
+
+async def _release_unbound_reservation(request: Any) -> None:
+    """What LiteLLM's `BudgetReservationReleaseMiddleware` does once a response is sent (the
+    replay runs below it): a budget reservation auth made that no cost callback claimed is
+    released, not left pinning the counter until its TTL."""
+    reservation = (request.scope.get("state") or {}).get("budget_reservation")
+    if isinstance(reservation, dict):
+        try:
+            await compat.release_unbound_budget_reservation(reservation)
+        except Exception as err:  # LiteLLM's counter TTL releases it then
+            logger.debug("fastpath_lane: releasing a reservation failed: %s", type(err).__name__)
 
 
 async def _authenticate(request: Any) -> Any:
