@@ -586,18 +586,22 @@ def test_keys_with_budgets_far_from_the_limit_take_the_lane(
 
 
 def burst_comparable(state: dict[str, Any]) -> dict[str, Any]:
-    """A settled state after a burst: refusals' rows say how far over the budget the counter
-    stood when each was refused, which depends on the order concurrent requests reached it (on
-    every arm alike): those rows are compared by number, and the queued updates in any order."""
+    """A settled state after a burst, as far as it does not depend on the order in which the
+    concurrent requests reached LiteLLM (on every arm alike): refusals' rows say how far over
+    the budget the counter stood when each was refused, so they are compared by number; the
+    spend writer's queue merges entries once it grows, so its updates are compared as totals
+    per entity."""
     rows = state["spend_logs"]
     refused = [r for r in rows if (r.get("metadata") or {}).get("error_information")]
+    totals: dict[str, float] = {}
+    for update in state["spend_updates"]:
+        entity = f"{update['entity_type']}:{update['entity_id']}"
+        totals[entity] = totals.get(entity, 0.0) + float(update["response_cost"])
     return {
         **without_local_copies(state),
         "spend_logs": [r for r in rows if r not in refused],
         "refused_rows": len(refused),
-        "spend_updates": sorted(
-            state["spend_updates"], key=lambda u: json.dumps(u, sort_keys=True)
-        ),
+        "spend_updates": {entity: round(total, 9) for entity, total in totals.items()},
     }
 
 
@@ -644,9 +648,10 @@ def test_a_burst_against_a_budget_admits_as_many_on_every_arm(
     assert 0 < statuses.count(200) < len(statuses), statuses
     for name in ARMS[1:]:
         assert results[name][0] == statuses, name
-        in_flight = {k: results[name][1][k] for k in IN_FLIGHT}
-        expected = {k: results["plain"][1][k] for k in IN_FLIGHT}
-        assert_same(in_flight, expected, f"{name} in flight")
+        # Held open meanwhile: one reservation per admitted request (their amounts, and the
+        # counters while refusals come and go, depend on the order the requests came in).
+        in_flight = len(results[name][1]["open_reservations"])
+        assert in_flight == len(results["plain"][1]["open_reservations"]), name
         assert_same(
             burst_comparable(results[name][2]),
             burst_comparable(results["plain"][2]),
