@@ -3,18 +3,28 @@
 It speaks enough of OpenAI's realtime protocol for LiteLLM's relay: `session.created` on connect,
 `response.create` answered with `response.created`, audio deltas and `response.done` with usage,
 and anything else echoed back (text as a `mock.echo` event, binary as the same bytes). A client
-event `{"type": "mock.close", "code": N}` makes it close the session with code N. Every session's
+event `{"type": "mock.close", "code": N}` makes it close the session with code N, and
+`{"type": "mock.transcribe", "transcript": T}` makes it report T as the user's speech transcribed
+(`conversation.item.input_audio_transcription.completed`). Every session's
 handshake headers, received frames and close code are recorded, and every upgrade attempt counted
 (`dials`); the handshake can be delayed (a slow provider, or one that stalls) or refused with an
 HTTP status, and the sessions that wait idle can be closed from the provider's side
 (`close_idle`).
+
+`python -m devtools.realtime --port 0` runs it in a process of its own (uvloop when installed)
+until SIGTERM, printing `READY <port>` once it listens (`devtools.processes.ServerProcess`); that
+one keeps only each session's first frame (a bench's long sessions would pile up);
+`--no-compression` declines permessage-deflate.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import json
+import logging
+import signal
 import socket
 import threading
 import time
@@ -52,9 +62,21 @@ class Session:
 class RealtimeUpstream:
     """The mock in a thread of its own (its own event loop), started and stopped by the test."""
 
-    def __init__(self, handshake_delay_s: float = 0.0, audio_deltas: int = 3) -> None:
+    def __init__(
+        self,
+        handshake_delay_s: float = 0.0,
+        audio_deltas: int = 3,
+        *,
+        keep_frames: bool = True,
+        bind_port: int = 0,
+        compression: bool = True,
+    ) -> None:
         self.handshake_delay_s = handshake_delay_s
         self.audio_deltas = audio_deltas
+        # False: a session records only its first frame (still enough for `idle_sessions`).
+        self.keep_frames = keep_frames
+        self.bind_port = bind_port
+        self.compression = compression  # False: permessage-deflate is declined
         self.refuse_status: int | None = None
         self.dials = 0
         self._created = 0
@@ -139,7 +161,12 @@ class RealtimeUpstream:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         async with serve(
-            self._session, "127.0.0.1", 0, process_request=self._handshake, max_size=None
+            self._session,
+            "127.0.0.1",
+            self.bind_port,
+            process_request=self._handshake,
+            max_size=None,
+            compression="deflate" if self.compression else None,
         ) as server:
             self._server = server
             self.port = next(iter(server.sockets)).getsockname()[1]
@@ -182,7 +209,8 @@ class RealtimeUpstream:
                 _event("session.created", session={"id": session.id, "model": model})
             )
             async for message in connection:
-                session.received.append(message)
+                if self.keep_frames or not session.received:
+                    session.received.append(message)
                 if isinstance(message, bytes):
                     await connection.send(message)
                     continue
@@ -197,6 +225,17 @@ class RealtimeUpstream:
         kind = event.get("type")
         if kind == "mock.close":
             await connection.close(code=int(event.get("code", 1000)), reason="mock closes")
+            return
+        if kind == "mock.transcribe":
+            # What the provider says when it has transcribed the user's committed speech.
+            await connection.send(
+                _event(
+                    "conversation.item.input_audio_transcription.completed",
+                    item_id="item_spoken",
+                    content_index=0,
+                    transcript=str(event.get("transcript", "")),
+                )
+            )
             return
         if kind != "response.create":
             await connection.send(_event("mock.echo", event=event))
@@ -326,3 +365,46 @@ async def vanish(url: str, headers: dict[str, str]) -> str:
 
 def _event(kind: str, **fields: Any) -> str:
     return json.dumps({"type": kind, "event_id": fields.pop("event_id", f"event_{kind}"), **fields})
+
+
+def quiet_refused_requests() -> None:
+    """Drops websockets' traceback for a request that is no upgrade at all (`OPTIONS /`, which
+    the fast path's warmer sends every `rust: true` deployment's origin): the mock refuses it
+    before it can answer, as a provider's WebSocket endpoint may."""
+
+    class Refused(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return record.getMessage() != "opening handshake failed"
+
+    logging.getLogger("websockets.server").addFilter(Refused())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The mock in a process of its own, until SIGTERM or SIGINT."""
+    parser = argparse.ArgumentParser(description="The realtime mock provider, on loopback.")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--handshake-delay-ms", type=float, default=0.0)
+    parser.add_argument("--no-compression", action="store_true", help="decline permessage-deflate")
+    args = parser.parse_args(argv)
+    quiet_refused_requests()
+    try:
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
+    stop = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # the server's thread inherits the mask
+    upstream = RealtimeUpstream(
+        args.handshake_delay_ms / 1000,
+        keep_frames=False,
+        bind_port=args.port,
+        compression=not args.no_compression,
+    ).start()
+    print(f"READY {upstream.port}", flush=True)
+    signal.sigwait(stop)
+    upstream.stop()
+
+
+if __name__ == "__main__":
+    main()

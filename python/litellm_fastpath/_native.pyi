@@ -20,6 +20,7 @@ __all__ = [
     "LaneMessages",
     "LaneMessagesStreams",
     "LanePricing",
+    "LaneRealtimeSession",
     "LaneReplay",
     "LaneStreams",
     "PreparedCall",
@@ -39,7 +40,10 @@ __all__ = [
     "lane_forget_group_lists",
     "lane_learn_messages_headers",
     "lane_messages_cost",
+    "lane_next_realtime_sessions",
     "lane_next_replays",
+    "lane_realtime_counts",
+    "lane_realtime_replayed",
     "lane_reasons",
     "lane_release_hold",
     "lane_replayed",
@@ -47,6 +51,7 @@ __all__ = [
     "lane_set_cooling",
     "lane_set_groups",
     "lane_set_key",
+    "lane_set_realtime",
     "lane_stop",
     "lane_stream_tail",
     "lane_upstream_buckets",
@@ -281,6 +286,27 @@ class LaneDeployment:
     ) -> LaneDeployment: ...
 
 @final
+class LaneRealtimeSession:
+    @property
+    def path(self) -> str: ...
+    @property
+    def headers(self) -> list[tuple[str, str]]: ...
+    @property
+    def client(self) -> tuple[str, int] | None: ...
+    @property
+    def server(self) -> tuple[str, int] | None: ...
+    @property
+    def deployment_id(self) -> str: ...
+    @property
+    def frames(self) -> list[tuple[bool, str]]: ...
+    @property
+    def ended_by_client(self) -> bool: ...
+    @property
+    def close_code(self) -> int | None: ...
+    @property
+    def close_reason(self) -> str: ...
+
+@final
 class LaneReplay:
     @property
     def path(self) -> str: ...
@@ -351,3 +377,13 @@ def lane_next_replays(
     event_loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], settle: Any
 ) -> None: ...
 def lane_replayed() -> None: ...
+def lane_set_realtime(
+    groups: dict[str, list[tuple[str, float, str, str, int, float]]],
+    logged_types: list[str] | None,
+    notice: Callable[[int | None, str], tuple[str | None, int, str]],
+) -> None: ...
+def lane_next_realtime_sessions(
+    event_loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], settle: Any
+) -> None: ...
+def lane_realtime_replayed() -> None: ...
+def lane_realtime_counts() -> dict[str, int]: ...

@@ -86,6 +86,12 @@ def claimed_call() -> Any:
     return claimed.pop() if claimed else None
 
 
+def force_deployment(deployment_id: str) -> None:
+    """The router's next pick in this context is this deployment (a replayed realtime session's:
+    the one the lane relayed it to)."""
+    _forced_deployment.set([deployment_id])
+
+
 def forced_deployment() -> str | None:
     """The deployment the lane called for this request, once (None: the router picks)."""
     holder = _forced_deployment.get()

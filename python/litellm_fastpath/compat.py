@@ -69,6 +69,27 @@ _PRIVATE: dict[str, tuple[str, str]] = {
         "litellm.constants",
         "REALTIME_WEBSOCKET_MAX_MESSAGE_SIZE_BYTES",
     ),
+    # The Rust relay's replay of a session, and the close it tells the client.
+    "proxy_realtime_endpoint": ("litellm.proxy.proxy_server", "realtime_websocket_endpoint"),
+    "user_api_key_auth_websocket": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "user_api_key_auth_websocket",
+    ),
+    "DefaultLoggedRealTimeEventTypes": (
+        "litellm.litellm_core_utils.realtime_streaming",
+        "DefaultLoggedRealTimeEventTypes",
+    ),
+    "backend_close_from": ("litellm.litellm_core_utils.realtime_streaming", "backend_close_from"),
+    "client_close_code": ("litellm.litellm_core_utils.realtime_errors", "client_close_code"),
+    "websocket_close_reason": (
+        "litellm.litellm_core_utils.realtime_errors",
+        "websocket_close_reason",
+    ),
+    "realtime_error_event": ("litellm.litellm_core_utils.realtime_errors", "realtime_error_event"),
+    "redact_internal_details_from_client_message": (
+        "litellm._logging",
+        "redact_internal_details_from_client_message",
+    ),
     "get_llm_provider": (
         "litellm.litellm_core_utils.get_llm_provider_logic",
         "get_llm_provider",

@@ -98,6 +98,7 @@ class Recorder:
         self._warm_counts: dict[str, int] = {}
         self._lane_reasons = frozenset(_native.lane_reasons())
         self._lane_counts: dict[str, int] = {}
+        self._realtime_counts: dict[str, int] = {}
         self._lane_served: dict[tuple[str, str], tuple[int, list[int], float]] = {}
 
     def count(self, route: str, kwargs: Mapping[str, Any], path: str) -> None:
@@ -128,6 +129,16 @@ class Recorder:
                     child._buckets[bucket].inc(now - was)
             child._sum.inc(seconds - before[2])
         self.lane_backlog.set(_native.lane_backlog())
+        # The lane's realtime pools (sessions it relays in Rust), beside the Python pool's.
+        relayed = _native.lane_realtime_counts()
+        for name in REALTIME_POOL_EVENTS:
+            added = relayed.get(name, 0) - self._realtime_counts.get(name, 0)
+            if added > 0:
+                self._realtime_counts[name] = relayed[name]
+                self.pool_events.labels(name).inc(added)
+        from litellm_fastpath import realtime
+
+        self.pool_warm.set(realtime.realtime_pool_counts()["warm"])
 
     def fold_warm(self, counts: Mapping[str, int]) -> None:
         """Adds the warming requests counted since the last fold (`warm.warm_counts()`)."""
@@ -179,6 +190,9 @@ def _router() -> Any:
 
     proxy_server = sys.modules.get("litellm.proxy.proxy_server")
     return getattr(proxy_server, "llm_router", None)
+
+
+REALTIME_POOL_EVENTS = ("hits", "misses", "expiries", "dead", "dials", "dial_failures")
 
 
 def realtime_pool(event: str | None, warm: int) -> None:

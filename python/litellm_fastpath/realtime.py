@@ -31,7 +31,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from litellm_fastpath import compat, metrics
+from litellm_fastpath import _native, claims, compat, metrics
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -86,7 +86,7 @@ def _warm_sessions() -> int:
 def _count(event: str) -> None:
     """One pool event, in this worker's counts and (when they are on) the proxy's metrics."""
     _counts[event] += 1
-    metrics.realtime_pool(event, _warm_sessions())
+    metrics.realtime_pool(event, realtime_pool_counts()["warm"])
 
 
 def realtime_pool_counts() -> dict[str, int]:
@@ -94,7 +94,12 @@ def realtime_pool_counts() -> dict[str, int]:
     dialed (`misses`), warm sessions closed for age (`expiries`) or found closed or talking
     (`dead`), pool dials started (`dials`) and failed (`dial_failures`), and `warm`: sessions
     waiting now."""
-    return {**_counts, "warm": _warm_sessions()}
+    counts = {**_counts, "warm": _warm_sessions()}
+    if claims.lane_running():
+        # The lane's own pools (for the sessions it relays in Rust), under the same names.
+        for name, count in _native.lane_realtime_counts().items():
+            counts[name] = counts.get(name, 0) + count
+    return counts
 
 
 def install() -> None:
@@ -138,6 +143,8 @@ def _binding_for(logging_obj: Any) -> _Binding | None:
     model_info = (details.get("litellm_params") or {}).get("model_info") or {}
     deployment_id = model_info.get("id")
     if not deployment_id or not _is_rust_deployment(str(deployment_id)):
+        return None
+    if relayed_in_rust(str(deployment_id)):
         return None
     return _binding_of(str(deployment_id), model_info)
 
@@ -190,30 +197,14 @@ async def _prewarm() -> None:
 
 
 def _prewarm_deployment(deployment: dict[str, Any], warmed: set[str]) -> None:
-    import litellm
-
+    deployment_id = str((deployment.get("model_info") or {}).get("id") or "")
+    if not deployment_id or deployment_id in warmed:
+        return
+    target = dial_target(deployment)
+    if target is None or relayed_in_rust(deployment_id):
+        return
+    binding, url, api_key = target
     openai_realtime = compat.openai_realtime
-    params = deployment.get("litellm_params") or {}
-    model_info = deployment.get("model_info") or {}
-    deployment_id = str(model_info.get("id") or "")
-    if not deployment_id or deployment_id in warmed or params.get("rust") is not True:
-        return
-    binding = _binding_of(deployment_id, model_info)
-    if binding is None:
-        return
-    # The same resolution as `litellm._arealtime` for an `openai/` model.
-    model, provider, api_key, api_base = compat.get_llm_provider(
-        model=params["model"], api_base=params.get("api_base"), api_key=params.get("api_key")
-    )
-    if provider != "openai" or not _is_realtime(model, model_info):
-        return
-    api_base = api_base or litellm.api_base or "https://api.openai.com/"
-    api_key = (
-        api_key or litellm.api_key or litellm.openai_key or compat.get_secret_str("OPENAI_API_KEY")
-    )
-    if not api_key:
-        return
-    url = openai_realtime._construct_url(api_base, {"model": model})
     kwargs = {
         "additional_headers": openai_realtime._get_additional_headers(api_key),
         "max_size": compat.REALTIME_WEBSOCKET_MAX_MESSAGE_SIZE_BYTES,
@@ -223,6 +214,54 @@ def _prewarm_deployment(deployment: dict[str, Any], warmed: set[str]) -> None:
     if pool is not None:
         pool.pinned = True
     warmed.add(deployment_id)
+
+
+def dial_target(deployment: dict[str, Any]) -> tuple[_Binding, str, str] | None:
+    """For a `rust: true` OpenAI realtime deployment with a pool: its binding, and the URL and
+    key LiteLLM dials a GA session with (`?model=<model>`, what the SDK's
+    `client.realtime.connect()` asks for); None for any other deployment."""
+    import litellm
+
+    openai_realtime = compat.openai_realtime
+    params = deployment.get("litellm_params") or {}
+    model_info = deployment.get("model_info") or {}
+    deployment_id = str(model_info.get("id") or "")
+    if not deployment_id or params.get("rust") is not True:
+        return None
+    binding = _binding_of(deployment_id, model_info)
+    if binding is None:
+        return None
+    # The same resolution as `litellm._arealtime` for an `openai/` model.
+    model, provider, api_key, api_base = compat.get_llm_provider(
+        model=params["model"], api_base=params.get("api_base"), api_key=params.get("api_key")
+    )
+    if provider != "openai" or not _is_realtime(model, model_info):
+        return None
+    api_base = api_base or litellm.api_base or "https://api.openai.com/"
+    api_key = (
+        api_key or litellm.api_key or litellm.openai_key or compat.get_secret_str("OPENAI_API_KEY")
+    )
+    if not api_key:
+        return None
+    return binding, openai_realtime._construct_url(api_base, {"model": model}), api_key
+
+
+# Deployments whose GA sessions the lane relays in Rust, with its own pool: the Python pool
+# leaves them alone (two pools would hold twice the provider sessions).
+_relayed_in_rust: frozenset[str] = frozenset()
+
+
+def relayed_in_rust(deployment_id: str) -> bool:
+    return deployment_id in _relayed_in_rust
+
+
+def set_relayed_in_rust(deployment_ids: frozenset[str]) -> None:
+    global _relayed_in_rust
+    _relayed_in_rust = deployment_ids
+    for key, pool in list(_pools.items()):
+        if key[0] in deployment_ids:
+            pool.size = 0  # retired by its refill task, warm sessions closed
+            pool._wake.set()
 
 
 def _is_realtime(model: str, model_info: dict[str, Any]) -> bool:
@@ -239,9 +278,19 @@ def _is_realtime(model: str, model_info: dict[str, Any]) -> bool:
     return info.get("mode") == "realtime"
 
 
+# A relayed session being replayed: its recorded provider stands in for the dial.
+replaying: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "litellm_fastpath_realtime_replaying", default=None
+)
+
+
 def _connect(uri: Any, *args: Any, **kwargs: Any) -> Any:
-    """`websockets.connect`: pooled for a gated dial, LiteLLM's own otherwise."""
+    """`websockets.connect`: a relayed session's recorded provider in its replay, pooled for a
+    gated dial, LiteLLM's own otherwise."""
     assert _original_connect is not None
+    recorded = replaying.get()
+    if recorded is not None:
+        return recorded
     binding = _binding.get()
     if binding is None or args:
         return _original_connect(uri, *args, **kwargs)
@@ -483,7 +532,7 @@ class _Pool:
                 warm = _Warm(connection, first_event, time.monotonic())
                 warm.watch = self._spawn(self._watch(warm))
                 self.ready.append(warm)
-                metrics.realtime_pool(None, _warm_sessions())
+                metrics.realtime_pool(None, realtime_pool_counts()["warm"])
         finally:
             self._dialing -= 1
             self._wake.set()

@@ -153,7 +153,7 @@ pub(super) fn judge(
 /// CORS, headers for the provider): their requests go to the proxy. Only the call id
 /// (`x-litellm-call-id`) is taken, and on `/v1/messages` the `anthropic-*` headers (see
 /// `messages::request::client_headers`).
-fn has_proxy_options(headers: &http::HeaderMap, route: Route) -> bool {
+pub(super) fn has_proxy_options(headers: &http::HeaderMap, route: Route) -> bool {
     headers.keys().any(|name| {
         let name = name.as_str();
         (name.starts_with("x-litellm-") && name != "x-litellm-call-id")

@@ -42,6 +42,7 @@ mod head;
 mod headers;
 mod keepalive;
 mod messages;
+pub mod realtime;
 mod replay;
 mod response;
 mod served;

@@ -22,7 +22,7 @@ use super::response::{Body, bad_gateway, full, set_header};
 use super::served::{ClientRequest, Served};
 use super::state::{Lane, LaneError};
 use super::tickets::TICKET_HEADER;
-use super::{chat, messages};
+use super::{chat, messages, realtime};
 use crate::model::LaneReason;
 
 /// Headers the lane takes in one request (uvicorn's h11 takes any number; hyper's default is
@@ -116,15 +116,19 @@ async fn handle(
     request: Request<Incoming>,
     connection: &Connection,
 ) -> Result<Response<Body>, LaneError> {
-    let (mut parts, body) = request.into_parts();
+    let mut request = request;
     // Only the lane hands out tickets and says who the client is.
-    parts.headers.remove(TICKET_HEADER);
-    parts.headers.remove(PEER_HEADER);
-    set_header(
-        &mut parts.headers,
-        PEER_HEADER,
-        &connection.peer.to_string(),
-    );
+    let headers = request.headers_mut();
+    headers.remove(TICKET_HEADER);
+    headers.remove(PEER_HEADER);
+    set_header(headers, PEER_HEADER, &connection.peer.to_string());
+    if realtime::is_session_request(&request) {
+        request = match realtime::serve(lane, request, connection).await {
+            Ok(relayed) => return Ok(relayed),
+            Err(request) => request,
+        };
+    }
+    let (parts, body) = request.into_parts();
     let Some(route) = lane_route(&parts) else {
         let request = Request::from_parts(parts, body.boxed());
         return Ok(forward(lane, app_slot, request).await);

@@ -10,6 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::budget::Holds;
+use super::realtime::Realtime;
 use super::replay::{Replay, Replays};
 use super::table::Table;
 use super::tickets::{Ticket, Tickets};
@@ -99,6 +100,8 @@ pub struct Lane {
     pub(super) replays: Replays,
     /// What requests admitted on budgeted keys hold until their replays reserve.
     pub holds: Arc<Holds>,
+    /// Realtime sessions relayed in Rust: groups, warm provider sessions, records to replay.
+    pub realtime: Realtime,
     max_backlog: usize,
     /// Other workers accept on the same socket (see `Lane::busy`).
     shared_socket: bool,
@@ -128,6 +131,7 @@ impl Lane {
             tickets: Tickets::default(),
             replays: Replays::default(),
             holds: Arc::new(Holds::default()),
+            realtime: Realtime::default(),
             max_backlog: backlog_setting("LITELLM_FASTPATH_LANE_BACKLOG", MAX_BACKLOG),
             shared_socket,
             busy_backlog: backlog_setting("LITELLM_FASTPATH_LANE_BUSY_BACKLOG", BUSY_BACKLOG),
@@ -203,7 +207,7 @@ impl Lane {
     /// Requests being served, and served requests whose replay has not finished yet (what a
     /// shutdown waits for).
     pub fn backlog(&self) -> usize {
-        self.serving.load(Ordering::Acquire) + self.replays.backlog()
+        self.serving.load(Ordering::Acquire) + self.replays.backlog() + self.realtime.backlog()
     }
 
     /// Every served request waiting for its replay, once the queue is due.

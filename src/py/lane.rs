@@ -25,7 +25,7 @@ struct Running {
 
 static LANE: Mutex<Option<Running>> = Mutex::new(None);
 
-fn running() -> PyResult<Arc<Lane>> {
+pub(super) fn running() -> PyResult<Arc<Lane>> {
     let slot = LANE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     match slot.as_ref() {
         Some(running) if running.pid == std::process::id() => Ok(Arc::clone(&running.lane)),
@@ -93,6 +93,7 @@ pub fn lane_stop() {
     let slot = LANE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(running) = slot.as_ref() {
         running.accept.abort();
+        running.lane.realtime.close();
     }
 }
 

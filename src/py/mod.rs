@@ -10,6 +10,7 @@ mod headers;
 mod lane;
 mod lane_types;
 mod prepare;
+mod realtime;
 mod stream;
 mod warm;
 
@@ -48,6 +49,11 @@ mod _native {
     use super::prepare::{
         Declined, decline_codes, prepare_chat, prepare_chat_stream, prepare_embedding,
         prepare_messages, prepare_transcription,
+    };
+    #[pymodule_export]
+    use super::realtime::{
+        LaneRealtimeSession, lane_next_realtime_sessions, lane_realtime_counts,
+        lane_realtime_replayed, lane_set_realtime,
     };
     #[pymodule_export]
     use super::stream::{PreparedStream, StreamHandle};

@@ -18,7 +18,7 @@ import litellm
 
 from litellm_fastpath import _native, claims, compat, messages, routing, streaming
 from litellm_fastpath.declines import Decline
-from litellm_fastpath.lane import middleware, prices, replay, settings
+from litellm_fastpath.lane import middleware, prices, realtime, replay, settings
 from litellm_fastpath.providers import PROVIDERS
 
 logger = logging.getLogger("litellm_fastpath")
@@ -53,8 +53,8 @@ _DEFAULT_REPEAT_LIMIT = 100
 
 
 def served_groups() -> frozenset[str]:
-    """The model groups the lane serves now."""
-    return _lane_groups
+    """The model groups the lane serves now (realtime groups included)."""
+    return _lane_groups | realtime.served_groups()
 
 
 async def keep_current(litellm_settings: frozenset[str]) -> None:
@@ -130,6 +130,7 @@ def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
     replay.install_forced_pick(router)
     replay.install_admitted_budget_skip()
     _native.lane_set_groups(groups, reservation_rates(router, groups))
+    realtime.configure(router, why_off is not None, _weights)
     _native.lane_configure(
         why_off, _answer_headers(), list(_openai_headers()), end_users=_keeps_end_users()
     )
@@ -542,12 +543,13 @@ def _openai_headers() -> list[str]:
 
 
 def _cooling_groups(router: Any) -> list[str]:
-    if not _lane_groups:
+    served = served_groups()
+    if not served:
         return []
     ids = {
         (d.get("model_info") or {}).get("id"): d["model_name"]
         for d in router.model_list
-        if d["model_name"] in _lane_groups
+        if d["model_name"] in served
     }
     active = router.cooldown_cache.get_active_cooldowns(model_ids=list(ids), parent_otel_span=None)
     return sorted({ids[model_id] for model_id, _ in active if model_id in ids})

@@ -129,7 +129,7 @@ _MEMBER_BUDGET_FIELDS_REAPPLIED = frozenset({"budget_id", "max_budget", "budget_
 _CALLING_ROLES = frozenset({None, "internal_user"})
 
 # Calls whose key verdicts the lane takes (those of the routes it serves).
-_JUDGED_CALL_TYPES = frozenset({"completion", "acompletion", "anthropic_messages"})
+_JUDGED_CALL_TYPES = frozenset({"completion", "acompletion", "anthropic_messages", "_arealtime"})
 # The route LiteLLM's checks are run for (model access does not depend on which chat route).
 _CHECKED_ROUTE = "/chat/completions"
 

@@ -14,7 +14,7 @@ import tempfile
 from typing import Any
 
 from litellm_fastpath import _native, claims, compat, metrics
-from litellm_fastpath.lane import groups, middleware, replay
+from litellm_fastpath.lane import groups, middleware, realtime, replay
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -107,6 +107,7 @@ def take_over() -> None:
     loop = asyncio.get_running_loop()
     _background.add(loop.create_task(groups.keep_current(litellm_settings)))
     _background.add(loop.create_task(replay.replay_served()))
+    _background.add(loop.create_task(realtime.replay_relayed()))
     if metrics.recorder is not None:
         _background.add(loop.create_task(metrics.fold_lane_forever()))
     logger.info("fastpath_lane: serving on %s:%s", config.host, config.port)
