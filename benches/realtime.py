@@ -204,15 +204,18 @@ def _foreign(mark: tuple[float, float, float], ours: list[int]) -> float:
 
 async def _relay_load(url: str, sessions: int, frames: int, proxy: int, ours: list[int]) -> dict:
     """`sessions` sessions at once, each `frames` frames echoed, then closed: the CPU of the
-    proxy's tree, the mock (`ours[-2]`) and this client (its loop's thread) from the last
-    `session.created` until the proxy idles after the closes (what it does for a session once
-    it has ended, LiteLLM's logging or the lane's replay of its record, is the relay's too)."""
-    sockets = list(await asyncio.gather(*(_open(url) for _ in range(sessions))))
+    proxy's tree, the mock (`ours[-2]`) and this client (its loop's thread) over whole sessions,
+    from before they open until the proxy idles after the closes. A session's cost outside its
+    frames is the relay's too, wherever it falls: LiteLLM authenticates and routes before the
+    first frame and logs after the last, the lane replays the session's record after it ended.
+    `in_session_cpu_s`: from the last `session.created` to the last echo."""
     pids, mock = process_tree(proxy), ours[-2:-1]
     p0, m0, c0, mark = cpu_seconds(pids), cpu_seconds(mock), time.thread_time(), _mark(ours)
+    sockets = list(await asyncio.gather(*(_open(url) for _ in range(sessions))))
+    opened = cpu_seconds(pids)
     largest = await asyncio.gather(*(_pump(ws, frames) for ws in sockets))
     step = {"frames": 2 * sessions * frames, "relay_wall_s": time.perf_counter() - mark[2]}
-    step |= {"in_session_cpu_s": cpu_seconds(pids) - p0, "mock_cpu_s": cpu_seconds(mock) - m0}
+    step |= {"in_session_cpu_s": cpu_seconds(pids) - opened, "mock_cpu_s": cpu_seconds(mock) - m0}
     step |= {"client_cpu_s": time.thread_time() - c0}
     await asyncio.gather(*(ws.close() for ws in sockets))
     _settle(pids)
@@ -458,8 +461,9 @@ def _cpu_rows(cpu: dict[str, dict[str, Any]]) -> list[list[str]]:
         ratio = _ratio(us["proxy_net_cpu_s"], plain * 1e6) if arm != "plain" else ""
         rate = f"{c['frames'] / c['relay_wall_s']:.0f}"
         rows.append([arm, c["frames"], rate, fmt(c["proxy_cpu_s"], 2), fmt(us["proxy_cpu_s"], 1)])
-        after = us["proxy_cpu_s"] - us["in_session_cpu_s"]
-        rows[-1] += [fmt(after, 1), fmt(us["proxy_net_cpu_s"], 1), ratio]
+        outside = us["proxy_cpu_s"] - us["in_session_cpu_s"]
+        rows[-1] += [fmt(us["in_session_cpu_s"], 1), fmt(outside, 1)]
+        rows[-1] += [fmt(us["proxy_net_cpu_s"], 1), ratio]
         rows[-1] += [fmt(us[k], 1) for k in ("mock_cpu_s", "client_cpu_s")] + _others(c)
         rows[-1] += [str(c["deflate"])]
     return rows
@@ -482,7 +486,8 @@ def _echo_rows(echo: dict[str, dict[str, float]], sessions: dict[str, Any]) -> l
 def render(data: dict[str, Any]) -> str:
     cfg, seen, idle = data["config"], data["rust_handshakes"], data["idle_proxy_cores"]
     head = ["clients", "", "plain", "rust + pool", "ratio", "rust + lane", "ratio"]
-    cpu_head = ["arm", "frames", "frames/s", "proxy CPU s", "proxy us/frame", "after close"]
+    cpu_head = ["arm", "frames", "frames/s", "proxy CPU s", "proxy us/frame", "in session"]
+    cpu_head += ["opening and after close"]
     cpu_head += ["net of idle"]
     others = ["foreign cores (tries)", "Rust"]
     cpu_head += ["ratio (net)", "mock us/frame", "client us/frame", *others, "deflate"]
@@ -518,11 +523,13 @@ def render(data: dict[str, Any]) -> str:
         f"events of {cfg['frame_bytes']:,} bytes ({cfg['audio_bytes']:,} bytes of random audio) "
         f"with at most {cfg['window']} unanswered, which the mock (a process of its own) echoes "
         "as `mock.echo`, then closes. Frames: both directions; frames/s: until the last echo. "
-        "CPU (utime+stime) from the last `session.created` until the proxy idles after the "
-        "closes (after close: its share of the proxy's, LiteLLM's logging or the lane's replay "
-        "of the session's record), of the proxy's process tree, the mock and the client (its "
-        "event loop's thread). `plain`: LiteLLM's relay (lane off); `rust + lane`: "
-        "the lane proxy's. Each step starts once the proxies and the mock idle, and runs "
+        "CPU (utime+stime) over whole sessions: from before they open until the proxy idles "
+        "after the closes, of the proxy's process tree, the mock and the client (its event "
+        "loop's thread). Per frame, the proxy's splits into `in session` (from the last "
+        "`session.created` to the last echo) and `opening and after close` (LiteLLM's auth, "
+        "hooks and routing before the first frame and its logging after the last; the lane's "
+        "replay of the session's record through LiteLLM). `plain`: LiteLLM's relay (lane off); "
+        "`rust + lane`: the lane proxy's. Each step starts once the proxies and the mock idle, and runs "
         "again, twice at most, while other processes used more "
         f"than {FOREIGN_MAX} cores (foreign cores: of the try kept; tries: all). Rust: "
         "handshakes answered by Rust; deflate: handshakes that agreed on permessage-deflate "

@@ -128,6 +128,11 @@ impl<IO> Tracked<IO> {
     pub fn new(io: IO, activity: Arc<Activity>) -> Self {
         Tracked { io, activity }
     }
+
+    /// The connection itself (once it is upgraded, idle rules no longer apply).
+    pub fn into_inner(self) -> IO {
+        self.io
+    }
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Tracked<IO> {

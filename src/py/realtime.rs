@@ -34,7 +34,6 @@ pub fn lane_set_realtime(
     notice: Py<PyAny>,
 ) -> PyResult<()> {
     let lane = running()?;
-    let engine = runtime::engine().map_err(transport_error_to_py)?;
     let mut parsed = HashMap::new();
     for (group, rows) in groups {
         let mut deployments = Vec::with_capacity(rows.len());
@@ -84,7 +83,6 @@ pub fn lane_set_realtime(
             types: logged_types,
         },
         Some(notice),
-        engine.runtime.handle(),
     );
     Ok(())
 }
