@@ -529,8 +529,8 @@ def render(data: dict[str, Any]) -> str:
         "`session.created` to the last echo) and `opening and after close` (LiteLLM's auth, "
         "hooks and routing before the first frame and its logging after the last; the lane's "
         "replay of the session's record through LiteLLM). `plain`: LiteLLM's relay (lane off); "
-        "`rust + lane`: the lane proxy's. Each step starts once the proxies and the mock idle, and runs "
-        "again, twice at most, while other processes used more "
+        "`rust + lane`: the lane proxy's. Each step starts once the proxies and the mock "
+        "idle, and runs again, twice at most, while other processes used more "
         f"than {FOREIGN_MAX} cores (foreign cores: of the try kept; tries: all). Rust: "
         "handshakes answered by Rust; deflate: handshakes that agreed on permessage-deflate "
         "with the client (the client does not offer it, and this mock would decline it).",

@@ -2,7 +2,8 @@
 
 It speaks enough of OpenAI's realtime protocol for LiteLLM's relay: `session.created` on connect,
 `response.create` answered with `response.created`, audio deltas and `response.done` with usage,
-and anything else echoed back (text as a `mock.echo` event, binary as the same bytes). A client
+and anything else echoed back (text as a `mock.echo` event, with the frame under `raw` when it is
+not a JSON object; binary as the same bytes). A client
 event `{"type": "mock.close", "code": N}` makes it close the session with code N, and
 `{"type": "mock.transcribe", "transcript": T}` makes it report T as the user's speech transcribed
 (`conversation.item.input_audio_transcription.completed`). Every session's
@@ -214,7 +215,15 @@ class RealtimeUpstream:
                 if isinstance(message, bytes):
                     await connection.send(message)
                     continue
-                await self._answer(connection, json.loads(message))
+                try:
+                    event = json.loads(message)
+                except ValueError:
+                    event = None
+                if not isinstance(event, dict):
+                    # Not an event: echoed as it came.
+                    await connection.send(_event("mock.echo", raw=message))
+                    continue
+                await self._answer(connection, event)
         except ConnectionClosed:
             pass
         finally:

@@ -21,7 +21,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from devtools import realtime
 from devtools.polling import wait_until
-from devtools.processes import ProxyProcess
+from devtools.processes import MASTER_KEY, ProxyProcess
 from devtools.proxy_logger import logged_proxy, read_events
 from devtools.realtime import RealtimeUpstream
 from tests.test_realtime_pool import (
@@ -123,6 +123,16 @@ def _session(proxy: ProxyProcess, model: str, script: str) -> realtime.ClientRun
     return asyncio.run(realtime.run_script(url, script, AUTH))
 
 
+def _next_event(log: Path, model: str, logged_before: int) -> dict[str, Any]:
+    """The session's event, once `model` has more than `logged_before`."""
+    events = wait_until(
+        lambda: e if len(e := _events(log, model)) > logged_before else None,
+        f"no event for {model}",
+    )
+    assert len(events) == logged_before + 1, "one event per session"
+    return events[-1]
+
+
 def _transcript(
     proxy: ProxyProcess, upstream: RealtimeUpstream, log: Path, model: str, script: str
 ) -> dict[str, Any]:
@@ -161,6 +171,86 @@ def test_a_relayed_session_is_litellms_session(
     plain = _transcript(proxy, upstream, log, PLAIN, script)
     rust = _transcript(proxy, upstream, log, RUST, script)
     assert rust == plain
+
+
+ODD_FRAMES = [
+    "not json",
+    "[1, 2]",
+    '{"type": 5}',
+    '{"no": "type"}',
+    '{"type": "session.update", "session": null}',
+    '{"type": "session.update", "session": {"modalities": "audio", "voice": "x"}}',
+    '{"type": "session.update", "session": {"modalities": [1]}}',
+    '{"type": "session.update", "session": {"audio": 0, "voice": "x"}}',
+    '{"type": "conversation.item.create", "item": "x"}',
+    '{"type": "conversation.item.create", "item": {"role": "user", "content": "hi"}}',
+    '{"type": "conversation.item.create", "item": {"role": "user", "content": [1, {"a": 2}]}}',
+    '{"type":"input_audio_buffer.append"}',
+    '  {"type" : "response.create"}',
+]
+# Frames LiteLLM's relay fails on (a TypeError its client loop does not catch): it ends the
+# session as if the client had left, and uvicorn drops the connection.
+FATAL_FRAMES = [
+    '{"type": "conversation.item.create", "item": {"role": "user", "content": null}}',
+    '{"type": "conversation.item.create", "item": {"role": "user", "content": 7}}',
+    '{"type": "session.update", "session": {"modalities": 5}}',
+    '{"type": "session.update", "session": {"voice": "x", "audio": [1]}}',
+]
+
+
+def _as_sent(frame: str | bytes) -> Any:
+    """A frame the provider received, as JSON when it is JSON."""
+    try:
+        return realtime.normalized(frame)
+    except (ValueError, AttributeError):  # not JSON, or not an object
+        return {"raw": frame}
+
+
+async def _run_frames(url: str, frames: list[str]) -> realtime.ClientRun:
+    """Sends each frame, then takes what comes back until its echo (or the response it asked
+    for), or the end of the session."""
+    received: list[Any] = []
+    async with connect(url, additional_headers=AUTH, open_timeout=20) as ws:
+        first = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        received.append(realtime.normalized(json.dumps(first)))
+        try:
+            for frame in frames:
+                await ws.send(frame)
+                while True:
+                    event = realtime.normalized(await asyncio.wait_for(ws.recv(), 10))
+                    received.append(event)
+                    if event.get("type") in ("mock.echo", "response.done"):
+                        break
+            await ws.close()
+        except ConnectionClosed:
+            pass
+        session_id = str((first.get("session") or {}).get("id", ""))
+    return realtime.ClientRun(received, (ws.close_code, ws.close_reason), session_id)
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [ODD_FRAMES, *([frame, '{"type": "response.create"}'] for frame in FATAL_FRAMES)],
+    ids=["odd", "null-content", "number-content", "number-modalities", "list-audio"],
+)
+def test_odd_and_malformed_frames_go_as_on_litellms_relay(
+    proxy: ProxyProcess, upstream: RealtimeUpstream, log: Path, frames: list[str]
+) -> None:
+    transcripts = {}
+    for model in (PLAIN, RUST):
+        if model == RUST:
+            _wait_warm(upstream)
+        logged_before = len(_events(log, model))
+        run = asyncio.run(_run_frames(_url(proxy, model), frames))
+        served = _served(upstream, run)
+        transcripts[model] = (
+            run.received,
+            run.close,
+            [_as_sent(m) for m in served.received],
+            served.close_code,
+            _logged(_next_event(log, model, logged_before)["payload"]),
+        )
+    assert transcripts[RUST] == transcripts[PLAIN]
 
 
 def test_the_relays_handshake_differs_only_as_documented(
@@ -289,3 +379,37 @@ def test_a_client_that_vanishes_ends_its_session(
     wait_until(lambda: upstream.session(session_id).closed, "the provider session stays open")
     wait_until(lambda: len(_events(log, RUST)) > logged_before, "the session was not logged")
     assert _relayed(log) > relayed_before
+
+
+@pytest.mark.parametrize("beta", [False, True], ids=["ga", "beta"])
+def test_the_openai_sdk_client_through_the_lane(
+    proxy: ProxyProcess, upstream: RealtimeUpstream, log: Path, beta: bool
+) -> None:
+    """The official SDK's `client.realtime.connect()` (GA: relayed in Rust) and
+    `client.beta.realtime.connect()` (beta: LiteLLM's relay) get what the plain model gives."""
+    openai = pytest.importorskip("openai")
+
+    async def session(model: str) -> list[Any]:
+        ws_base = proxy.url.replace("http://", "ws://") + "/v1"
+        client = openai.AsyncOpenAI(
+            api_key=MASTER_KEY, base_url=f"{proxy.url}/v1", websocket_base_url=ws_base
+        )
+        api = client.beta.realtime if beta else client.realtime
+        async with api.connect(model=model) as connection:
+            first = json.loads(await asyncio.wait_for(connection.recv_bytes(), 10))
+            events = [realtime.normalized(json.dumps(first))]
+            await connection.response.create()
+            while events[-1].get("type") != "response.done":
+                frame = await asyncio.wait_for(connection.recv_bytes(), 10)
+                events.append(realtime.normalized(frame.decode()))
+        return events
+
+    plain = asyncio.run(session(PLAIN))
+    _wait_warm(upstream)
+    relayed_before = _relayed(log)
+    assert asyncio.run(session(RUST)) == plain
+    assert plain[-1]["type"] == "response.done"
+    if beta:
+        assert _relayed(log) == relayed_before
+    else:
+        wait_until(lambda: _relayed(log) > relayed_before, "the GA session was not relayed")

@@ -23,6 +23,8 @@
 //!   reserve). Why a request goes to the proxy: `model::LaneReason`.
 //! - The routes, one folder each: `chat` (`/chat/completions`), `messages` (`/v1/messages`):
 //!   the body the lane reads, admission, the answer as the proxy writes it, the stream's frames.
+//! - Realtime sessions: `realtime` (GA `/v1/realtime` sessions relayed in Rust from warm
+//!   provider sessions, on a thread of their own; the proxy replays each one for its logging).
 //! - The serve paths the routes share: `unary` (one call, one answer) and `streamed` (a stream
 //!   written as it arrives), with `head` (what an admitted request carries) and `served` (what
 //!   a request comes to).

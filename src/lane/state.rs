@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::budget::Holds;
-use super::realtime::Realtime;
+use super::realtime::hub::Realtime;
 use super::replay::{Replay, Replays};
 use super::table::Table;
 use super::tickets::{Ticket, Tickets};

@@ -16,6 +16,7 @@ import asyncio
 import contextvars
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -37,7 +38,9 @@ def served_groups() -> frozenset[str]:
     return _groups
 
 
-def configure(router: Any, off: bool, weights: Any) -> None:
+def configure(
+    router: Any, off: bool, weights: Callable[[list[dict[str, Any]]], list[float | None]]
+) -> None:
     """Hands the lane the groups it relays: those whose every deployment is a `rust: true`
     OpenAI realtime deployment with a pool (a group the router could route elsewhere is the
     proxy's). `weights`: the lane's simple-shuffle weights for a group's deployments."""

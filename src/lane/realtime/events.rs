@@ -111,43 +111,92 @@ pub(super) fn is_transcription_session(kind: &str, frame: &str) -> bool {
     }
 }
 
-/// A client `session.update` as LiteLLM sends it to a GA provider, when LiteLLM rewrites it
-/// (None: the frame goes as it came).
-pub(super) fn session_update_for_ga(frame: &str) -> Option<String> {
+/// What LiteLLM's relay does with a client frame on its way to a GA provider.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum ClientFrame {
+    /// Sent as it came.
+    Forward,
+    /// Sent rewritten: a `session.update` lifted to the GA session shape.
+    Rewritten(String),
+    /// LiteLLM's relay fails on it (a `TypeError` its client loop does not catch) and ends the
+    /// session as if the client had left.
+    EndsRelay,
+}
+
+/// Reads a client frame whole when LiteLLM's relay acts on its type (`kind`, as sorted).
+pub(super) fn client_frame(kind: Option<&str>, frame: &str) -> ClientFrame {
+    match kind {
+        Some("session.update") => session_update_for_ga(frame),
+        Some("conversation.item.create") if breaks_item_check(frame) => ClientFrame::EndsRelay,
+        _ => ClientFrame::Forward,
+    }
+}
+
+/// A `conversation.item.create` whose user `content` LiteLLM's relay cannot iterate (null, a
+/// number, a boolean).
+fn breaks_item_check(frame: &str) -> bool {
+    let Ok(Value::Object(event)) = serde_json::from_str::<Value>(frame) else {
+        return false;
+    };
+    if event.get("type").and_then(Value::as_str) != Some("conversation.item.create") {
+        return false;
+    }
+    let Some(Value::Object(item)) = event.get("item") else {
+        return false;
+    };
+    if item.get("type").and_then(Value::as_str) == Some("function_call_output")
+        || item.get("role").and_then(Value::as_str) != Some("user")
+    {
+        return false;
+    }
+    matches!(
+        item.get("content"),
+        Some(Value::Null | Value::Number(_) | Value::Bool(_))
+    )
+}
+
+/// A client `session.update` as LiteLLM sends it to a GA provider.
+fn session_update_for_ga(frame: &str) -> ClientFrame {
     let Ok(Value::Object(mut event)) = serde_json::from_str::<Value>(frame) else {
-        return None;
+        return ClientFrame::Forward;
     };
     if event.get("type").and_then(Value::as_str) != Some("session.update") {
-        return None;
+        return ClientFrame::Forward;
     }
     let session = match event.get("session") {
         None => Map::new(),
         Some(Value::Object(session)) => session.clone(),
-        Some(_) => return None,
+        Some(_) => return ClientFrame::Forward,
     };
-    event.insert(
-        "session".into(),
-        Value::Object(remap_beta_session(session)?),
-    );
-    serde_json::to_string(&event).ok()
+    match remap_beta_session(session) {
+        Ok(session) => {
+            event.insert("session".into(), Value::Object(session));
+            serde_json::to_string(&event).map_or(ClientFrame::Forward, ClientFrame::Rewritten)
+        }
+        Err(failure) => failure,
+    }
 }
 
-/// LiteLLM's beta -> GA session mapping; None where LiteLLM's own mapping fails (it then sends
-/// the frame unchanged).
-fn remap_beta_session(mut session: Map<String, Value>) -> Option<Map<String, Value>> {
+/// LiteLLM's beta -> GA session mapping, failing where LiteLLM's does: an `AttributeError`
+/// (caught: the frame goes unchanged, `Forward`) or a `TypeError` (`EndsRelay`).
+fn remap_beta_session(mut session: Map<String, Value>) -> Result<Map<String, Value>, ClientFrame> {
     if !session.contains_key("type") {
         session.insert("type".into(), json!("realtime"));
     }
     if let Some(modalities) = session.shift_remove("modalities")
         && !session.contains_key("output_modalities")
     {
+        // `{m.lower() for m in (mods or [])}`
         let listed: Vec<String> = match modalities {
-            Value::Null => Vec::new(),
+            ref falsy if is_falsy(falsy) => Vec::new(),
             Value::Array(items) => items
                 .iter()
                 .map(|item| item.as_str().map(str::to_lowercase))
-                .collect::<Option<_>>()?,
-            _ => return None,
+                .collect::<Option<_>>()
+                .ok_or(ClientFrame::Forward)?,
+            Value::String(text) => text.chars().map(|c| c.to_lowercase().collect()).collect(),
+            Value::Object(keys) => keys.keys().map(|key| key.to_lowercase()).collect(),
+            _ => return Err(ClientFrame::EndsRelay),
         };
         if listed.iter().any(|m| m == "audio") {
             session.insert("output_modalities".into(), json!(["audio"]));
@@ -173,12 +222,13 @@ fn remap_beta_session(mut session: Map<String, Value>) -> Option<Map<String, Val
         input.insert("transcription".into(), transcription);
     }
     if input.is_empty() && output.is_empty() {
-        return Some(session);
+        return Ok(session);
     }
+    // `session.get("audio") or {}`, then item assignment into it.
     let mut audio = match session.get("audio") {
-        None | Some(Value::Null) => Map::new(),
         Some(Value::Object(existing)) => existing.clone(),
-        Some(_) => return None,
+        Some(other) if !is_falsy(other) => return Err(ClientFrame::EndsRelay),
+        _ => Map::new(),
     };
     for (side, lifted) in [("input", input), ("output", output)] {
         if lifted.is_empty() {
@@ -192,7 +242,19 @@ fn remap_beta_session(mut session: Map<String, Value>) -> Option<Map<String, Val
         }
     }
     session.insert("audio".into(), Value::Object(audio));
-    Some(session)
+    Ok(session)
+}
+
+/// Python's truth value of a JSON value.
+fn is_falsy(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty(),
+    }
 }
 
 /// LiteLLM's `_AUDIO_FORMAT_MAP`: beta format names to GA format objects.
@@ -234,7 +296,7 @@ mod tests {
     #[test]
     fn a_beta_session_update_is_lifted_as_litellm_lifts_it() {
         let frame = r#"{"type":"session.update","session":{"modalities":["text","AUDIO"],"voice":"alloy","input_audio_format":"pcm16","turn_detection":null,"instructions":"hi","audio":{"output":{"speed":1.0}}}}"#;
-        let sent: Value = serde_json::from_str(&session_update_for_ga(frame).unwrap()).unwrap();
+        let sent: Value = serde_json::from_str(&rewritten(frame)).unwrap();
         assert_eq!(
             sent,
             json!({"type": "session.update", "session": {
@@ -251,20 +313,73 @@ mod tests {
     #[test]
     fn a_ga_session_update_gains_only_its_type() {
         let frame = r#"{"type":"session.update","session":{"type":"realtime","instructions":"x"}}"#;
-        let sent: Value = serde_json::from_str(&session_update_for_ga(frame).unwrap()).unwrap();
+        let sent: Value = serde_json::from_str(&rewritten(frame)).unwrap();
         assert_eq!(sent, serde_json::from_str::<Value>(frame).unwrap());
-        let bare: Value =
-            serde_json::from_str(&session_update_for_ga(r#"{"type":"session.update"}"#).unwrap())
-                .unwrap();
+        let bare: Value = serde_json::from_str(&rewritten(r#"{"type":"session.update"}"#)).unwrap();
         assert_eq!(
             bare,
             json!({"type": "session.update", "session": {"type": "realtime"}})
         );
         assert_eq!(
             session_update_for_ga(r#"{"type":"session.update","session":null}"#),
-            None
+            ClientFrame::Forward
         );
-        assert_eq!(session_update_for_ga(r#"{"type":"response.create"}"#), None);
+        assert_eq!(
+            session_update_for_ga(r#"{"type":"response.create"}"#),
+            ClientFrame::Forward
+        );
+    }
+
+    fn rewritten(frame: &str) -> String {
+        match session_update_for_ga(frame) {
+            ClientFrame::Rewritten(sent) => sent,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn frames_litellms_relay_fails_on_are_known() {
+        let update = |session: &str| {
+            session_update_for_ga(&format!(
+                r#"{{"type":"session.update","session":{session}}}"#
+            ))
+        };
+        // A list of non-strings: an AttributeError LiteLLM catches, the frame goes unchanged.
+        assert_eq!(update(r#"{"modalities":[1]}"#), ClientFrame::Forward);
+        // A number: a TypeError that ends LiteLLM's relay.
+        assert_eq!(update(r#"{"modalities":5}"#), ClientFrame::EndsRelay);
+        assert_eq!(
+            update(r#"{"voice":"x","audio":[1]}"#),
+            ClientFrame::EndsRelay
+        );
+        // A string is iterated by character: nothing matches, `modalities` still goes.
+        let sent: Value = serde_json::from_str(&rewritten(
+            r#"{"type":"session.update","session":{"modalities":"audio"}}"#,
+        ))
+        .unwrap();
+        assert_eq!(sent["session"], json!({"type": "realtime"}));
+        let item = |item: &str| {
+            client_frame(
+                Some("conversation.item.create"),
+                &format!(r#"{{"type":"conversation.item.create","item":{item}}}"#),
+            )
+        };
+        assert_eq!(
+            item(r#"{"role":"user","content":null}"#),
+            ClientFrame::EndsRelay
+        );
+        assert_eq!(
+            item(r#"{"role":"user","content":"text"}"#),
+            ClientFrame::Forward
+        );
+        assert_eq!(
+            item(r#"{"role":"assistant","content":null}"#),
+            ClientFrame::Forward
+        );
+        assert_eq!(
+            item(r#"{"type":"function_call_output","role":"user","content":3}"#),
+            ClientFrame::Forward
+        );
     }
 
     #[test]

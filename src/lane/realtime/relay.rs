@@ -12,8 +12,8 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 use super::events::{
-    AUDIO_APPEND, Logged, RESPONSE_CREATE, TRANSCRIPTION_COMPLETED, event_type, is_event,
-    is_transcription_session, session_update_for_ga,
+    AUDIO_APPEND, ClientFrame, Logged, RESPONSE_CREATE, TRANSCRIPTION_COMPLETED, client_frame,
+    event_type, is_event, is_transcription_session,
 };
 use super::pool::close_quietly;
 use super::upstream::{Dialed, Socket};
@@ -80,7 +80,12 @@ pub(super) async fn relay(
                 let _ = provider.send(Message::Ping(Default::default())).await;
             }
             from_client = client.next() => match from_client {
-                Some(Ok(Message::Text(text))) => session.on_client_frame(text, &mut provider).await,
+                // A frame LiteLLM's relay fails on ends it as a binary frame does.
+                Some(Ok(Message::Text(text))) => {
+                    if !session.on_client_frame(text, &mut provider).await {
+                        break (SessionEnd::Client, true);
+                    }
+                }
                 // LiteLLM reads text only: a binary frame ends its relay, and uvicorn then drops
                 // the connection without a close frame.
                 Some(Ok(Message::Binary(_))) => break (SessionEnd::Client, true),
@@ -164,12 +169,10 @@ struct Session {
 }
 
 impl Session {
-    async fn on_client_frame(&mut self, text: Utf8Bytes, provider: &mut Socket) {
+    /// Relays one client frame; false when LiteLLM's relay would have ended the session on it.
+    async fn on_client_frame(&mut self, text: Utf8Bytes, provider: &mut Socket) -> bool {
         let kind = event_type(&text);
-        let rewritten = match kind.as_deref() {
-            Some("session.update") => session_update_for_ga(&text),
-            _ => None,
-        };
+        let action = client_frame(kind.as_deref(), &text);
         if kind.as_deref() == Some(AUDIO_APPEND) {
             self.last_client_left_out = Some(text.clone());
         } else {
@@ -179,9 +182,14 @@ impl Session {
                 text: text.clone(),
             });
         }
-        let sent = rewritten.map_or(text, Utf8Bytes::from);
+        let sent = match action {
+            ClientFrame::Forward => text,
+            ClientFrame::Rewritten(sent) => Utf8Bytes::from(sent),
+            ClientFrame::EndsRelay => return false,
+        };
         // A provider gone mid-send ends the session through its own side of the select.
         let _ = provider.send(Message::Text(sent)).await;
+        true
     }
 
     async fn on_provider_frame(
