@@ -1,6 +1,6 @@
-"""The fast lane for a virtual key as LiteLLM's production setup has them (#26): a user, a team and
-a key budget far from spent, LiteLLM's counters in Redis. The same key on the plain model and on
-the lane, in one run (method and commands: benches/README.md)."""
+"""The fast lane for a virtual key as LiteLLM's production setup has them (#26): a user, a team, a
+key budget and an rpm limit far from spent, LiteLLM's counters and windows in Redis. The same key
+on the plain model and on the lane, in one run (method and commands: benches/README.md)."""
 
 from __future__ import annotations
 
@@ -29,9 +29,17 @@ from devtools.processes import ServerProcess
 from devtools.proxy_logger import read_events
 from devtools.redis import RedisServer
 
-KEY = "sk-bench-user-team-budget"
+KEY = "sk-bench-user-team-budget-rpm"
+# The rpm limit is far above what a minute of the ladders sends (150 req/s at most).
 SEEDED = {
-    "keys": {KEY: {"user_id": "bench-user", "team_id": "bench-team", "max_budget": 1000.0}},
+    "keys": {
+        KEY: {
+            "user_id": "bench-user",
+            "team_id": "bench-team",
+            "max_budget": 1000.0,
+            "rpm_limit": 1_000_000,
+        }
+    },
     "users": {"bench-user": {}},
     "teams": {"bench-team": {}},
     "memberships": [{"user_id": "bench-user", "team_id": "bench-team"}],
@@ -137,7 +145,8 @@ def render(data: dict[str, Any]) -> str:
     served = lane["counts"].get("served", 0)
     return "\n".join(
         [
-            "# The lane for a key with a user, a team and a budget (`benches/lane_keyed.py`)",
+            "# The lane for a key with a user, a team, a budget and an rpm limit "
+            "(`benches/lane_keyed.py`)",
             "",
             machine_line(data["machine"]),
             "",

@@ -25,6 +25,7 @@ KEYS: dict[str, dict[str, Any]] = {
     "sk-lane-with-budget": {"max_budget": 100.0, "spend": 0.5},
     "sk-lane-expired": {"expires": "2020-01-01T00:00:00"},
     "sk-lane-rate-limited": {"rpm_limit": 1000},
+    "sk-lane-token-limited": {"tpm_limit": 1_000_000},
     "sk-lane-blocked": {"blocked": True},
 }
 

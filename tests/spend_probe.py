@@ -48,6 +48,7 @@ from litellm_fastpath import _native, claims
 SEED_PATH = "/spend-probe/seed"
 SETTLEMENT_PATH = "/spend-probe/settlement"
 COUNTER_PATH = "/spend-probe/counter"
+WINDOW_PATH = "/spend-probe/window"
 SNAPSHOT_PATH = "/spend-probe/snapshot"
 
 # Fields that differ on every request (ids, clocks, durations) or by proxy (its own address),
@@ -331,6 +332,23 @@ async def _counter_route(body: dict[str, Any]) -> dict[str, float]:
     return {"set": float(body["value"])}
 
 
+async def _window_route(body: dict[str, Any]) -> dict[str, float]:
+    """Makes a rate limiter window end in `ends_in` (whole) seconds, as time passing would: its
+    start moves back, and its counters expire with it (in the worker and in Redis)."""
+    limiter = proxy_server.proxy_logging_obj.get_proxy_hook("parallel_request_limiter")
+    cache = proxy_server.proxy_logging_obj.internal_usage_cache.dual_cache
+    ends_in = int(body["ends_in"])
+    start = int(time.time()) + ends_in - int(limiter.window_size)
+    prefix = body["key"].removesuffix(":window")
+    for name in (f"{prefix}:window", f"{prefix}:requests", f"{prefix}:tokens"):
+        value = str(start) if name.endswith(":window") else await cache.async_get_cache(key=name)
+        if value is not None:
+            # The worker's cache keeps a live entry's expiry: drop it first.
+            await cache.async_delete_cache(key=name)
+            await cache.async_set_cache(key=name, value=value, ttl=ends_in)
+    return {"start": float(start)}
+
+
 # The post-call work a request's accounting waits for, wrapped to be counted.
 _WORK = ("cost_callback", "database_updates", "cache_update", "rate_limiter")
 
@@ -363,6 +381,7 @@ async def _after_startup() -> None:
     proxy_server.app.add_api_route(SEED_PATH, _seed_route, methods=["POST"])
     proxy_server.app.add_api_route(SETTLEMENT_PATH, _settlement_route, methods=["POST"])
     proxy_server.app.add_api_route(COUNTER_PATH, _counter_route, methods=["POST"])
+    proxy_server.app.add_api_route(WINDOW_PATH, _window_route, methods=["POST"])
     proxy_server.app.add_api_route(SNAPSHOT_PATH, snapshot, methods=["GET"])
 
 

@@ -23,6 +23,7 @@ import hashlib
 import json
 import re
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,7 @@ SEED_PATH = "/spend-probe/seed"
 SETTLEMENT_PATH = "/spend-probe/settlement"
 SNAPSHOT_PATH = "/spend-probe/snapshot"
 COUNTER_PATH = "/spend-probe/counter"
+WINDOW_PATH = "/spend-probe/window"
 
 
 @dataclass
@@ -585,6 +587,152 @@ def test_keys_with_budgets_far_from_the_limit_take_the_lane(
     assert lane_counts(arms["lane"].log).get("served", 0) >= served_before + 3
 
 
+def rpm_limited(arms: dict[str, Arm], key: str, owner: str, limit: int) -> frozenset[str]:
+    """Seeds `key` with an rpm limit of its own, or its user's, team's or team membership's (as
+    LiteLLM's auth copies each onto the key); the names its counters are about."""
+    owner_id = f"{owner}-{key}"
+    if owner == "key":
+        seed(arms, keys={key: {"rpm_limit": limit}})
+        return frozenset({token_hash(key)})
+    if owner == "member":
+        user, team = f"user-{owner_id}", f"team-{owner_id}"
+        seed(
+            arms,
+            keys={key: {"user_id": user, "team_id": team, "team_member_rpm_limit": limit}},
+            users={user: {}},
+            teams={team: {}},
+            memberships=[
+                {"user_id": user, "team_id": team, "litellm_budget_table": {"rpm_limit": limit}}
+            ],
+        )
+        return frozenset({token_hash(key), user, team, f"{team}:{user}"})
+    seed(
+        arms,
+        keys={key: {f"{owner}_id": owner_id, f"{owner}_rpm_limit": limit}},
+        **{f"{owner}s": {owner_id: {"rpm_limit": limit}}},
+    )
+    return frozenset({token_hash(key), owner_id})
+
+
+@pytest.mark.parametrize(("arms", "route"), cases(("chat", "messages-stream")), indirect=["arms"])
+@pytest.mark.parametrize("owner", ["key", "user", "team", "member"])
+def test_keys_with_rpm_limits_far_from_the_limit_take_the_lane(
+    arms: dict[str, Arm], route: str, owner: str
+) -> None:
+    """An rpm limit (on the key, its user, its team or the team membership) far from its
+    window's limit: once LiteLLM judged the key, the lane serves it, counts it in the limiter's
+    window (in the worker through the replay, with Redis there itself) and sends the limiter's
+    `x-ratelimit-*` headers; every arm answers and counts request by request alike."""
+    key = f"sk-{owner}-rpm-far-{route}"
+    names = rpm_limited(arms, key, owner, 50)
+    served_before = lane_counts(arms["lane"].log).get("served", 0)
+    sequence = run_sequence(arms, route, key, 4, names)
+    for final in sequence.final.values():
+        # LiteLLM's spend writer merges queued updates as they arrive (a key's, its user's and
+        # team's), so with three entities per request the queue's shape depends on timing.
+        final["spend_updates"] = burst_comparable(final)["spend_updates"]
+    assert [a.status for a in sequence.answers["plain"]] == [200] * 4
+    if not route.endswith("-stream"):
+        descriptor = {"key": "api_key", "member": "team_member"}.get(owner, owner)
+        remaining = [
+            a.headers[f"x-ratelimit-{descriptor}-remaining-requests"]
+            for a in sequence.answers["plain"]
+        ]
+        assert remaining == ["49", "48", "47", "46"], remaining
+    assert_alike(sequence, route)
+    assert lane_counts(arms["lane"].log).get("served", 0) >= served_before + 3
+
+
+@pytest.mark.parametrize(("arms", "route"), cases(("chat", "messages")), indirect=["arms"])
+def test_a_burst_against_an_rpm_limit_admits_as_many_on_every_arm(
+    arms: dict[str, Arm], upstream_server: RecordingUpstream, route: str
+) -> None:
+    """A burst of concurrent requests against a team's rpm limit with room for 12 while the
+    provider takes its time: the lane serves some and hands the rest to the proxy once their
+    replays are counted (in the worker) or once Redis says the window is full, and every arm
+    admits exactly the limit and counts alike."""
+    key = f"sk-rpm-burst-{route}"
+    names = rpm_limited(arms, key, "team", 13)
+    before = lane_counts(arms["lane"].log)
+
+    def on_arm(arm: Arm) -> tuple[list[int], dict[str, Any]]:
+        # The key's first request teaches the lane its verdict.
+        assert send(arm, route, key).status == 200
+        settled(arm, names)
+        with concurrent.futures.ThreadPoolExecutor(20) as pool:
+            answers = list(pool.map(lambda _: send(arm, route, key), range(20)))
+        return sorted(a.status for a in answers), settled(arm, names)
+
+    path = "/chat/completions" if route == "chat" else "/v1/messages"
+    upstream_server.set_default(path, Reply(delay_s=0.5))
+    try:
+        results = on_each(arms, on_arm)
+    finally:
+        upstream_server.set_default(path, None)
+    assert results["plain"][0] == [200] * 12 + [429] * 8, results["plain"][0]
+
+    def counted(state: dict[str, Any]) -> dict[str, Any]:
+        # What the limiter counted (in the worker, or in Redis) up to the limit: past it, how
+        # many refusals reach Redis depends on when the worker's copy of the window caught up,
+        # on every arm alike. What was logged, without Redis (with it, the spend writer flushes
+        # on a clock). The spend state is compared request by request in the sequences.
+        windows = {
+            name: min(value, 13)
+            for name, value in (state["redis_counters"] or state["rate_limit_counters"]).items()
+            if name.startswith("{") and name.endswith(":requests")
+        }
+        rows = burst_comparable(state)["spend_logs"]
+        logged = None if state["redis_counters"] else len(rows)
+        return {"requests": windows, "rows": logged, "open": state["open_reservations"]}
+
+    for name in ARMS[1:]:
+        assert results[name][0] == results["plain"][0], name
+        assert_same(counted(results[name][1]), counted(results["plain"][1]), f"{name} counted")
+    after = lane_counts(arms["lane"].log)
+    assert after.get("served", 0) > before.get("served", 0), (before, after)
+    assert after.get("lane_rate_limit", 0) > before.get("lane_rate_limit", 0), (before, after)
+
+
+@pytest.mark.parametrize("arms", ["memory", "redis"], indirect=True)
+def test_an_rpm_window_rolls_over_alike(arms: dict[str, Arm]) -> None:
+    """A key's rpm window fills up, then ends: every arm refuses past the limit, and once the
+    window is over starts a new one with the next request and serves the limit again, with the
+    same headers (the lane hands the requests near the window's end to the proxy)."""
+    key = f"sk-rpm-rollover-{next(iter(arms.values())).proxy.port}"
+    names = rpm_limited(arms, key, "key", 3)
+    window = f"{{api_key:{token_hash(key)}}}:window"
+    before = lane_counts(arms["lane"].log).get("served", 0)
+
+    def settled_answer(arm: Arm) -> Answer:
+        # Settled before the next request, as in the sequences: the key spend the proxy sends
+        # is the one its cost callbacks left (the lane's is deliberate difference 1).
+        answer = send(arm, "chat", key)
+        settled(arm, names)
+        return answer
+
+    def on_arm(arm: Arm) -> tuple[list[Answer], dict[str, Any]]:
+        answers = [settled_answer(arm) for _ in range(4)]
+        ends = time.time() + 1.0
+        assert arm.proxy.post(WINDOW_PATH, json={"key": window, "ends_in": 1}).status_code == 200
+        # The window's end is a clock: wait for it to pass.
+        wait_until(lambda: time.time() > ends + 0.2 or None, lambda: "clock", timeout=5)
+        answers += [settled_answer(arm) for _ in range(4)]
+        return answers, settled(arm, names)
+
+    results = on_each(arms, on_arm)
+    statuses = [a.status for a in results["plain"][0]]
+    assert statuses == [200, 200, 200, 429, 200, 200, 200, 429], statuses
+    for name in ARMS[1:]:
+        assert_same(comparable(results[name][0]), comparable(results["plain"][0]), name)
+        assert_same(
+            without_local_copies(results[name][1]),
+            without_local_copies(results["plain"][1]),
+            f"{name} settled",
+        )
+    # In each window, the lane served what followed the request that taught it the window.
+    assert lane_counts(arms["lane"].log).get("served", 0) >= before + 3
+
+
 def burst_comparable(state: dict[str, Any]) -> dict[str, Any]:
     """A settled state after a burst, as far as it does not depend on the order in which the
     concurrent requests reached LiteLLM (on every arm alike): refusals' rows say how far over
@@ -845,16 +993,21 @@ def shared_redis_pair(
 def test_a_rate_limit_holds_across_two_proxies_sharing_redis(
     shared_redis_pair: dict[str, Arm], route: str
 ) -> None:
-    """A key's rpm limit counts the requests of both instances, the lane's one included: a
-    burst of 10 at once, 5 to each, admits exactly the limit; a key without limits takes the
-    lane there meanwhile."""
+    """A key's rpm limit counts the requests of both instances, the lane's included (it counts
+    them in the shared Redis itself): once the lane knows the key, a burst of 16 at once, 8 to
+    each, admits exactly what the limit has left, and the lane serves some of it; a key without
+    limits takes the lane there meanwhile."""
     limited, unlimited = f"sk-shared-rpm-{route}", f"sk-shared-free-{route}"
-    seed(shared_redis_pair, keys={limited: {"rpm_limit": 4}, unlimited: {}})
+    seed(shared_redis_pair, keys={limited: {"rpm_limit": 8}, unlimited: {}})
     lane = shared_redis_pair["lane"]
     served_before = lane_counts(lane.log).get("served", 0)
-    targets = [arm for arm in shared_redis_pair.values() for _ in range(5)]
+    # The key's first request teaches the lane its verdict (and counts one).
+    assert send(lane, route, limited).status == 200
+    targets = [arm for arm in shared_redis_pair.values() for _ in range(8)]
     with concurrent.futures.ThreadPoolExecutor(len(targets)) as pool:
         statuses = list(pool.map(lambda arm: send(arm, route, limited).status, targets))
-    assert sorted(statuses) == [200] * 4 + [429] * 6, statuses
+    assert sorted(statuses) == [200] * 7 + [429] * 9, statuses
+    wait_for_count(lane.log, "served", served_before + 1)
+    served_before = lane_counts(lane.log).get("served", 0)
     assert [send(lane, route, unlimited).status for _ in range(3)] == [200] * 3
     wait_for_count(lane.log, "served", served_before + 2)

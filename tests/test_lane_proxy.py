@@ -490,6 +490,7 @@ def key_proxies(
         "sk-lane-with-budget",
         "sk-lane-expired",
         "sk-lane-rate-limited",
+        "sk-lane-token-limited",
         "sk-lane-blocked",
         "sk-lane-unknown",
     ],
@@ -534,13 +535,14 @@ def test_the_lane_serves_keys_it_can_judge_and_only_those(key_proxies: list) -> 
     before, _ = served_after("sk-lane-any-model")
     after, response = served_after("sk-lane-any-model")
     assert after >= before + 3 and response.status_code == 200
-    # A budget far from spent takes the lane (its headroom leaves the margin; see
-    # test_budgets_proxy.py for budgets close to it); rate limits stay with the proxy's checks.
-    before, _ = served_after("sk-lane-with-budget")
-    after, response = served_after("sk-lane-with-budget")
-    assert after >= before + 3 and response.status_code == 200
-    before, _ = served_after("sk-lane-rate-limited")
-    after, response = served_after("sk-lane-rate-limited")
+    # A budget or an rpm limit far from spent takes the lane (see test_budgets_proxy.py for
+    # both close to it); a tpm limit stays with the proxy's checks.
+    for key in ("sk-lane-with-budget", "sk-lane-rate-limited"):
+        before, _ = served_after(key)
+        after, response = served_after(key)
+        assert after >= before + 3 and response.status_code == 200, key
+    before, _ = served_after("sk-lane-token-limited")
+    after, response = served_after("sk-lane-token-limited")
     assert response.status_code == 200
     assert after == before
 

@@ -51,6 +51,7 @@ __all__ = [
     "lane_set_cooling",
     "lane_set_groups",
     "lane_set_key",
+    "lane_set_rate_counting",
     "lane_set_realtime",
     "lane_stop",
     "lane_stream_tail",
@@ -331,6 +332,8 @@ class LaneClaim:
     def call(self) -> PreparedCall | PreparedStream: ...
     @property
     def hold(self) -> int | None: ...
+    @property
+    def rate_counts(self) -> list[tuple[int, int]] | None: ...
 
 @final
 class LaneCost:
@@ -363,8 +366,12 @@ def lane_set_key(
     spend: float,
     *,
     headroom: float | None = None,
-    max_budget_header: str | None = None,
+    key_headers: list[tuple[str, str]] = ...,
+    rates: tuple[list[tuple[str, str, int, int, float]], bool] | None = None,
     release: int | None = None,
+) -> None: ...
+def lane_set_rate_counting(
+    redis: tuple[str, int, str | None, str | None, int] | None, script: str, window_size: int
 ) -> None: ...
 def lane_forget_group_lists() -> None: ...
 def lane_claim(ticket: str) -> LaneClaim | None: ...

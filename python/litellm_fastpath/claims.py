@@ -40,6 +40,12 @@ _budget_hold: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
 _admitted: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "litellm_fastpath_lane_admitted", default=False
 )
+# The replayed request's rpm windows (start, count with it) where the lane counted it itself (in
+# Redis), or where the lane admitted it and the limiter refused it meanwhile (empty): its
+# limiter must not count it (again).
+_rate_counts: contextvars.ContextVar[list[tuple[int, int]] | None] = contextvars.ContextVar(
+    "litellm_fastpath_lane_rate_counts", default=None
+)
 # The client header the lane passes on to `/v1/messages` calls (the one version there is).
 ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
 # What the proxy passes on to Anthropic of the client's headers (`provider_specific_header`).
@@ -61,6 +67,18 @@ def hold(claim: _native.LaneClaim) -> None:
     _claimed_call.set([claim.call])
     _forced_deployment.set([claim.deployment_id])
     _budget_hold.set([] if claim.hold is None else [claim.hold])
+    _rate_counts.set(None if claim.rate_counts is None else list(claim.rate_counts))
+
+
+def rate_counts() -> list[tuple[int, int]] | None:
+    """The replayed request's windows (start, count) where the lane counted it (see
+    `_rate_counts`); None where the limiter counts it."""
+    return _rate_counts.get()
+
+
+def set_rate_counted() -> None:
+    """The replay is run again past a limiter that refused it: the request is counted."""
+    _rate_counts.set([])
 
 
 def take_hold() -> int | None:

@@ -139,6 +139,19 @@ _PRIVATE: dict[str, tuple[str, str]] = {
         "team_membership_reservation_cache_key",
     ),
     "LiteLLM_TeamMembership": ("litellm.proxy._types", "LiteLLM_TeamMembership"),
+    # Rate limits on the lane: the v3 limiter, its window script and its per-request stash.
+    "RateLimiterV3": (
+        "litellm.proxy.hooks.parallel_request_limiter_v3",
+        "_PROXY_MaxParallelRequestsHandler_v3",
+    ),
+    "BATCH_RATE_LIMITER_SCRIPT": (
+        "litellm.proxy.hooks.parallel_request_limiter_v3",
+        "BATCH_RATE_LIMITER_SCRIPT",
+    ),
+    "claim_request_stash_for_data": (
+        "litellm.proxy.hooks.parallel_request_limiter_v3",
+        "claim_request_stash_for_data",
+    ),
     "proxy_chat_completion": ("litellm.proxy.proxy_server", "chat_completion"),
     "proxy_anthropic_response": (
         "litellm.proxy.anthropic_endpoints.endpoints",

@@ -10,7 +10,8 @@ use http::Method;
 use http::header::{AUTHORIZATION, CONTENT_LENGTH};
 use sha2::{Digest, Sha256};
 
-use super::budget::Hold;
+use super::holds::Hold;
+use super::ratelimit::scopes::{self, Counting, KeyRates, RateRefusal};
 use super::state::Lane;
 use super::table::{KeyRefusal, LaneDeployment};
 use crate::model::LaneReason;
@@ -92,19 +93,30 @@ pub(super) fn gate(
     key_hash(&parts.headers, route).ok_or(LaneReason::Auth)
 }
 
-/// A request past every shared check: its key, the key's spend and budget header, its hold on
-/// the key's budget, and the deployment picked.
+/// A request past every shared check: its key, the key's spend and limit headers, its hold on
+/// the key's budget and rpm windows, and the deployment picked.
 pub(super) struct Judged {
     pub key_hash: String,
     pub key_spend: f64,
-    pub max_budget_header: Option<String>,
+    pub key_headers: Vec<(String, String)>,
     pub hold: Option<Hold>,
+    /// The limiter's headers (worker counting), or the windows to count in Redis.
+    pub rates: RateAdmission,
     pub deployment: Arc<LaneDeployment>,
 }
 
+/// What an admitted request's rpm limits still need.
+pub(super) enum RateAdmission {
+    None,
+    /// Held in the worker: the limiter's headers are known.
+    Held(Vec<(String, String)>),
+    /// To count in Redis before the provider call (see `ratelimit::scopes`).
+    ToCount(KeyRates),
+}
+
 /// The checks every route shares, after the request is read: the model group, the key's
-/// verdict for it, cooldowns, the backlog and the key's budget (see `budget`); then the
-/// deployment (picked as the router picks) and the key's spend.
+/// verdict for it, cooldowns, the backlog, the key's budget (see `budget`) and rpm limits (see
+/// `ratelimit`); then the deployment (picked as the router picks) and the key's spend.
 pub(super) fn judge(
     lane: &Lane,
     key_hash: String,
@@ -113,8 +125,9 @@ pub(super) fn judge(
 ) -> Result<Judged, LaneReason> {
     let group = lane.table.group(model_group).ok_or(LaneReason::Model)?;
     let verdict = lane.table.verdict(&key_hash).ok_or(LaneReason::Auth)?;
+    let now = SystemTime::now();
     verdict
-        .admits(model_group, SystemTime::now())
+        .admits(model_group, now)
         .map_err(|refusal| match refusal {
             KeyRefusal::Model => LaneReason::Access,
             KeyRefusal::Stale | KeyRefusal::Expired => LaneReason::Auth,
@@ -126,27 +139,78 @@ pub(super) fn judge(
         return Err(LaneReason::Backlog);
     }
     let key_spend = verdict.current_spend();
-    let (hold, max_budget_header) = match verdict.budget {
-        None => (None, None),
-        Some(budget) => {
-            let bound = group
-                .reservation
-                .and_then(|rates| rates.bound(body))
-                .ok_or(LaneReason::Budget)?;
-            let hold = lane
-                .holds
-                .try_hold(&key_hash, bound, budget.headroom)
-                .ok_or(LaneReason::Budget)?;
-            (Some(hold), budget.max_budget_header)
+    let mut claims = Vec::new();
+    if let Some(budget) = &verdict.budget {
+        let bound = group
+            .reservation
+            .and_then(|rates| rates.bound(body))
+            .ok_or(LaneReason::Budget)?;
+        claims.push(budget.claim(&key_hash, bound));
+    }
+    let budget_claims = claims.len();
+    if let Some(rates) = &verdict.rates {
+        if rates.counting == Counting::Redis && rates.spent() {
+            return Err(LaneReason::RateLimit);
+        }
+        claims.extend(rates.claims(now).map_err(|_| LaneReason::RateLimit)?);
+    }
+    let (hold, held) = if claims.is_empty() {
+        (None, Vec::new())
+    } else {
+        let (hold, held) = lane.holds.try_hold(&claims).map_err(|refused| {
+            if refused < budget_claims {
+                LaneReason::Budget
+            } else {
+                LaneReason::RateLimit
+            }
+        })?;
+        (Some(hold), held)
+    };
+    let rates = match verdict.rates {
+        None => RateAdmission::None,
+        Some(rates) if rates.counting == Counting::Redis => RateAdmission::ToCount(rates),
+        Some(rates) => {
+            // The window's count once the replays held so far (this one included) are counted.
+            let counts: Vec<u64> = rates
+                .scopes
+                .iter()
+                .zip(&held[budget_claims..])
+                .map(|(scope, held)| scope.counted + *held as u64)
+                .collect();
+            RateAdmission::Held(scopes::headers(&rates.scopes, &counts))
         }
     };
     Ok(Judged {
         key_spend,
         key_hash,
-        max_budget_header,
+        key_headers: verdict.key_headers,
         hold,
+        rates,
         deployment: lane.table.pick(&group),
     })
+}
+
+/// The counters a request refused for `why` waits on before the proxy decides: those the lane
+/// holds for the key's budget or rpm windows, until the replays holding them are counted.
+pub(super) fn drain_counters(lane: &Lane, key_hash: &str, why: LaneReason) -> Vec<String> {
+    match why {
+        LaneReason::Budget => vec![key_hash.to_string()],
+        LaneReason::RateLimit => lane
+            .table
+            .verdict(key_hash)
+            .and_then(|verdict| verdict.rates)
+            .map(|rates| rates.held_counters())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+/// A refusal of the windows' counts in Redis, as the reason the proxy serves the request.
+pub(super) fn rate_reason(refusal: RateRefusal) -> LaneReason {
+    match refusal {
+        RateRefusal::AtLimit => LaneReason::RateLimit,
+        RateRefusal::Unreachable => LaneReason::RateLimitUnverified,
+    }
 }
 
 /// Headers through which a caller asks the proxy for something (sessions, tags, end users,

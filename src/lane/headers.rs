@@ -149,10 +149,17 @@ fn chat_headers(
     } else {
         head.key_spend
     };
-    if let Some(max_budget) = &head.max_budget_header {
-        push("x-litellm-key-max-budget", max_budget.clone());
+    for (name, value) in &head.key_headers {
+        push(name, value.clone());
     }
     push("x-litellm-key-spend", python_float(updated));
+    // The limiter adds its headers to a whole answer's (its post-call hook); a stream's headers
+    // are written before.
+    if !matches!(cost, CostHeaders::Stream) {
+        for (name, value) in head.rate_headers() {
+            push(name, value.clone());
+        }
+    }
     push("x-litellm-response-duration-ms", python_float(total_ms));
     let overhead = ((total_ms - upstream_ms) * 10_000.0).round() / 10_000.0;
     push("x-litellm-overhead-duration-ms", python_float(overhead));

@@ -13,17 +13,16 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use super::budget::DRAIN_TIMEOUT;
 use super::connection::{Connection, PEER_HEADER};
 use super::forward::{AppSlot, forward};
-use super::gate::{Route, key_hash, lane_route};
+use super::gate::{Route, drain_counters, key_hash, lane_route};
+use super::holds::DRAIN_TIMEOUT;
 use super::keepalive;
 use super::response::{Body, bad_gateway, full, set_header};
 use super::served::{ClientRequest, Served};
 use super::state::{Lane, LaneError};
 use super::tickets::TICKET_HEADER;
 use super::{chat, messages, realtime};
-use crate::model::LaneReason;
 
 /// Headers the lane takes in one request (uvicorn's h11 takes any number; hyper's default is
 /// 100).
@@ -164,12 +163,13 @@ async fn handle(
         }
         Served::ToProxy(why) => {
             lane.count(why.as_str());
-            if why == LaneReason::Budget
-                && let Some(key) = key_hash(&parts.headers, route)
-            {
+            if let Some(key) = key_hash(&parts.headers, route) {
                 // The proxy decides on LiteLLM's counters once they hold every request the
-                // lane admitted on the key (their replays reserved).
-                lane.holds.drained(&key, DRAIN_TIMEOUT).await;
+                // lane admitted on them (their replays counted).
+                let counters = drain_counters(lane, &key, why);
+                if !counters.is_empty() {
+                    lane.holds.drained(&counters, DRAIN_TIMEOUT).await;
+                }
             }
             forward(lane, app_slot, Request::from_parts(parts, full(body))).await
         }

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::budget::Holds;
+use super::holds::Holds;
+use super::ratelimit::scopes::RedisCounting;
 use super::realtime::hub::Realtime;
 use super::replay::{Replay, Replays};
 use super::table::Table;
@@ -98,8 +99,11 @@ pub struct Lane {
     pub(super) engine: Arc<Engine>,
     pub(super) tickets: Tickets,
     pub(super) replays: Replays,
-    /// What requests admitted on budgeted keys hold until their replays reserve.
+    /// What requests admitted on keys with budgets or rpm limits hold until their replays are
+    /// counted.
     pub holds: Arc<Holds>,
+    /// LiteLLM's coordination Redis, where the lane counts rpm windows (None: the worker's).
+    rate_counting: Mutex<Option<Arc<RedisCounting>>>,
     /// Realtime sessions relayed in Rust: groups, warm provider sessions, records to replay.
     pub realtime: Realtime,
     max_backlog: usize,
@@ -131,6 +135,7 @@ impl Lane {
             tickets: Tickets::default(),
             replays: Replays::default(),
             holds: Arc::new(Holds::default()),
+            rate_counting: Mutex::new(None),
             realtime: Realtime::default(),
             max_backlog: backlog_setting("LITELLM_FASTPATH_LANE_BACKLOG", MAX_BACKLOG),
             shared_socket,
@@ -230,6 +235,18 @@ impl Lane {
     /// the others for a moment, so its clients' next requests go to a less busy worker:
     /// connections are spread by whoever accepts first, and a few keep-alive connections could
     /// otherwise keep one worker's Python saturated while another idles.
+    /// Where the lane counts rpm windows: LiteLLM's Redis (see `ratelimit::scopes`).
+    pub fn set_rate_counting(&self, counting: Option<RedisCounting>) {
+        *self.rate_counting.lock().unwrap_or_else(|p| p.into_inner()) = counting.map(Arc::new);
+    }
+
+    pub(super) fn rate_counting(&self) -> Option<Arc<RedisCounting>> {
+        self.rate_counting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     pub(super) fn busy(&self) -> bool {
         self.shared_socket && self.replays.backlog() >= self.busy_backlog
     }

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 
 use super::budget::{KeyBudget, ReservationRates};
 use super::cost::Pricing;
+use super::ratelimit::scopes::KeyRates;
 use crate::providers::Deployment;
 
 /// One deployment of a lane group, with what the proxy says about it in its headers.
@@ -97,6 +98,11 @@ pub struct Verdict {
     pub spend_since: f64,
     /// The key's budgets (its own, its user's, team's, team membership's), if any.
     pub budget: Option<KeyBudget>,
+    /// The key's rpm limits (its own, its user's, team's, team membership's), if any.
+    pub rates: Option<KeyRates>,
+    /// The proxy's headers about the key's limits (`x-litellm-key-rpm-limit`,
+    /// `x-litellm-key-max-budget`), as it writes them.
+    pub key_headers: Vec<(String, String)>,
 }
 
 impl Verdict {

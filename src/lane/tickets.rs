@@ -73,8 +73,12 @@ pub struct Ticket {
     /// should not show it).
     pub call_id_added: bool,
     pub outcome: Outcome,
-    /// The request's hold on its key's budget (`budget::Holds`), for the replay to release.
+    /// The request's hold on its key's budget and rpm windows (`holds`), for the replay to
+    /// release.
     pub hold: Option<u64>,
+    /// Each rpm window's start and count with the request, where the lane counted it in LiteLLM's windows
+    /// itself (in Redis): the replay's limiter must not count it again.
+    pub rate_counts: Option<Vec<(u64, u64)>>,
 }
 
 /// A ticket as the lane sends it along.
@@ -95,6 +99,7 @@ impl Tickets {
         call_id: CallId,
         outcome: Outcome,
         hold: Option<u64>,
+        rate_counts: Option<Vec<(u64, u64)>>,
     ) -> Issued {
         let id = random_hex(4);
         let now = Instant::now();
@@ -111,6 +116,7 @@ impl Tickets {
                     call_id_added: call_id.added,
                     outcome,
                     hold,
+                    rate_counts,
                 },
             ),
         );

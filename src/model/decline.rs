@@ -145,6 +145,12 @@ named_reasons! {
         /// does not leave room for this request with a margin, or a group or body whose
         /// reservation the lane cannot bound: the proxy decides, once the key's replays reserved.
         Budget => "lane_budget",
+        /// A key with rpm limits whose window (less what its requests not yet replayed hold) is
+        /// at its limit, near its end or not started, or, with Redis, past its limit once the
+        /// lane counted the request there: the proxy decides, once the key's replays counted.
+        RateLimit => "lane_rate_limit",
+        /// A key with rpm limits counted in Redis, and Redis did not answer the lane.
+        RateLimitUnverified => "lane_rate_limit_unverified",
     }
 }
 

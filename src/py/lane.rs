@@ -13,6 +13,8 @@ use super::headers::header_list;
 use super::lane_types::{LaneClaim, LaneCost, LaneDeployment, LanePricing, LaneReplay};
 use super::stream::{Payload, PreparedStream};
 use crate::lane::budget::{KeyBudget, ReservationRates};
+use crate::lane::ratelimit::redis::{Redis, RedisTarget};
+use crate::lane::ratelimit::scopes::{Counting, KeyRates, RateScope, RedisCounting};
 use crate::lane::{self, App, Group, Lane, Settings, Verdict};
 use crate::model::LaneReason;
 use crate::runtime;
@@ -192,15 +194,20 @@ pub fn lane_set_cooling(groups: Vec<String>) -> PyResult<()> {
     Ok(())
 }
 
+/// One rpm scope of a key: LiteLLM's descriptor and value, the limit, what its window counted
+/// and when the window ends (Unix seconds; 0: no window).
+type RateScopeArgs = (String, String, u64, u64, f64);
+
 /// LiteLLM's verdict on a key (by its SHA-256 hex): the groups it may call (None: all), its
 /// expiry (Unix seconds), how long the verdict holds, and its spend; for a key with budgets,
-/// its headroom (`min(max_budget - counter)` over LiteLLM's counters) and
-/// `x-litellm-key-max-budget`. `release`: the hold of the replay whose reservation the
-/// headroom was read after (see `lane::budget`).
+/// its headroom (`min(max_budget - counter)` over LiteLLM's counters); the proxy's headers about
+/// its limits (`x-litellm-key-rpm-limit`...); for a key with rpm limits, `([scope], counted in Redis)`.
+/// `release`: the hold of the replay whose counts the verdict was read after (see
+/// `lane::budget`, `lane::ratelimit`).
 #[pyfunction]
 #[pyo3(signature = (
-    key_hash, groups, expires_at, valid_for, spend, *, headroom=None, max_budget_header=None,
-    release=None,
+    key_hash, groups, expires_at, valid_for, spend, *, headroom=None, key_headers=vec![],
+    rates=None, release=None,
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn lane_set_key(
@@ -210,7 +217,8 @@ pub fn lane_set_key(
     valid_for: f64,
     spend: f64,
     headroom: Option<f64>,
-    max_budget_header: Option<String>,
+    key_headers: Vec<(String, String)>,
+    rates: Option<(Vec<RateScopeArgs>, bool)>,
     release: Option<u64>,
 ) -> PyResult<()> {
     let at = |seconds: f64| UNIX_EPOCH + Duration::from_secs_f64(seconds.max(0.0));
@@ -221,9 +229,26 @@ pub fn lane_set_key(
         spend,
         spend_since: 0.0,
         // A headroom that is not a number admits nothing (NaN fails every comparison).
-        budget: headroom.map(|headroom| KeyBudget {
-            headroom,
-            max_budget_header,
+        budget: headroom.map(|headroom| KeyBudget { headroom }),
+        key_headers,
+        rates: rates.map(|(scopes, in_redis)| KeyRates {
+            scopes: scopes
+                .into_iter()
+                .map(
+                    |(descriptor, value, limit, counted, window_ends)| RateScope {
+                        descriptor,
+                        value,
+                        limit,
+                        counted,
+                        window_ends: at(window_ends),
+                    },
+                )
+                .collect(),
+            counting: if in_redis {
+                Counting::Redis
+            } else {
+                Counting::Worker
+            },
         }),
     };
     let lane = running()?;
@@ -234,8 +259,35 @@ pub fn lane_set_key(
     Ok(())
 }
 
-/// Releases a served request's hold on its key's budget (its replay ended without reserving);
-/// nothing if it was released already.
+/// LiteLLM's coordination Redis: host, port, username, password, db.
+type RedisArgs = (String, u16, Option<String>, Option<String>, i64);
+
+/// Where the lane counts rpm windows: LiteLLM's coordination Redis (`(host, port, username,
+/// password, db)`), with the limiter's own script and window, or None (the worker's memory).
+#[pyfunction]
+#[pyo3(signature = (redis, script, window_size))]
+pub fn lane_set_rate_counting(
+    redis: Option<RedisArgs>,
+    script: String,
+    window_size: u64,
+) -> PyResult<()> {
+    let counting = redis.map(|(host, port, username, password, db)| RedisCounting {
+        redis: Redis::new(RedisTarget {
+            host,
+            port,
+            username,
+            password,
+            db,
+        }),
+        script,
+        window_size,
+    });
+    running()?.set_rate_counting(counting);
+    Ok(())
+}
+
+/// Releases a served request's hold on its key's budget and rpm windows (its replay ended
+/// before they were counted); nothing if it was released already.
 #[pyfunction]
 pub fn lane_release_hold(hold: u64) -> PyResult<()> {
     running()?.holds.release(hold);
@@ -277,6 +329,7 @@ pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<LaneClaim>> {
         call_id_added: ticket.call_id_added,
         call,
         hold: ticket.hold,
+        rate_counts: ticket.rate_counts,
     }))
 }
 

@@ -255,13 +255,16 @@ impl LaneReplay {
 /// The outcome behind a ticket: the deployment the lane called (the replay's router must pick
 /// it), whether the lane chose the call id, and the call that yields the provider's answer or
 /// error without calling it again (a `PreparedCall`, or for a stream a `PreparedStream`), and
-/// its hold on the key's budget (`lane_set_key(release=...)` releases it).
+/// its hold on the key's budget and rpm windows (`lane_set_key(release=...)` releases it), and
+/// each rpm window's start and count with it where the lane counted it in LiteLLM's windows itself (in
+/// Redis; None otherwise).
 #[pyclass(frozen, get_all, module = "litellm_fastpath._native")]
 pub struct LaneClaim {
     pub(crate) deployment_id: String,
     pub(crate) call_id_added: bool,
     pub(crate) call: Py<PyAny>,
     pub(crate) hold: Option<u64>,
+    pub(crate) rate_counts: Option<Vec<(u64, u64)>>,
 }
 
 /// The lane's cost of an answer, split as the proxy's headers split it.

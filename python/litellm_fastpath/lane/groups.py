@@ -18,7 +18,7 @@ import litellm
 
 from litellm_fastpath import _native, claims, compat, messages, routing, streaming
 from litellm_fastpath.declines import Decline
-from litellm_fastpath.lane import middleware, prices, realtime, replay, settings
+from litellm_fastpath.lane import limits, middleware, prices, realtime, replay, settings
 from litellm_fastpath.providers import PROVIDERS
 
 logger = logging.getLogger("litellm_fastpath")
@@ -129,6 +129,7 @@ def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
     _lane_groups = frozenset(groups)
     replay.install_forced_pick(router)
     replay.install_admitted_budget_skip()
+    limits.configure()
     _native.lane_set_groups(groups, reservation_rates(router, groups))
     realtime.configure(router, why_off is not None, _weights)
     _native.lane_configure(

@@ -10,10 +10,11 @@ its user, its team, the team membership).
 Budgets (`max_budget` on the key, its user, its team or the team membership): the verdict also
 carries the key's headroom over LiteLLM's own budget counters (`spend:*`, in Redis when the
 proxy has one), read again after every request of the key LiteLLM judges, the lane's replays
-included; see `lane::budget` in Rust for how the lane admits against it. Keys with anything
-else LiteLLM counts or checks per request (rpm/tpm/parallel limits, budget windows, soft
-budgets, per-model budgets), an organization, metadata, aliases or permissions keep going to the
-proxy.
+included; see `lane::budget` in Rust for how the lane admits against it. rpm limits on the same
+four: the verdict carries the limiter's windows (see `limits`), read once the limiter counted
+the request. Keys with anything else LiteLLM counts or checks per request (tpm/parallel limits,
+budget windows, soft budgets, per-model budgets), an organization, metadata, aliases or
+permissions keep going to the proxy.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from typing import Any
 
 from litellm_fastpath import _native, claims, compat
-from litellm_fastpath.lane import groups, replay
+from litellm_fastpath.lane import groups, limits, replay
 
 # UserAPIKeyAuth fields that may differ from their defaults on a key the lane serves: identity,
 # spend, model access, expiry and budget caps (re-applied per request in Rust), and the user,
@@ -44,6 +45,12 @@ _KEY_FIELDS_REAPPLIED = frozenset(
         "user_max_budget",
         # This request's reservation (per request, LiteLLM's own).
         "budget_reservation",
+        # rpm limits, as LiteLLM's auth copies them from the user, team and membership (the
+        # lane re-applies them against the limiter's windows; see `limits`).
+        "rpm_limit",
+        "user_rpm_limit",
+        "team_rpm_limit",
+        "team_member_rpm_limit",
         "token",
         "key_name",
         "key_alias",
@@ -90,6 +97,7 @@ _USER_FIELDS_REAPPLIED = frozenset(
         "max_budget",
         "budget_duration",
         "budget_reset_at",
+        "rpm_limit",
         "spend",
         "model_spend",
         "user_email",
@@ -110,6 +118,7 @@ _TEAM_FIELDS_REAPPLIED = frozenset(
         "max_budget",
         "budget_duration",
         "budget_reset_at",
+        "rpm_limit",
         "default_team_member_models",
         "access_group_ids",
         "spend",
@@ -123,7 +132,9 @@ _MEMBERSHIP_FIELDS_REAPPLIED = frozenset(
     {"user_id", "team_id", "spend", "total_spend", "budget_id", "litellm_budget_table"}
 )
 # A team membership's budget row: its cap (and reset period) alone.
-_MEMBER_BUDGET_FIELDS_REAPPLIED = frozenset({"budget_id", "max_budget", "budget_duration"})
+_MEMBER_BUDGET_FIELDS_REAPPLIED = frozenset(
+    {"budget_id", "max_budget", "budget_duration", "rpm_limit"}
+)
 # Roles whose keys may call the chat routes (LiteLLM gives keys without a user the
 # internal-user role).
 _CALLING_ROLES = frozenset({None, "internal_user"})
@@ -135,11 +146,22 @@ _CHECKED_ROUTE = "/chat/completions"
 
 
 async def note_request(user_api_key_dict: Any, data: dict[str, Any], call_type: Any) -> None:
-    """The accelerator's pre-call hook: LiteLLM has judged this request's key (and its
-    budgets, limits and model access); hand the verdict to the lane, and take a lane ticket."""
+    """The accelerator's pre-call hook: a replay claims its ticket; and where LiteLLM's rate
+    limiter is not one the lane reads (which then hands over the verdict once it counted the
+    request, see `limits.configure`), LiteLLM has judged this request's key: hand the verdict
+    to the lane."""
     if not claims.lane_running():
         return
     replay.take_ticket(data)
+    if not limits.hooked():
+        await note_judged(user_api_key_dict, data, call_type)
+
+
+async def note_judged(user_api_key_dict: Any, data: dict[str, Any], call_type: Any) -> None:
+    """LiteLLM has judged this request's key (its budgets, limits and model access, the rate
+    limiter's count included): hand the verdict to the lane, releasing a replay's hold."""
+    if not claims.lane_running():
+        return
     hold = claims.take_hold()
     try:
         if str(getattr(call_type, "value", call_type)) in _JUDGED_CALL_TYPES:
@@ -159,6 +181,7 @@ class _Judged:
     at: float
     served: frozenset[str]
     counters: tuple[_Counter, ...]
+    scopes: tuple[limits.Scope, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +199,7 @@ class _Found:
     allowed: list[str] | None
     objects: list[tuple[str, Any]]
     counters: tuple[_Counter, ...]
+    scopes: tuple[limits.Scope, ...]
 
 
 class _Verdicts:
@@ -215,11 +239,12 @@ class _Verdicts:
             if found is None:
                 self.forget(key.token)
                 return
-            judged = _Judged(found.allowed, now, served, found.counters)
+            judged = _Judged(found.allowed, now, served, found.counters, found.scopes)
             self.judged[key.token] = judged
             for cache_key, value in found.objects:
                 self.resting_on.setdefault(cache_key, {})[key.token] = _fingerprint(value)
         headroom = None if not judged.counters else await _headroom(judged.counters)
+        rates = None if not judged.scopes else await limits.windows(judged.scopes)
         # Every time: the key's spend as LiteLLM holds it (the lane adds what it serves), and
         # its headroom once this request's reservation is in LiteLLM's counters.
         _native.lane_set_key(
@@ -229,7 +254,8 @@ class _Verdicts:
             ttl,
             float(key.spend or 0.0),
             headroom=headroom,
-            max_budget_header=None if key.max_budget is None else str(key.max_budget),
+            key_headers=_key_headers(key),
+            rates=rates,
             release=hold,
         )
 
@@ -272,6 +298,16 @@ _MAX_JUDGED = 100_000
 _verdicts = _Verdicts()
 
 
+def _key_headers(key: Any) -> list[tuple[str, str]]:
+    """The proxy's headers about the key's limits, as its `get_custom_headers` writes them (a
+    limit the key does not have is left out)."""
+    named = (
+        ("x-litellm-key-rpm-limit", key.rpm_limit),
+        ("x-litellm-key-max-budget", key.max_budget),
+    )
+    return [(name, str(value)) for name, value in named if value is not None]
+
+
 async def _judge(key: Any) -> _Found | None:
     """For a key the lane may serve: the groups it may call (None: every group), the cached
     objects (cache key, as cached) the verdict rests on, and its budget counters; None for any
@@ -304,14 +340,15 @@ async def _judge(key: Any) -> _Found | None:
     if any(value is None for _, value in objects):
         return None  # judged on something no longer cached
     counters = await _budget_counters(key, team, user)
-    if counters is None:
+    scopes = limits.scopes(key)
+    if counters is None or scopes is None:
         return None
     allowed = await _allowed_groups(key, team, user)
     for cache_key, value in objects:
         # Rewritten while the checks ran: the next request judges it afresh.
         if _fingerprint(await _cached(cache_key, None)) != _fingerprint(value):
             return None
-    return _Found(allowed, objects, counters)
+    return _Found(allowed, objects, counters, scopes)
 
 
 def _membership_reapplied(membership: Any) -> bool:

@@ -68,16 +68,21 @@ async def _replay(record: _native.LaneReplay) -> None:
                 record.path, record.headers, record.body, record.client, record.server
             )
             key = await _authenticate(request)
-        from starlette.responses import Response
-
-        if record.path == MESSAGES_PATH:
-            answer = await compat.proxy_anthropic_response(
-                fastapi_response=Response(), request=request, user_api_key_dict=key
+        try:
+            answer = await _endpoint(record.path, request, key)
+        except Exception as err:
+            if claimed.hold is None or not _refused_for_rate_limit(err):
+                raise
+            # The lane admitted it on the windows' counts, and the limiter refused it meanwhile
+            # (other requests counted on a shared window first): the provider answered, so it
+            # is logged and billed, counted once (by the refusal) and not refused again.
+            await _release_unbound_reservation(request)
+            claims.set_rate_counted()
+            request = asgi_request(
+                record.path, record.headers, record.body, record.client, record.server
             )
-        else:
-            answer = await compat.proxy_chat_completion(
-                request=request, fastapi_response=Response(), model=None, user_api_key_dict=key
-            )
+            key = await _authenticate(request)
+            answer = await _endpoint(record.path, request, key)
         frames = getattr(answer, "body_iterator", None)
         if frames is not None:
             # A stream: reading it runs LiteLLM's end-of-stream logging. Past the first
@@ -98,6 +103,19 @@ async def _replay(record: _native.LaneReplay) -> None:
             _native.lane_release_hold(claimed.hold)
         _native.lane_stream_tail(ticket, b"".join(tail))
         _native.lane_replayed()
+
+
+async def _endpoint(path: str, request: Any, key: Any) -> Any:
+    """The proxy's own endpoint for the replayed route."""
+    from starlette.responses import Response
+
+    if path == MESSAGES_PATH:
+        return await compat.proxy_anthropic_response(
+            fastapi_response=Response(), request=request, user_api_key_dict=key
+        )
+    return await compat.proxy_chat_completion(
+        request=request, fastapi_response=Response(), model=None, user_api_key_dict=key
+    )
 
 
 async def _release_unbound_reservation(request: Any) -> None:
@@ -131,6 +149,11 @@ def _refused_for_budget(err: Exception) -> bool:
     return getattr(kind, "value", kind) == "budget_exceeded" or isinstance(
         err, litellm.BudgetExceededError
     )
+
+
+def _refused_for_rate_limit(err: Exception) -> bool:
+    """LiteLLM's rate limiter refusing (its 429, as the proxy raises it)."""
+    return getattr(err, "code", None) in (429, "429") or getattr(err, "status_code", None) == 429
 
 
 # The modules that name LiteLLM's zero-cost predicate, with which its auth skips every budget

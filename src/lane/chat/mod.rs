@@ -37,10 +37,13 @@ enum Plan {
 
 pub(super) async fn serve(request: ClientRequest<'_>) -> Served {
     let received = Instant::now();
-    let (head, plan) = match admit(request, received) {
+    let (mut head, plan) = match admit(request, received) {
         Ok(admitted) => admitted,
         Err(why) => return Served::ToProxy(why),
     };
+    if let Err(why) = head.count_rates(request.lane).await {
+        return Served::ToProxy(why);
+    }
     let serving = Serving::new(request.lane);
     match plan {
         Plan::Call(upstream) => {

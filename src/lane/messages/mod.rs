@@ -26,10 +26,13 @@ const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 pub(super) async fn serve(request: ClientRequest<'_>) -> Served {
     let received = Instant::now();
-    let (head, upstream, stream) = match admit(request, received) {
+    let (mut head, upstream, stream) = match admit(request, received) {
         Ok(admitted) => admitted,
         Err(why) => return Served::ToProxy(why),
     };
+    if let Err(why) = head.count_rates(request.lane).await {
+        return Served::ToProxy(why);
+    }
     let serving = Serving::new(request.lane);
     if let Some(stream) = stream {
         return stream::serve(request, head, upstream, stream, serving).await;

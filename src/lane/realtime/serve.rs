@@ -66,8 +66,10 @@ fn admit<B>(lane: &Lane, request: &hyper::Request<B>) -> Option<RealtimeDeployme
     };
     let key = key_hash(headers, Route::Chat)?;
     let verdict = lane.table.verdict(&key)?;
-    // Keys with budgets reserve per session in LiteLLM's auth: the proxy's.
+    // Keys with budgets reserve per session in LiteLLM's auth, and rpm limits count each
+    // session in the limiter: the proxy's.
     if verdict.budget.is_some()
+        || verdict.rates.is_some()
         || verdict.admits(&group, SystemTime::now()).is_err()
         || lane.table.is_cooling(&group)
     {

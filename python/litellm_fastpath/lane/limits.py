@@ -1,0 +1,240 @@
+"""Rate limits on the lane (#26): rpm limits on a key, its user, its team or the team
+membership, counted in LiteLLM's v3 limiter's own windows (see `lane::ratelimit` in Rust).
+
+- Without Redis, the windows are the worker's: the replay's limiter counts each request the lane
+  served, and a key's verdict carries each window's count as read after the limiter counted the
+  latest request LiteLLM judged; the lane holds one request per window until then.
+- With the proxy's Redis, the lane counts each request there itself, with the limiter's own
+  script, before the provider call; the replay's limiter then leaves the request counted (it
+  only records what the lane counted, for the callbacks).
+
+Keys with tpm or parallel-request limits, per-model or tag limits, or dynamic limits keep going
+to the proxy, as do all limited keys where LiteLLM's Redis is one the lane does not speak to
+(a cluster, TLS, a Unix socket, a key namespace).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Any
+
+from litellm_fastpath import _native, claims, compat
+
+# The limiter's descriptors the lane counts (its key, user, team and team-member limits).
+_SERVED_DESCRIPTORS = frozenset({"api_key", "user", "team", "team_member"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """One rpm window of a key: LiteLLM's descriptor, its value and the limit."""
+
+    descriptor: str
+    value: str
+    limit: int
+
+    def keys(self) -> tuple[str, str]:
+        """The limiter's window and request-counter keys."""
+        prefix = f"{{{self.descriptor}:{self.value}}}"
+        return f"{prefix}:window", f"{prefix}:requests"
+
+
+def limiter() -> Any | None:
+    """The proxy's v3 rate limiter (None: another limiter, or none)."""
+    proxy_logging = getattr(compat.proxy_server(), "proxy_logging_obj", None)
+    hook = proxy_logging.get_proxy_hook("parallel_request_limiter") if proxy_logging else None
+    return hook if isinstance(hook, compat.RateLimiterV3) else None
+
+
+def scopes(key: Any) -> tuple[Scope, ...] | None:
+    """The key's rpm windows as LiteLLM's limiter builds them for a chat call (empty: no
+    limits), or None when the lane leaves the key's limits to the proxy."""
+    found = limiter()
+    if found is None:
+        return None
+    descriptors = found.create_rate_limit_descriptors(
+        user_api_key_dict=key,
+        data={},
+        rpm_limit_type=None,
+        tpm_limit_type=None,
+        model_has_failures=False,
+        call_type="acompletion",
+    )
+    if descriptors and _counting() is None:
+        return None
+    out = []
+    for descriptor in descriptors:
+        limits = descriptor.get("rate_limit") or {}
+        requests = limits.get("requests_per_unit")
+        if (
+            descriptor["key"] not in _SERVED_DESCRIPTORS
+            or requests is None
+            or limits.get("tokens_per_unit") is not None
+            or limits.get("max_parallel_requests") is not None
+            or (limits.get("window_size") or found.window_size) != found.window_size
+        ):
+            return None
+        out.append(Scope(descriptor["key"], str(descriptor["value"]), int(requests)))
+    return tuple(out)
+
+
+async def windows(found: tuple[Scope, ...]) -> tuple[list[Any], bool]:
+    """The scopes as the lane's verdict carries them (descriptor, value, limit, what the window
+    counted, when it ends; 0: no window), read as LiteLLM's limiter reads them, and whether
+    they are counted in Redis."""
+    rate_limiter = limiter()
+    in_redis = _counting() == "redis"
+    if rate_limiter is None:
+        return [], in_redis
+    keys = [key for scope in found for key in scope.keys()]
+    values = await rate_limiter._read_counter_values_without_incrementing(
+        keys=keys, parent_otel_span=None
+    )
+    values = list(values or [None] * len(keys))
+    now = time.time()
+    out = []
+    for index, scope in enumerate(found):
+        started, counted = values[2 * index], values[2 * index + 1]
+        try:
+            ends = float(started) + rate_limiter.window_size if started is not None else 0.0
+            count = int(counted) if counted is not None else 0
+        except (TypeError, ValueError):
+            ends, count = 0.0, 0
+        if ends <= now:
+            # No window (or an old one): the next request LiteLLM counts starts it.
+            ends, count = 0.0, 0
+        out.append((scope.descriptor, scope.value, scope.limit, count, ends))
+    return out, in_redis
+
+
+def _counting() -> str | None:
+    """Where LiteLLM's limiter keeps its windows: "worker", "redis" (a Redis the lane counts
+    in), or None (a Redis the lane does not speak to)."""
+    rate_limiter = limiter()
+    if rate_limiter is None:
+        return None
+    return _redis_counting(rate_limiter.internal_usage_cache.dual_cache)
+
+
+def _redis_counting(dual_cache: Any) -> str | None:
+    redis_cache = dual_cache.redis_cache
+    if redis_cache is None:
+        return "worker"
+    return "redis" if _redis_target(redis_cache) is not None else None
+
+
+def _redis_target(redis_cache: Any) -> tuple[str, int, str | None, str | None, int] | None:
+    """(host, port, username, password, db) of a plain-TCP, un-namespaced Redis, as LiteLLM's
+    own client connects to it; None for anything else."""
+    if getattr(redis_cache, "namespace", None) or type(redis_cache).__name__ != "RedisCache":
+        return None
+    pool = getattr(redis_cache, "async_redis_conn_pool", None)
+    connection_class = getattr(pool, "connection_class", None)
+    if pool is None or getattr(connection_class, "__name__", "") != "Connection":
+        return None
+    kwargs = pool.connection_kwargs
+    host, port = kwargs.get("host"), kwargs.get("port", 6379)
+    if not isinstance(host, str):
+        return None
+    try:
+        return (
+            host,
+            int(port),
+            kwargs.get("username"),
+            kwargs.get("password"),
+            int(kwargs.get("db") or 0),
+        )
+    except (TypeError, ValueError):
+        return None
+
+
+def configure() -> None:
+    """Tells the lane where LiteLLM's limiter counts (its Redis, with its script and window),
+    and hooks the limiter (see `_install_limiter_hook`)."""
+    rate_limiter = limiter()
+    redis_cache = None if rate_limiter is None else rate_limiter.internal_usage_cache.dual_cache
+    target = None if redis_cache is None else redis_cache.redis_cache
+    _native.lane_set_rate_counting(
+        None if target is None else _redis_target(target),
+        compat.BATCH_RATE_LIMITER_SCRIPT,
+        60 if rate_limiter is None else int(rate_limiter.window_size),
+    )
+    if rate_limiter is not None:
+        _install_limiter_hook(rate_limiter)
+
+
+def hooked() -> bool:
+    """Whether the limiter hands the lane its verdicts (see `_install_limiter_hook`)."""
+    rate_limiter = limiter()
+    return rate_limiter is not None and getattr(rate_limiter, "_litellm_fastpath_hooked", False)
+
+
+def _install_limiter_hook(rate_limiter: Any) -> None:
+    """Wraps the limiter's pre-call hook: a replay the lane counted in Redis is not counted
+    again (the limiter's stash records the lane's counts for the callbacks, as the limiter
+    would have); and once the limiter counted a request, LiteLLM has judged its key, so the
+    lane takes the verdict then (`keys.note_judged`), with the windows as they count it."""
+    if getattr(rate_limiter, "_litellm_fastpath_hooked", False):
+        return
+    original = rate_limiter.async_pre_call_hook
+
+    @functools.wraps(original)
+    async def async_pre_call_hook(
+        user_api_key_dict: Any,
+        cache: Any,
+        data: dict[str, Any],
+        call_type: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        from litellm_fastpath.lane import keys, replay
+
+        if claims.lane_running():
+            replay.take_ticket(data)
+        counts = claims.rate_counts()
+        if counts is None:
+            result = await original(user_api_key_dict, cache, data, call_type, *args, **kwargs)
+        else:
+            result = None
+            await _record_counts(rate_limiter, user_api_key_dict, data, counts)
+        await keys.note_judged(user_api_key_dict, data, call_type)
+        return result
+
+    rate_limiter.async_pre_call_hook = async_pre_call_hook
+    rate_limiter._litellm_fastpath_hooked = True
+
+
+async def _record_counts(
+    rate_limiter: Any, key: Any, data: dict[str, Any], counts: list[tuple[int, int]]
+) -> None:
+    """What the limiter's pre-call leaves of a request it admitted, here with the counts the
+    lane made in Redis: the worker's copy of each window, and the windows' statuses for the
+    callbacks."""
+    found = scopes(key) or ()
+    cache = rate_limiter.internal_usage_cache
+    for scope, (start, count) in zip(found, counts, strict=False):
+        window_key, counter_key = scope.keys()
+        for name, value in ((counter_key, count), (window_key, str(start))):
+            await cache.async_set_cache(
+                key=name,
+                value=value,
+                ttl=rate_limiter.window_size,
+                litellm_parent_otel_span=None,
+                local_only=True,
+            )
+    stash = compat.claim_request_stash_for_data(data)
+    stash.rate_limit_response = {
+        "overall_code": "OK",
+        "statuses": [
+            {
+                "code": "OK",
+                "current_limit": scope.limit,
+                "limit_remaining": scope.limit - count,
+                "rate_limit_type": "requests",
+                "descriptor_key": scope.descriptor,
+                "descriptor_value": scope.value,
+            }
+            for scope, (_, count) in zip(found, counts, strict=False)
+        ],
+    }
