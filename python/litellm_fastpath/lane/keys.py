@@ -232,7 +232,7 @@ class _Verdicts:
         now = time.monotonic()
         served = groups.served_groups()
         judged = self.judged.get(key.token)
-        if judged is None or now - judged.at >= ttl / 2 or judged.served is not served:
+        if judged is None or now - judged.at >= ttl / 2 or judged.served != served:
             if judged is None and len(self.judged) >= _MAX_JUDGED:
                 self.prune(now - ttl)
             found = await _judge(key)
@@ -296,6 +296,12 @@ class _Verdicts:
 # Verdicts held at once before the stale ones go (as many as the lane's own table holds).
 _MAX_JUDGED = 100_000
 _verdicts = _Verdicts()
+
+
+def scopes_of(key: Any) -> tuple[limits.Scope, ...] | None:
+    """The rpm scopes of the key's verdict in this worker, if it has one."""
+    judged = _verdicts.judged.get(getattr(key, "token", None) or "")
+    return None if judged is None else judged.scopes
 
 
 def _key_headers(key: Any) -> list[tuple[str, str]]:

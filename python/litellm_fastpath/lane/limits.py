@@ -81,12 +81,15 @@ def scopes(key: Any) -> tuple[Scope, ...] | None:
 
 async def windows(found: tuple[Scope, ...]) -> tuple[list[Any], bool]:
     """The scopes as the lane's verdict carries them (descriptor, value, limit, what the window
-    counted, when it ends; 0: no window), read as LiteLLM's limiter reads them, and whether
-    they are counted in Redis."""
+    counted, when it ends; 0: no window), read as LiteLLM's limiter reads them in the worker,
+    and whether they are counted in Redis (then the lane's own count decides: not read)."""
     rate_limiter = limiter()
     in_redis = _counting() == "redis"
     if rate_limiter is None:
         return [], in_redis
+    if in_redis:
+        # The lane counts in Redis itself, and learns each window's count from its own count.
+        return [(scope.descriptor, scope.value, scope.limit, 0, 0.0) for scope in found], True
     keys = [key for scope in found for key in scope.keys()]
     values = await rate_limiter._read_counter_values_without_incrementing(
         keys=keys, parent_otel_span=None
@@ -170,6 +173,13 @@ def hooked() -> bool:
     return rate_limiter is not None and getattr(rate_limiter, "_litellm_fastpath_hooked", False)
 
 
+def known_scopes(key: Any) -> tuple[Scope, ...]:
+    """The key's scopes as its verdict holds them (worked out again if it has none)."""
+    from litellm_fastpath.lane import keys
+
+    return keys.scopes_of(key) or scopes(key) or ()
+
+
 def _install_limiter_hook(rate_limiter: Any) -> None:
     """Wraps the limiter's pre-call hook: a replay the lane counted in Redis is not counted
     again (the limiter's stash records the lane's counts for the callbacks, as the limiter
@@ -211,7 +221,7 @@ async def _record_counts(
     """What the limiter's pre-call leaves of a request it admitted, here with the counts the
     lane made in Redis: the worker's copy of each window, and the windows' statuses for the
     callbacks."""
-    found = scopes(key) or ()
+    found = known_scopes(key)
     cache = rate_limiter.internal_usage_cache
     for scope, (start, count) in zip(found, counts, strict=False):
         window_key, counter_key = scope.keys()
