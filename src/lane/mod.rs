@@ -51,6 +51,7 @@ mod replay;
 mod response;
 mod served;
 mod server;
+mod shuffle;
 mod state;
 mod streamed;
 pub mod table;

@@ -3,9 +3,8 @@
 //! adds. Requests only read it; Python replaces pieces of it when LiteLLM's state changes.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
@@ -13,6 +12,7 @@ use serde_json::{Map, Value};
 use super::budget::{KeyBudget, ReservationRates};
 use super::cost::Pricing;
 use super::ratelimit::scopes::KeyRates;
+use super::shuffle::Shuffle;
 use crate::providers::Deployment;
 
 /// One deployment of a lane group, with what the proxy says about it in its headers.
@@ -159,7 +159,7 @@ pub struct Table {
     /// learned on the proxy's path, for the lane to reuse.
     messages_headers: RwLock<HashMap<(String, String), Arc<MessagesHeaders>>>,
     settings: RwLock<Arc<Settings>>,
-    seed: AtomicU64,
+    shuffle: Shuffle,
 }
 
 impl Table {
@@ -242,42 +242,12 @@ impl Table {
 
     /// The router's simple shuffle: a weighted pick when weights are set, else uniform.
     pub fn pick(&self, group: &Group) -> Arc<LaneDeployment> {
-        let draw = self.next_random();
-        let count = group.deployments.len();
-        let total: f64 = group.weights.iter().sum();
-        if group.weights.len() == count && total > 0.0 {
-            let mut target = draw * total;
-            for (deployment, weight) in group.deployments.iter().zip(&group.weights) {
-                if target < *weight {
-                    return Arc::clone(deployment);
-                }
-                target -= weight;
-            }
-        }
-        let index = ((draw * count as f64) as usize).min(count - 1);
+        let index = self.shuffle.pick(group.deployments.len(), &group.weights);
         Arc::clone(&group.deployments[index])
     }
 
-    /// A uniform draw in [0, 1) (splitmix64: routing needs spread, not secrecy).
-    fn next_random(&self) -> f64 {
-        let mut z = self
-            .seed
-            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
-            .wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
-    }
-
     pub fn new() -> Table {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        let table = Table::default();
-        table.seed.store(nanos, Ordering::Relaxed);
-        table
+        Table::default()
     }
 }
 

@@ -5,13 +5,13 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::SystemTime;
 
 use tokio::sync::Notify;
 
 use super::events::Logged;
 use super::pool::{PoolSpec, Pools};
 use super::relay::{CloseNotice, RecordedFrame, SessionEnd};
+use crate::lane::shuffle::Shuffle;
 
 /// A `rust: true` realtime deployment the relay serves: its router id, simple-shuffle weight,
 /// and pool.
@@ -50,7 +50,7 @@ pub struct Realtime {
     /// Records queued or being replayed.
     backlog: AtomicUsize,
     pub(super) relayed: AtomicU64,
-    seed: AtomicU64,
+    shuffle: Shuffle,
 }
 
 impl Realtime {
@@ -171,39 +171,7 @@ impl Realtime {
         if deployments.len() <= 1 {
             return deployments.first();
         }
-        let total: f64 = deployments.iter().map(|d| d.weight.max(0.0)).sum();
-        let draw = self.draw()
-            * if total > 0.0 {
-                total
-            } else {
-                deployments.len() as f64
-            };
-        let mut reached = 0.0;
-        for deployment in deployments {
-            reached += if total > 0.0 {
-                deployment.weight.max(0.0)
-            } else {
-                1.0
-            };
-            if draw < reached {
-                return Some(deployment);
-            }
-        }
-        deployments.last()
-    }
-
-    /// A uniform draw in [0, 1) (splitmix64 over a counter seeded by the clock).
-    fn draw(&self) -> f64 {
-        let seed = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let mut z = self
-            .seed
-            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
-            .wrapping_add(seed);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
+        let weights: Vec<f64> = deployments.iter().map(|d| d.weight).collect();
+        deployments.get(self.shuffle.pick(deployments.len(), &weights))
     }
 }
