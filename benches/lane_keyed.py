@@ -54,7 +54,7 @@ RATE = 20.0
 # requests (auth with its user, team and membership, the reservation and its settlement in Redis)
 # takes tens of milliseconds here, on the plain path and in the lane's replay.
 KEYED_PYTHON_RATES = [5, 10, 20, 30, 40, 60]
-KEYED_LANE_RATES = [10, 20, 30, 40, 60, 80, 100, 150]
+KEYED_LANE_RATES = [10, 20, 30, 40, 60, 80, 100, 120, 150, 200]
 
 
 def keyed(args: Any) -> None:

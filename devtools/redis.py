@@ -3,9 +3,12 @@ for tests and benches that run LiteLLM with Redis as its production setup does."
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import signal
 import socket
 import subprocess
+from collections.abc import Iterator
 
 from devtools.polling import wait_until
 from devtools.processes import free_port
@@ -40,6 +43,16 @@ class RedisServer:
                 return conn.recv(16).startswith(b"+PONG")
         except OSError:
             return False
+
+    @contextlib.contextmanager
+    def unresponsive(self) -> Iterator[None]:
+        """The server stopped (SIGSTOP) for the block: connections stay open and nothing is
+        answered, as with a server that hangs; it goes on afterwards."""
+        self._proc.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self._proc.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
         self._proc.terminate()

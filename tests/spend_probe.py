@@ -262,8 +262,9 @@ async def snapshot(about: str = "") -> dict[str, Any]:
     reservations not finalized yet; the spend-log rows queued for the database and the spend
     writer's queues (key/user/team/org/tag/daily updates), read without draining them; the v3
     rate limiter's counters; the counters in Redis when the proxy has one. Then, for the whole
-    worker: the reservations still open and how often LiteLLM's post-call work started and
-    ended."""
+    worker: the reservations still open, how often LiteLLM's post-call work started and ended,
+    and the gateway request counts its billable-request middleware folded (by category and
+    route, not yet drained to the database)."""
     names = frozenset(filter(None, about.split(",")))
     if claims.lane_running():
         # The lane answers first and its replays reserve afterwards: look once they have.
@@ -305,6 +306,10 @@ async def snapshot(about: str = "") -> dict[str, Any]:
     return {
         **{section: _about(value, names) for section, value in state.items()},
         "all_open_reservations": len(open_reservations),
+        "gateway_requests": {
+            f"{key.category} {key.route}": [counts.successful_requests, counts.failed_requests]
+            for key, counts in proxy_server.gateway_request_accumulator._counts.items()
+        },
         "post_call_work": {
             name: {"started": _started[name], "finished": _finished[name]} for name in _WORK
         },

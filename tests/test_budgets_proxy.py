@@ -247,7 +247,11 @@ def snapshot(arm: Arm, names: frozenset[str]) -> dict[str, Any]:
 def about(state: dict[str, Any]) -> dict[str, Any]:
     """A snapshot without its worker-wide counts (arms run different numbers of requests for
     the calibration)."""
-    return {k: v for k, v in state.items() if k not in ("all_open_reservations", "post_call_work")}
+    return {k: v for k, v in state.items() if k not in WORKER_WIDE}
+
+
+# Snapshot sections about the whole worker, not the keys a test names.
+WORKER_WIDE = ("all_open_reservations", "post_call_work", "gateway_requests")
 
 
 def hold_settlement(arm: Arm, hold: bool) -> None:
@@ -528,6 +532,37 @@ def test_keys_without_limits_are_billed_alike(arms: dict[str, Arm], route: str) 
     if route in LANE_ROUTES:
         # The key's first request teaches the lane its verdict; the lane serves the others.
         assert lane_counts(arms["lane"].log).get("served", 0) >= served_before + 2
+
+
+@pytest.mark.parametrize("route", ["chat", "messages-stream"])
+def test_gateway_requests_are_counted_alike(memory_arms: dict[str, Arm], route: str) -> None:
+    """LiteLLM's gateway request counts (its billable-request middleware, with a database)
+    count the requests the lane served as the proxy's middleware counts the others: every arm's
+    counts grow alike."""
+    key = f"sk-gateway-{route}"
+    seed(memory_arms, keys={key: {}})
+    served_before = lane_counts(memory_arms["lane"].log).get("served", 0)
+    before = {name: gateway_requests(arm) for name, arm in memory_arms.items()}
+    for arm in memory_arms.values():
+        assert [send(arm, route, key).status for _ in range(3)] == [200] * 3
+    grown = {
+        name: {
+            kind: [
+                now - then for now, then in zip(counts, before[name].get(kind, [0, 0]), strict=True)
+            ]
+            for kind, counts in gateway_requests(arm).items()
+            if counts != before[name].get(kind)
+        }
+        for name, arm in memory_arms.items()
+    }
+    path = "/chat/completions" if route.startswith("chat") else "/v1/messages"
+    assert grown["plain"] == {f"llm {path}": [3, 0]}, grown
+    assert grown["rust"] == grown["lane"] == grown["plain"]
+    assert lane_counts(memory_arms["lane"].log).get("served", 0) >= served_before + 2
+
+
+def gateway_requests(arm: Arm) -> dict[str, list[int]]:
+    return dict(snapshot(arm, frozenset())["gateway_requests"])
 
 
 @pytest.mark.parametrize(("arms", "route"), cases(("chat", "messages-stream")), indirect=["arms"])
@@ -952,19 +987,34 @@ def test_a_failed_request_gives_its_reservation_back(
 # -- two proxies sharing one Redis ----------------------------------------------------------
 
 
+# The lane's Redis client gives up on an unanswered command after this (`lane::ratelimit::redis`).
+REDIS_TIMEOUT_S = 1.0
+
+
 @pytest.fixture(scope="module")
-def shared_redis_pair(
-    upstream_server: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Arm]]:
-    """Two proxy instances behind one load balancer, sharing one Redis as LiteLLM's production
-    setup does: one with the lane on `rust: true` models, one plain."""
+def shared_redis() -> Iterator[RedisServer]:
     executable = shutil.which("redis-server")
     if executable is None:
         pytest.skip("redis-server is not installed (.ci/run installs it)")
     server = RedisServer(executable)
-    pair: dict[str, Arm] = {}
     try:
         server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_redis_pair(
+    shared_redis: RedisServer,
+    upstream_server: RecordingUpstream,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Arm]]:
+    """Two proxy instances behind one load balancer, sharing one Redis as LiteLLM's production
+    setup does: one with the lane on `rust: true` models, one plain."""
+    server = shared_redis
+    pair: dict[str, Arm] = {}
+    try:
         env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(server.port)}
         stream_replies(upstream_server)
         for name in ("lane", "plain"):
@@ -986,7 +1036,6 @@ def shared_redis_pair(
         for arm in pair.values():
             arm.proxy.stop()
             arm.proxy._cleanup_tmp()
-        server.stop()
 
 
 @pytest.mark.parametrize("route", ["chat", "messages-stream"])
@@ -1011,3 +1060,30 @@ def test_a_rate_limit_holds_across_two_proxies_sharing_redis(
     served_before = lane_counts(lane.log).get("served", 0)
     assert [send(lane, route, unlimited).status for _ in range(3)] == [200] * 3
     wait_for_count(lane.log, "served", served_before + 2)
+
+
+def test_a_rate_limited_key_goes_to_the_proxy_while_redis_does_not_answer(
+    shared_redis: RedisServer, shared_redis_pair: dict[str, Arm]
+) -> None:
+    """With the proxy's Redis hanging, the lane cannot count a rate-limited key's request in the
+    shared window: past its 1 s timeout it hands the request to the proxy
+    (`lane_rate_limit_unverified`), whose limiter decides as LiteLLM decides once Redis answers;
+    then the lane serves the key again."""
+    key = "sk-shared-rpm-unverified"
+    seed(shared_redis_pair, keys={key: {"rpm_limit": 100}})
+    lane = shared_redis_pair["lane"]
+    assert send(lane, "chat", key).status == 200  # LiteLLM judges the key
+    served = lane_counts(lane.log).get("served", 0)
+    assert send(lane, "chat", key).status == 200
+    wait_for_count(lane.log, "served", served + 1)
+    unverified = lane_counts(lane.log).get("lane_rate_limit_unverified", 0)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with shared_redis.unresponsive():
+            pending = pool.submit(send, lane, "chat", key)
+            # Past the lane's Redis timeout (1 s): the request is the proxy's by then.
+            time.sleep(REDIS_TIMEOUT_S + 0.5)
+        assert pending.result(timeout=60).status == 200
+    wait_for_count(lane.log, "lane_rate_limit_unverified", unverified + 1)
+    served = lane_counts(lane.log).get("served", 0)
+    assert send(lane, "chat", key).status == 200
+    wait_for_count(lane.log, "served", served + 1)

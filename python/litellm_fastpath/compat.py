@@ -105,6 +105,14 @@ _PRIVATE: dict[str, tuple[str, str]] = {
     "hsts_enabled": ("litellm.proxy.middleware.security_headers_middleware", "_hsts_enabled"),
     "OPENAI_RESPONSE_HEADERS": ("litellm.types.utils", "OPENAI_RESPONSE_HEADERS"),
     # The per-worker in-flight counter behind `/health/backlog` and graceful shutdown.
+    "BillableRequestMetricsMiddleware": (
+        "litellm.proxy.middleware.billable_request_metrics_middleware",
+        "BillableRequestMetricsMiddleware",
+    ),
+    "classify_billable_request": (
+        "litellm.proxy.middleware.billable_request_metrics_middleware",
+        "classify_billable_request",
+    ),
     "InFlightRequestsMiddleware": (
         "litellm.proxy.middleware.in_flight_requests_middleware",
         "InFlightRequestsMiddleware",
@@ -115,6 +123,100 @@ _PRIVATE: dict[str, tuple[str, str]] = {
     "LiteLLM_TeamTableCachedObj": ("litellm.proxy._types", "LiteLLM_TeamTableCachedObj"),
     "LiteLLM_UserTable": ("litellm.proxy._types", "LiteLLM_UserTable"),
     "user_api_key_auth": ("litellm.proxy.auth.user_api_key_auth", "user_api_key_auth"),
+    # A replay's authentication without the checks (`lane.reauth`): the steps of LiteLLM's
+    # auth with an effect, in its order, from its own module.
+    "read_request_body_deferring_parse_failure": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "_read_request_body_deferring_parse_failure",
+    ),
+    "get_request_route": ("litellm.proxy.auth.user_api_key_auth", "get_request_route"),
+    "normalize_request_route": ("litellm.proxy.auth.user_api_key_auth", "normalize_request_route"),
+    "safe_get_request_headers": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "safe_get_request_headers",
+    ),
+    "get_end_user_id_from_request_body": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "get_end_user_id_from_request_body",
+    ),
+    "get_api_key": ("litellm.proxy.auth.user_api_key_auth", "get_api_key"),
+    "hash_token": ("litellm.proxy.auth.user_api_key_auth", "hash_token"),
+    "IdentityStore": ("litellm.proxy.auth.user_api_key_auth", "IdentityStore"),
+    "get_team_object": ("litellm.proxy.auth.user_api_key_auth", "get_team_object"),
+    "get_user_object": ("litellm.proxy.auth.user_api_key_auth", "get_user_object"),
+    "update_key_budget_with_temp_budget_increase": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "_update_key_budget_with_temp_budget_increase",
+    ),
+    "return_user_api_key_auth_obj": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "_return_user_api_key_auth_obj",
+    ),
+    "LitellmUserRoles": ("litellm.proxy._types", "LitellmUserRoles"),
+    "cache_key_object": ("litellm.proxy.auth.user_api_key_auth", "cache_key_object"),
+    "update_valid_token_with_end_user_params": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "update_valid_token_with_end_user_params",
+    ),
+    "agent_caller_from_headers": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "agent_caller_from_headers",
+    ),
+    "normalize_claude_model": ("litellm.proxy.auth.user_api_key_auth", "_normalize_claude_model"),
+    "resolve_router_settings_model_group_alias": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "_resolve_router_settings_model_group_alias",
+    ),
+    "carry_team_and_user_budget_state": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "carry_team_and_user_budget_state",
+    ),
+    "inherit_org_identity": ("litellm.proxy.auth.user_api_key_auth", "_inherit_org_identity"),
+    "should_skip_budget_checks": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "_should_skip_budget_checks",
+    ),
+    "LiteLLMProxyRequestSetup": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "LiteLLMProxyRequestSetup",
+    ),
+    "bind_admission_counter_keys": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "bind_admission_counter_keys",
+    ),
+    "spend_counter_batch_scope": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "spend_counter_batch_scope",
+    ),
+    "release_spend_counter_batch": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "release_spend_counter_batch",
+    ),
+    "spend_counter_redis_cache": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "_spend_counter_redis_cache",
+    ),
+    "reserve_budget_after_common_checks": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "_reserve_budget_after_common_checks",
+    ),
+    "seed_request_identity": ("litellm.proxy.auth.user_api_key_auth", "seed_request_identity"),
+    "resolve_request_principal": (
+        "litellm.proxy.auth.user_api_key_auth",
+        "_resolve_request_principal",
+    ),
+    "get_model_from_request": ("litellm.proxy.auth.user_api_key_auth", "get_model_from_request"),
+    "safe_get_request_query_params": (
+        "litellm.proxy.auth.auth_checks",
+        "safe_get_request_query_params",
+    ),
+    "route_skips_budget_checks": ("litellm.proxy.auth.auth_checks", "route_skips_budget_checks"),
+    "get_team_membership": ("litellm.proxy.auth.auth_checks", "get_team_membership"),
+    "stamp_matched_model_access_groups": (
+        "litellm.proxy.auth.auth_checks",
+        "stamp_matched_model_access_groups",
+    ),
+    "UI_TEAM_ID": ("litellm.proxy.auth.user_api_key_auth", "UI_TEAM_ID"),
     # Budgets on the lane: the counters LiteLLM's reservation charges and the prices it reads,
     # their current values, and the module whose budget-check skip a replay may take.
     "get_budget_counters": (

@@ -298,6 +298,12 @@ _MAX_JUDGED = 100_000
 _verdicts = _Verdicts()
 
 
+def judged(key_hash: str) -> bool:
+    """Whether this worker holds a verdict on the key (its replays may skip LiteLLM's checks,
+    see `reauth`)."""
+    return key_hash in _verdicts.judged
+
+
 def scopes_of(key: Any) -> tuple[limits.Scope, ...] | None:
     """The rpm scopes of the key's verdict in this worker, if it has one."""
     judged = _verdicts.judged.get(getattr(key, "token", None) or "")

@@ -9,12 +9,14 @@ import asyncio
 import functools
 import importlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import litellm
 
 from litellm_fastpath import _native, claims, compat
 from litellm_fastpath.bridge import settle
+from litellm_fastpath.lane import middleware, reauth
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -26,9 +28,11 @@ MESSAGES_PATH = "/v1/messages"
 REPLAY_CONCURRENCY = 8
 
 
-async def replay_served() -> None:
+async def replay_served(judged: Callable[[str], bool]) -> None:
     """Takes the lane's served requests in batches and runs each through the proxy's own
-    endpoint in-process (auth, hooks, router, logging, cost and spend), with its ticket."""
+    endpoint in-process (auth, hooks, router, logging, cost and spend), with its ticket.
+    `judged(key_hash)`: whether this worker holds the key's verdict (its replays then skip
+    LiteLLM's checks, see `reauth`)."""
     loop = asyncio.get_running_loop()
     slots = asyncio.Semaphore(REPLAY_CONCURRENCY)
     running: set[asyncio.Task[None]] = set()
@@ -37,13 +41,13 @@ async def replay_served() -> None:
         _native.lane_next_replays(loop, future, settle)
         for record in await future:
             await slots.acquire()
-            task = loop.create_task(_replay(record))
+            task = loop.create_task(_replay(record, judged))
             running.add(task)
             task.add_done_callback(running.discard)
             task.add_done_callback(lambda _: slots.release())
 
 
-async def _replay(record: _native.LaneReplay) -> None:
+async def _replay(record: _native.LaneReplay, judged: Callable[[str], bool]) -> None:
     ticket = record.ticket
     tail: list[bytes] = []
     claimed = request = None
@@ -52,11 +56,12 @@ async def _replay(record: _native.LaneReplay) -> None:
         if claimed is None:
             return
         claims.hold(claimed)
+        middleware.count_served(record.path, claimed.deployment_id)
         request = asgi_request(
             record.path, record.headers, record.body, record.client, record.server
         )
         try:
-            key = await _authenticate(request)
+            key = await _authenticate(request, judged)
         except Exception as err:
             if claimed.hold is None or not _refused_for_budget(err):
                 raise
@@ -67,7 +72,7 @@ async def _replay(record: _native.LaneReplay) -> None:
             request = asgi_request(
                 record.path, record.headers, record.body, record.client, record.server
             )
-            key = await _authenticate(request)
+            key = await _authenticate(request, judged)
         try:
             answer = await _endpoint(record.path, request, key)
         except Exception as err:
@@ -81,7 +86,7 @@ async def _replay(record: _native.LaneReplay) -> None:
             request = asgi_request(
                 record.path, record.headers, record.body, record.client, record.server
             )
-            key = await _authenticate(request)
+            key = await _authenticate(request, judged)
             answer = await _endpoint(record.path, request, key)
         frames = getattr(answer, "body_iterator", None)
         if frames is not None:
@@ -130,7 +135,12 @@ async def _release_unbound_reservation(request: Any) -> None:
             logger.debug("fastpath_lane: releasing a reservation failed: %s", type(err).__name__)
 
 
-async def _authenticate(request: Any) -> Any:
+async def _authenticate(request: Any, judged: Callable[[str], bool]) -> Any:
+    """The replay's auth object: for a key the lane judged, LiteLLM's auth without its checks
+    (`reauth`); else LiteLLM's auth."""
+    key = await reauth.authenticate(request, judged)
+    if key is not None:
+        return key
     return await compat.user_api_key_auth(
         request=request,
         api_key=request.headers.get("authorization"),

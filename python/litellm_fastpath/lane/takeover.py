@@ -14,7 +14,7 @@ import tempfile
 from typing import Any
 
 from litellm_fastpath import _native, claims, compat, metrics
-from litellm_fastpath.lane import groups, middleware, realtime, replay
+from litellm_fastpath.lane import groups, keys, middleware, realtime, replay
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -106,7 +106,7 @@ def take_over() -> None:
     claims.lane_started()
     loop = asyncio.get_running_loop()
     _background.add(loop.create_task(groups.keep_current(litellm_settings)))
-    _background.add(loop.create_task(replay.replay_served()))
+    _background.add(loop.create_task(replay.replay_served(keys.judged)))
     _background.add(loop.create_task(realtime.replay_relayed()))
     if metrics.recorder is not None:
         _background.add(loop.create_task(metrics.fold_lane_forever()))
