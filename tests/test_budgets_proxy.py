@@ -615,11 +615,20 @@ def test_keys_with_budgets_far_from_the_limit_take_the_lane(
         seed(arms, keys={key: {f"{owner}_id": owner_id}}, **{f"{owner}s": {owner_id: budget}})
         names = {token_hash(key), owner_id}
     served_before = lane_counts(arms["lane"].log).get("served", 0)
+    full_auths = litellm_auths(arms["lane"])
     sequence = run_sequence(arms, route, key, 4, frozenset(names))
     assert [a.status for a in sequence.answers["plain"]] == [200] * 4
     assert_alike(sequence, route)
-    # The key's first request teaches the lane its verdict; the lane serves the others.
+    # The key's first request teaches the lane its verdict; the lane serves the others, and
+    # their replays take LiteLLM's auth without its checks (`lane.reauth`).
     assert lane_counts(arms["lane"].log).get("served", 0) >= served_before + 3
+    assert litellm_auths(arms["lane"]) == full_auths
+
+
+def litellm_auths(arm: Arm) -> dict[str, int]:
+    """Replays given LiteLLM's full auth, by why, as the lane's counts last logged them."""
+    counts = lane_counts(arm.log).items()
+    return {k: v for k, v in counts if k.startswith("replay_litellm_auth:")}
 
 
 def rpm_limited(arms: dict[str, Arm], key: str, owner: str, limit: int) -> frozenset[str]:

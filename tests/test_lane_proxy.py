@@ -242,11 +242,19 @@ def test_every_served_request_is_logged_once(
     proxy: ProxyProcess, upstream: RecordingUpstream, log: Path
 ) -> None:
     before = len(events_for(log, "rust-openai", 0))
+    full_auths = litellm_auths(log)
     total = 400
     concurrent_rust_calls(proxy, upstream, total, clients=8)
     events = events_for(log, "rust-openai", before + total, timeout=60)
     assert len(events) - before == total
     assert all(e["event"] == "success" and e["response_cost"] > 0 for e in events[before:])
+    # Their replays took LiteLLM's auth without its checks (`lane.reauth`), none the full one.
+    assert litellm_auths(log) == full_auths
+
+
+def litellm_auths(log: Path) -> dict[str, int]:
+    """Replays given LiteLLM's full auth, by why, as the lane's counts last logged them."""
+    return {k: v for k, v in lane_counts(log).items() if k.startswith("replay_litellm_auth:")}
 
 
 @pytest.mark.parametrize("status", [429, 500])

@@ -194,14 +194,18 @@ def test_the_master_key_without_a_database_is_authenticated_as_litellm_does(prox
 @pytest.mark.parametrize(
     ("why", "key", "body"),
     [
-        ("an end user named", "sk-reauth-key", {**BODIES[CHAT], "user": "end-user-1"}),
-        ("a key LiteLLM does not hold", "sk-reauth-unknown", BODIES[CHAT]),
+        ("end_user", "sk-reauth-key", {**BODIES[CHAT], "user": "end-user-1"}),
+        ("key_object", "sk-reauth-unknown", BODIES[CHAT]),
     ],
 )
 def test_other_requests_get_litellm_s_auth(proxy: Any, why: str, key: str, body: Any) -> None:
-    assert asyncio.run(reauth.authenticate(request(CHAT, key, body), judged)) is None, why
+    before = reauth.fallbacks[why]
+    assert asyncio.run(reauth.authenticate(request(CHAT, key, body), judged)) is None
+    assert reauth.fallbacks[why] == before + 1
 
 
 def test_a_key_without_a_verdict_gets_litellm_s_auth(proxy: Any) -> None:
+    before = reauth.fallbacks["key"]
     req = request(CHAT, "sk-reauth-key", BODIES[CHAT])
     assert asyncio.run(reauth.authenticate(req, lambda _: False)) is None
+    assert reauth.fallbacks["key"] == before + 1

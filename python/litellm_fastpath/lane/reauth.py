@@ -19,6 +19,7 @@ both ways of authenticating the same requests.
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
 import functools
 import importlib.util
@@ -33,6 +34,9 @@ from litellm_fastpath import compat
 
 logger = logging.getLogger("litellm_fastpath")
 
+# Replays given LiteLLM's full auth in this worker, by why (see `authenticate`).
+fallbacks: collections.Counter[str] = collections.Counter()
+
 # The proxy admin's role: the master key's (an admin user's virtual key takes LiteLLM's auth).
 _ADMIN_ROLE = "proxy_admin"
 
@@ -42,15 +46,15 @@ async def authenticate(request: Any, judged: Callable[[str], bool]) -> Any | Non
     worker holds its verdict), or None where LiteLLM's auth must run."""
     proxy = compat.proxy_server()
     if not _mirrored_proxy(proxy):
-        return None
+        return _fallback("proxy")
     request_data, parse_error = await compat.read_request_body_deferring_parse_failure(
         request=request
     )
     if parse_error is not None or not isinstance(request_data, dict):
-        return None
+        return _fallback("body")
     headers = compat.safe_get_request_headers(request)
     if compat.get_end_user_id_from_request_body(request_data, headers) is not None:
-        return None
+        return _fallback("end_user")
     route = compat.get_request_route(request=request)
     presented, _ = compat.get_api_key(
         custom_litellm_key_header=None,
@@ -65,14 +69,14 @@ async def authenticate(request: Any, judged: Callable[[str], bool]) -> Any | Non
         request=request,
     )
     if not isinstance(presented, str) or not presented:
-        return None
+        return _fallback("key")
     token = compat.hash_token(presented)
     master = proxy.master_key
     is_master = isinstance(master, str) and secrets.compare_digest(presented, master)
     if not (is_master or (presented.startswith("sk-") and judged(token))):
-        return None
+        return _fallback("key")
     if not is_master and proxy.prisma_client is None:
-        return None  # LiteLLM refuses virtual keys without a database
+        return _fallback("database")  # LiteLLM refuses virtual keys without one
     start_time = getattr(request.state, "litellm_received_at", None) or datetime.datetime.now(
         datetime.UTC
     )
@@ -81,7 +85,7 @@ async def authenticate(request: Any, judged: Callable[[str], bool]) -> Any | Non
         try:
             key = await _key_object(proxy, token, route, start_time, is_master)
             if key is None:
-                return None
+                return _fallback("key_object")
             key.budget_reservation = None
             key.agent_caller = compat.agent_caller_from_headers(headers, key)
             skip_budget_checks, team, user = await _authorize(
@@ -90,7 +94,7 @@ async def authenticate(request: Any, judged: Callable[[str], bool]) -> Any | Non
         except Exception as err:  # nothing reserved yet: LiteLLM's auth decides
             compat.release_spend_counter_batch()
             logger.debug("fastpath_lane: replay auth falls back: %s", type(err).__name__)
-            return None
+            return _fallback("error")
         try:
             await compat.reserve_budget_after_common_checks(
                 user_api_key_auth_obj=key,
@@ -117,6 +121,12 @@ async def authenticate(request: Any, judged: Callable[[str], bool]) -> Any | Non
     except Exception as err:  # as LiteLLM's auth: never fatal
         logger.debug("fastpath_lane: principal projection failed: %s", type(err).__name__)
     return key
+
+
+def _fallback(why: str) -> Any:
+    """Counts a replay left to LiteLLM's auth, and says so (None)."""
+    fallbacks[why] += 1
+    return None
 
 
 def _mirrored_proxy(proxy: Any) -> bool:

@@ -14,7 +14,7 @@ import tempfile
 from typing import Any
 
 from litellm_fastpath import _native, claims, compat, metrics
-from litellm_fastpath.lane import groups, keys, middleware, realtime, replay
+from litellm_fastpath.lane import groups, keys, middleware, realtime, reauth, replay
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -27,8 +27,11 @@ _background: set[asyncio.Task[None]] = set()
 
 def counts() -> dict[str, int]:
     """Requests the lane served, replayed through the proxy (its errors and unusual answers), or
-    sent to the proxy, by reason (`lane_*`), in this worker."""
-    return dict(_native.lane_counts())
+    sent to the proxy, by reason (`lane_*`), in this worker; and replays given LiteLLM's full
+    auth, by why (`replay_litellm_auth:<why>`, see `reauth`)."""
+    found = dict(_native.lane_counts())
+    found.update({f"replay_litellm_auth:{why}": n for why, n in reauth.fallbacks.items()})
+    return found
 
 
 def _configured() -> frozenset[str] | None:
