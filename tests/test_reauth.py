@@ -91,18 +91,6 @@ def request(path: str, key: str, body: dict[str, Any]) -> Any:
     )
 
 
-async def litellm_auth(req: Any) -> Any:
-    return await compat.user_api_key_auth(
-        request=req,
-        api_key=req.headers.get("authorization"),
-        azure_api_key_header=None,
-        anthropic_api_key_header=req.headers.get("x-api-key"),
-        google_ai_studio_api_key_header=None,
-        azure_apim_header=None,
-        custom_litellm_key_header=None,
-    )
-
-
 def judged(_: str) -> bool:
     return True
 
@@ -113,7 +101,9 @@ async def authenticated_both_ways(path: str, key: str, body: dict[str, Any]) -> 
     found = []
     for how in ("litellm", "reauth"):
         req = request(path, key, json.loads(json.dumps(body)))
-        obj = await (litellm_auth(req) if how == "litellm" else reauth.authenticate(req, judged))
+        obj = await (
+            replay.litellm_auth(req) if how == "litellm" else reauth.authenticate(req, judged)
+        )
         assert obj is not None, f"{how} gave no auth object for {key} on {path}"
         data, _ = await compat.read_request_body_deferring_parse_failure(request=req)
         state = dict(req.state._state)

@@ -141,6 +141,11 @@ async def _authenticate(request: Any, judged: Callable[[str], bool]) -> Any:
     key = await reauth.authenticate(request, judged)
     if key is not None:
         return key
+    return await litellm_auth(request)
+
+
+async def litellm_auth(request: Any) -> Any:
+    """LiteLLM's own auth of a replayed request, as the proxy's endpoint runs it."""
     return await compat.user_api_key_auth(
         request=request,
         api_key=request.headers.get("authorization"),
