@@ -199,3 +199,52 @@ def test_a_key_without_a_verdict_gets_litellm_s_auth(proxy: Any) -> None:
     req = request(CHAT, "sk-reauth-key", BODIES[CHAT])
     assert asyncio.run(reauth.authenticate(req, lambda _: False)) is None
     assert reauth.fallbacks["key"] == before + 1
+
+
+def test_a_proxy_with_alerting_gets_litellm_s_auth(proxy: Any) -> None:
+    """Auth's budget checks queue alerts: with alerting on, the checks are not skipped."""
+    logging_obj = proxy.proxy_logging_obj
+    saved, logging_obj.alerting = logging_obj.alerting, ["slack"]
+    before = reauth.fallbacks["proxy"]
+    try:
+        req = request(CHAT, "sk-reauth-key", BODIES[CHAT])
+        assert asyncio.run(reauth.authenticate(req, judged)) is None
+    finally:
+        logging_obj.alerting = saved
+    assert reauth.fallbacks["proxy"] == before + 1
+
+
+def test_a_virtual_key_without_a_database_gets_litellm_s_auth(proxy: Any) -> None:
+    """LiteLLM refuses virtual keys without a database: its auth says so, not the mirror."""
+    saved, proxy.prisma_client = proxy.prisma_client, None
+    before = reauth.fallbacks["database"]
+    try:
+        req = request(CHAT, "sk-reauth-key", BODIES[CHAT])
+        assert asyncio.run(reauth.authenticate(req, judged)) is None
+    finally:
+        proxy.prisma_client = saved
+    assert reauth.fallbacks["database"] == before + 1
+
+
+def test_a_body_that_does_not_parse_gets_litellm_s_auth(proxy: Any) -> None:
+    before = reauth.fallbacks["body"]
+    headers = [("content-type", "application/json"), ("authorization", "Bearer sk-reauth-key")]
+    req = replay.asgi_request(CHAT, headers, b"{not json", ("127.0.0.1", 50000), None)
+    assert asyncio.run(reauth.authenticate(req, judged)) is None
+    assert reauth.fallbacks["body"] == before + 1
+
+
+def test_an_error_before_the_reservation_gets_litellm_s_auth(proxy: Any) -> None:
+    """A cached key whose team LiteLLM's cache no longer holds: the mirror's team read fails
+    before anything was reserved, and LiteLLM's auth decides."""
+    proxy.user_api_key_cache.delete_cache("team_id:t-reauth")
+    before = reauth.fallbacks["error"]
+    try:
+        req = request(CHAT, "sk-reauth-team", BODIES[CHAT])
+        assert asyncio.run(reauth.authenticate(req, judged)) is None
+    finally:
+        seeded_team = SHAPES["team"]
+        from devtools import seeded_keys
+
+        seeded_keys.seed({"teams": seeded_team["teams"]})
+    assert reauth.fallbacks["error"] == before + 1
