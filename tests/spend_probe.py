@@ -212,7 +212,8 @@ def _is_rate_limit_counter(key: str) -> bool:
 
 
 async def _redis_counters(cache: Any) -> dict[str, Any] | None:
-    """The spend and rate-limit counters in Redis, when the proxy has one."""
+    """The spend and rate-limit counters in Redis, when the proxy has one (a parallel-request
+    gauge as its slots in flight)."""
     redis = cache.redis_cache
     if redis is None:
         return None
@@ -222,7 +223,12 @@ async def _redis_counters(cache: Any) -> dict[str, Any] | None:
         key = raw.decode() if isinstance(raw, bytes) else raw
         if not (_is_spend_counter(key) or _is_rate_limit_counter(key)):
             continue
-        value = await client.get(key) if await client.type(key) in (b"string", "string") else None
+        kind = await client.type(key)
+        if kind in (b"zset", "zset"):
+            # The limiter's parallel-request gauge: how many slots are in flight.
+            found[key] = await client.zcard(key)
+            continue
+        value = await client.get(key) if kind in (b"string", "string") else None
         if value is not None:
             text = value.decode() if isinstance(value, bytes) else value
             found[key] = _rounded(float(text))

@@ -631,29 +631,33 @@ def litellm_auths(arm: Arm) -> dict[str, int]:
     return {k: v for k, v in counts if k.startswith("replay_litellm_auth:")}
 
 
-def rpm_limited(arms: dict[str, Arm], key: str, owner: str, limit: int) -> frozenset[str]:
-    """Seeds `key` with an rpm limit of its own, or its user's, team's or team membership's (as
-    LiteLLM's auth copies each onto the key); the names its counters are about."""
+def rpm_limited(
+    arms: dict[str, Arm], key: str, owner: str, limit: int, kind: str = "rpm"
+) -> frozenset[str]:
+    """Seeds `key` with an rpm (or, with `kind="tpm"`, tpm) limit of its own, or its user's,
+    team's or team membership's (as LiteLLM's auth copies each onto the key); the names its
+    counters are about."""
     owner_id = f"{owner}-{key}"
+    field = f"{kind}_limit"
     if owner == "key":
-        seed(arms, keys={key: {"rpm_limit": limit}})
+        seed(arms, keys={key: {field: limit}})
         return frozenset({token_hash(key)})
     if owner == "member":
         user, team = f"user-{owner_id}", f"team-{owner_id}"
         seed(
             arms,
-            keys={key: {"user_id": user, "team_id": team, "team_member_rpm_limit": limit}},
+            keys={key: {"user_id": user, "team_id": team, f"team_member_{field}": limit}},
             users={user: {}},
             teams={team: {}},
             memberships=[
-                {"user_id": user, "team_id": team, "litellm_budget_table": {"rpm_limit": limit}}
+                {"user_id": user, "team_id": team, "litellm_budget_table": {field: limit}}
             ],
         )
         return frozenset({token_hash(key), user, team, f"{team}:{user}"})
     seed(
         arms,
-        keys={key: {f"{owner}_id": owner_id, f"{owner}_rpm_limit": limit}},
-        **{f"{owner}s": {owner_id: {"rpm_limit": limit}}},
+        keys={key: {f"{owner}_id": owner_id, f"{owner}_{field}": limit}},
+        **{f"{owner}s": {owner_id: {field: limit}}},
     )
     return frozenset({token_hash(key), owner_id})
 
@@ -734,6 +738,157 @@ def test_a_burst_against_an_rpm_limit_admits_as_many_on_every_arm(
         assert_same(counted(results[name][1]), counted(results["plain"][1]), f"{name} counted")
     after = lane_counts(arms["lane"].log)
     assert after.get("served", 0) > before.get("served", 0), (before, after)
+    assert after.get("lane_rate_limit", 0) > before.get("lane_rate_limit", 0), (before, after)
+
+
+@pytest.mark.parametrize(("arms", "route"), cases(("chat", "messages-stream")), indirect=["arms"])
+@pytest.mark.parametrize("owner", ["key", "user", "team", "member"])
+def test_keys_with_tpm_limits_far_from_the_limit_take_the_lane_with_redis(
+    arms: dict[str, Arm], route: str, owner: str
+) -> None:
+    """A tpm limit (on the key, its user, its team or the team membership) far from its
+    window's limit: with Redis the lane serves the key, reserving the limiter's estimate in the
+    token window there, and the replay's callbacks reconcile it with the actual usage; without
+    Redis the proxy serves it. Every arm answers (`x-ratelimit-*-tokens` headers included) and
+    counts request by request alike."""
+    key = f"sk-{owner}-tpm-far-{route}"
+    names = rpm_limited(arms, key, owner, 100_000, kind="tpm")
+    served_before = lane_counts(arms["lane"].log).get("served", 0)
+    sequence = run_sequence(arms, route, key, 4, names)
+    for final in sequence.final.values():
+        final["spend_updates"] = burst_comparable(final)["spend_updates"]
+    assert [a.status for a in sequence.answers["plain"]] == [200] * 4
+    if not route.endswith("-stream"):
+        descriptor = {"key": "api_key", "member": "team_member"}.get(owner, owner)
+        remaining = [
+            int(a.headers[f"x-ratelimit-{descriptor}-remaining-tokens"])
+            for a in sequence.answers["plain"]
+        ]
+        assert remaining[0] < 100_000 and remaining == sorted(remaining, reverse=True), remaining
+    assert_alike(sequence, route)
+    in_redis = sequence.final["plain"]["redis_counters"] is not None
+    served = lane_counts(arms["lane"].log).get("served", 0) - served_before
+    assert served >= 3 if in_redis else served == 0, served
+    if in_redis:
+        tokens = {
+            k: v for k, v in sequence.final["lane"]["redis_counters"].items() if ":tokens" in k
+        }
+        assert tokens and all(v > 0 for v in tokens.values()), tokens
+
+
+def test_a_burst_against_a_tpm_limit_admits_as_many_on_every_arm(
+    redis_arms: dict[str, Arm], upstream_server: RecordingUpstream
+) -> None:
+    """A burst of concurrent requests against a key's tpm limit with room for five of the
+    limiter's reservations while the provider takes its time: the lane reserves in the token
+    window in Redis and hands the rest to the proxy once the window refuses; every arm admits
+    five, and the window holds the same count once the answers are reconciled."""
+    arms = redis_arms
+    key = "sk-tpm-burst"
+    # The limiter reserves 1 input token and `max_tokens` (16) per request: 17.
+    seed(arms, keys={key: {"tpm_limit": 5 * 17 + 8}})
+    names = frozenset({token_hash(key)})
+    before = lane_counts(arms["lane"].log)
+    window = f"{{api_key:{token_hash(key)}}}:tokens"
+
+    def on_arm(arm: Arm) -> tuple[list[int], dict[str, Any]]:
+        # The key's first request teaches the lane its verdict; its reservation is reconciled
+        # by then, so the window holds its actual usage.
+        assert send(arm, "chat", key).status == 200
+        settled(arm, names)
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(lambda _: send(arm, "chat", key), range(12)))
+        return sorted(a.status for a in answers), settled(arm, names)
+
+    upstream_server.set_default("/chat/completions", Reply(delay_s=0.8))
+    try:
+        results = on_each(arms, on_arm)
+    finally:
+        upstream_server.set_default("/chat/completions", None)
+    admitted = results["plain"][0].count(200)
+    assert 0 < admitted < 12, results["plain"][0]
+    for name in ARMS[1:]:
+        assert results[name][0] == results["plain"][0], name
+        assert (
+            results[name][1]["redis_counters"][window]
+            == results["plain"][1]["redis_counters"][window]
+        ), name
+    after = lane_counts(arms["lane"].log)
+    assert after.get("served", 0) > before.get("served", 0), (before, after)
+    assert after.get("lane_rate_limit", 0) > before.get("lane_rate_limit", 0), (before, after)
+
+
+def gauges(state: dict[str, Any]) -> dict[str, Any]:
+    """The limiter's parallel-request gauges in Redis (slots in flight) in a snapshot."""
+    found = state["redis_counters"] or {}
+    return {k: v for k, v in found.items() if k.endswith(":max_parallel_requests")}
+
+
+@pytest.mark.parametrize(("arms", "route"), cases(("chat", "messages-stream")), indirect=["arms"])
+@pytest.mark.parametrize("rpm", [False, True], ids=["parallel", "parallel-and-rpm"])
+def test_keys_with_parallel_limits_take_the_lane_with_redis(
+    arms: dict[str, Arm], route: str, rpm: bool
+) -> None:
+    """A key's parallel-request limit, alone or beside an rpm limit: with Redis the lane serves
+    the key, taking each request's slot in the limiter's gauge there and giving it back before
+    the answer is complete, with the limiter's `x-ratelimit-*` headers; without Redis (the
+    gauge is the proxy's Python registry) the proxy serves it. Every arm answers and counts
+    request by request alike, and no slot is left in flight."""
+    key = f"sk-parallel-{route}-{rpm}-{next(iter(arms.values())).proxy.port}"
+    seed(arms, keys={key: {"max_parallel_requests": 2, **({"rpm_limit": 50} if rpm else {})}})
+    names = frozenset({token_hash(key)})
+    served_before = lane_counts(arms["lane"].log).get("served", 0)
+    sequence = run_sequence(arms, route, key, 4, names)
+    assert [a.status for a in sequence.answers["plain"]] == [200] * 4
+    if not route.endswith("-stream"):
+        for reply in sequence.answers["plain"]:
+            assert reply.headers["x-ratelimit-api_key-remaining-max_parallel_requests"] == "1"
+            assert reply.headers["x-ratelimit-api_key-limit-max_parallel_requests"] == "2"
+    assert_alike(sequence, route)
+    in_redis = sequence.final["plain"]["redis_counters"] is not None
+    served = lane_counts(arms["lane"].log).get("served", 0) - served_before
+    assert served >= 3 if in_redis else served == 0, served
+    for final in sequence.final.values():
+        assert not any(gauges(final).values()), gauges(final)
+
+
+def test_a_burst_against_a_parallel_limit_admits_as_many_on_every_arm(
+    redis_arms: dict[str, Arm], upstream_server: RecordingUpstream
+) -> None:
+    """A burst of concurrent requests against a key's parallel-request limit of 3 (and an rpm
+    limit far away) while the provider takes its time: the lane counts each request in the rpm
+    window, takes three slots in the limiter's gauge in Redis and hands the rest to the proxy
+    (their window counts taken back), whose limiter counts and refuses them as LiteLLM does;
+    every arm admits three, counts every request in the window once, and gives every slot
+    back."""
+    arms = redis_arms
+    key = "sk-parallel-burst"
+    seed(arms, keys={key: {"max_parallel_requests": 3, "rpm_limit": 100}})
+    names = frozenset({token_hash(key)})
+    before = lane_counts(arms["lane"].log)
+
+    def on_arm(arm: Arm) -> tuple[list[int], dict[str, Any]]:
+        # The key's first request teaches the lane its verdict.
+        assert send(arm, "chat", key).status == 200
+        settled(arm, names)
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(lambda _: send(arm, "chat", key), range(12)))
+        return sorted(a.status for a in answers), settled(arm, names)
+
+    upstream_server.set_default("/chat/completions", Reply(delay_s=0.8))
+    try:
+        results = on_each(arms, on_arm)
+    finally:
+        upstream_server.set_default("/chat/completions", None)
+    assert results["plain"][0] == [200] * 3 + [429] * 9, results["plain"][0]
+    for name in ARMS[1:]:
+        assert results[name][0] == results["plain"][0], name
+    window = f"{{api_key:{token_hash(key)}}}:requests"
+    for name in ARMS:
+        assert not any(gauges(results[name][1]).values()), (name, gauges(results[name][1]))
+        assert results[name][1]["redis_counters"][window] == 13, (name, results[name][1])
+    after = lane_counts(arms["lane"].log)
+    assert after.get("served", 0) >= before.get("served", 0) + 3, (before, after)
     assert after.get("lane_rate_limit", 0) > before.get("lane_rate_limit", 0), (before, after)
 
 

@@ -334,6 +334,10 @@ class LaneClaim:
     def hold(self) -> int | None: ...
     @property
     def rate_counts(self) -> list[tuple[int, int]] | None: ...
+    @property
+    def parallel_counts(self) -> list[int] | None: ...
+    @property
+    def tokens_reserved(self) -> tuple[int, list[int]] | None: ...
 
 @final
 class LaneCost:
@@ -367,12 +371,23 @@ def lane_set_key(
     *,
     headroom: float | None = None,
     key_headers: list[tuple[str, str]] = ...,
-    rates: tuple[list[tuple[str, str, int, int, float]], bool] | None = None,
+    rates: tuple[
+        list[tuple[str, str, int, int, float]],
+        list[tuple[str, str, int]],
+        list[tuple[str, str, int]],
+        bool,
+    ]
+    | None = None,
     release: int | None = None,
 ) -> None: ...
 def lane_set_rate_counting(
-    redis: tuple[str, int, str | None, str | None, int] | None, script: str, window_size: int
+    redis: tuple[str, int, str | None, str | None, int] | None,
+    script: str,
+    window_size: int,
+    token_scripts: tuple[str, str],
+    gauge_scripts: tuple[str, str, int],
 ) -> None: ...
+def lane_tpm_estimate(body: bytes, min_limit: int) -> int | None: ...
 def lane_forget_group_lists() -> None: ...
 def lane_claim(ticket: str) -> LaneClaim | None: ...
 def lane_stream_tail(ticket: str, tail: bytes) -> None: ...

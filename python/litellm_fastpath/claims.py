@@ -46,6 +46,15 @@ _admitted: contextvars.ContextVar[bool] = contextvars.ContextVar(
 _rate_counts: contextvars.ContextVar[list[tuple[int, int]] | None] = contextvars.ContextVar(
     "litellm_fastpath_lane_rate_counts", default=None
 )
+# The tokens the lane reserved in its tpm windows, and each window's count with them.
+_tokens_reserved: contextvars.ContextVar[tuple[int, list[int]] | None] = contextvars.ContextVar(
+    "litellm_fastpath_lane_tokens_reserved", default=None
+)
+# Its parallel-request gauges' slots in flight with it, where the lane took its slot (the lane
+# gives it back; the limiter takes none).
+_parallel_counts: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "litellm_fastpath_lane_parallel_counts", default=None
+)
 # The client header the lane passes on to `/v1/messages` calls (the one version there is).
 ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
 # What the proxy passes on to Anthropic of the client's headers (`provider_specific_header`).
@@ -68,6 +77,8 @@ def hold(claim: _native.LaneClaim) -> None:
     _forced_deployment.set([claim.deployment_id])
     _budget_hold.set([] if claim.hold is None else [claim.hold])
     _rate_counts.set(None if claim.rate_counts is None else list(claim.rate_counts))
+    _parallel_counts.set(None if claim.parallel_counts is None else list(claim.parallel_counts))
+    _tokens_reserved.set(claim.tokens_reserved)
 
 
 def rate_counts() -> list[tuple[int, int]] | None:
@@ -76,9 +87,21 @@ def rate_counts() -> list[tuple[int, int]] | None:
     return _rate_counts.get()
 
 
+def parallel_counts() -> list[int] | None:
+    """The replayed request's gauges' slots in flight (see `_parallel_counts`)."""
+    return _parallel_counts.get()
+
+
+def tokens_reserved() -> tuple[int, list[int]] | None:
+    """The tokens the lane reserved for the replayed request (see `_tokens_reserved`)."""
+    return _tokens_reserved.get()
+
+
 def set_rate_counted() -> None:
     """The replay is run again past a limiter that refused it: the request is counted."""
     _rate_counts.set([])
+    _parallel_counts.set(None)
+    _tokens_reserved.set(None)
 
 
 def take_hold() -> int | None:

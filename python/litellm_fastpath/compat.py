@@ -250,6 +250,28 @@ _PRIVATE: dict[str, tuple[str, str]] = {
         "litellm.proxy.hooks.parallel_request_limiter_v3",
         "BATCH_RATE_LIMITER_SCRIPT",
     ),
+    # Its token windows: the reservation's check-and-increment script and the refund's.
+    "CHECK_AND_INCREMENT_BY_N_SCRIPT": (
+        "litellm.proxy.hooks.parallel_request_limiter_v3",
+        "CHECK_AND_INCREMENT_BY_N_SCRIPT",
+    ),
+    "WINDOW_GUARDED_TOKEN_INCREMENT_SCRIPT": (
+        "litellm.proxy.hooks.parallel_request_limiter_v3",
+        "WINDOW_GUARDED_TOKEN_INCREMENT_SCRIPT",
+    ),
+    # Its parallel-request gauge: the scripts that take and give back a slot, and a slot's TTL.
+    "PARALLEL_ACQUIRE_SCRIPT": (
+        "litellm.proxy.hooks.parallel_request_limiter_v3",
+        "PARALLEL_ACQUIRE_SCRIPT",
+    ),
+    "PARALLEL_RELEASE_SCRIPT": (
+        "litellm.proxy.hooks.parallel_request_limiter_v3",
+        "PARALLEL_RELEASE_SCRIPT",
+    ),
+    "PARALLEL_REQUEST_SLOT_TTL_SECONDS": (
+        "litellm.proxy.hooks.parallel_request_limiter_v3",
+        "PARALLEL_REQUEST_SLOT_TTL_SECONDS",
+    ),
     "claim_request_stash_for_data": (
         "litellm.proxy.hooks.parallel_request_limiter_v3",
         "claim_request_stash_for_data",

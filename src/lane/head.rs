@@ -5,10 +5,12 @@ use std::time::Instant;
 
 use super::gate::{Judged, RateAdmission, rate_reason};
 use super::holds::Hold;
+use super::ratelimit::parallel::{self, Slot};
 use super::ratelimit::scopes;
+use super::ratelimit::tokens::{self, EstimateRefusal};
 use super::state::Lane;
 use super::table::LaneDeployment;
-use super::tickets::{CallId, Issued, Outcome};
+use super::tickets::{CallId, Issued, Outcome, RateCounted};
 use crate::model::LaneReason;
 
 pub(super) struct Head {
@@ -24,9 +26,12 @@ pub(super) struct Head {
     /// What the key's rpm limits still need before the provider call, and then the limiter's
     /// headers for the answer.
     rates: RateAdmission,
-    /// Each rpm window's start and count with the request, where the lane counted it itself
-    /// (in Redis): the replay's limiter leaves it counted.
-    rate_counts: Option<Vec<(u64, u64)>>,
+    /// What the lane counted itself in the key's windows, gauges and token windows (in
+    /// Redis): the replay's limiter leaves it counted, and its callbacks reconcile the tokens.
+    counted: RateCounted,
+    /// The request's slot in its key's parallel-request gauges, until the answer is complete
+    /// (`release_slot`, or dropping the head: the client left, the stream ended).
+    slot: Option<Slot>,
     pub deployment: Arc<LaneDeployment>,
     pub call_id: CallId,
     pub received: Instant,
@@ -46,7 +51,8 @@ impl Head {
             key_headers: judged.key_headers,
             hold: Mutex::new(judged.hold),
             rates: judged.rates,
-            rate_counts: None,
+            counted: RateCounted::default(),
+            slot: None,
             deployment: judged.deployment,
             call_id: CallId::of(headers),
             received,
@@ -54,19 +60,68 @@ impl Head {
     }
 
     /// Counts the request in its key's rpm windows in Redis, where LiteLLM keeps them (see
-    /// `ratelimit::scopes`); the reason when the proxy should decide instead.
-    pub(super) async fn count_rates(&mut self, lane: &Lane) -> Result<(), LaneReason> {
+    /// `ratelimit::scopes`), then takes its slot in the key's parallel-request gauges (see
+    /// `ratelimit::parallel`); the reason when the proxy should decide instead.
+    pub(super) async fn count_rates(&mut self, lane: &Lane, body: &[u8]) -> Result<(), LaneReason> {
         let RateAdmission::ToCount(rates) = &self.rates else {
             return Ok(());
         };
         let counting = lane
             .rate_counting()
             .ok_or(LaneReason::RateLimitUnverified)?;
+        // The limiter's estimate first: a body it cannot be worked out for counts nothing.
+        let estimate = match rates.tokens.iter().map(|scope| scope.limit).min() {
+            None => None,
+            Some(min_limit) => {
+                Some(
+                    tokens::estimate(body, min_limit).map_err(|refusal| match refusal {
+                        EstimateRefusal::ImplicitCap => LaneReason::RateLimit,
+                        EstimateRefusal::Unusual => LaneReason::Body,
+                    })?,
+                )
+            }
+        };
         let counts = counting.count(&rates.scopes).await.map_err(rate_reason)?;
         let totals: Vec<u64> = counts.iter().map(|(_, count)| *count).collect();
-        self.rates = RateAdmission::Held(scopes::headers(&rates.scopes, &totals));
-        self.rate_counts = Some(counts);
+        let mut headers = scopes::headers(&rates.scopes, &totals);
+        if !rates.gauges.is_empty() {
+            match parallel::acquire(&counting, &rates.gauges).await {
+                Ok((slot, in_flight)) => {
+                    headers.extend(parallel::headers(&rates.gauges, &in_flight));
+                    self.slot = Some(slot);
+                    self.counted.parallel_counts = Some(in_flight);
+                }
+                Err(refusal) => {
+                    // The proxy's limiter counts the request's windows again.
+                    counting.take_back(&rates.scopes).await;
+                    return Err(rate_reason(refusal));
+                }
+            }
+        }
+        if let Some(estimate) = estimate {
+            match tokens::reserve(&counting, &rates.tokens, estimate).await {
+                Ok(reserved) => {
+                    headers.extend(tokens::headers(&rates.tokens, &reserved.counts));
+                    self.counted.tokens_reserved = Some(reserved);
+                }
+                Err(refusal) => {
+                    counting.take_back(&rates.scopes).await;
+                    self.release_slot().await;
+                    return Err(rate_reason(refusal));
+                }
+            }
+        }
+        self.rates = RateAdmission::Held(headers);
+        self.counted.rate_counts = Some(counts);
         Ok(())
+    }
+
+    /// Gives the request's parallel-request slot back, before its answer goes out (as LiteLLM's
+    /// post-call hook does), so the client's next request finds it free.
+    pub(super) async fn release_slot(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            slot.release().await;
+        }
     }
 
     /// The rate limiter's headers for the answer (none for a key without rpm limits).
@@ -90,7 +145,19 @@ impl Head {
             self.call_id.clone(),
             outcome,
             hold,
-            self.rate_counts.clone(),
+            self.counted.clone(),
         )
+    }
+}
+
+impl Drop for Head {
+    /// A slot still held (a stream that ended, a client that left, an answer the proxy writes)
+    /// is given back in the background.
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(slot.release());
+        }
     }
 }

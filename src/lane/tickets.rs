@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::ratelimit::tokens::Reserved;
 use crate::call::{CallError, Completion};
 use crate::stream::Piece;
 
@@ -76,9 +77,20 @@ pub struct Ticket {
     /// The request's hold on its key's budget and rpm windows (`holds`), for the replay to
     /// release.
     pub hold: Option<u64>,
-    /// Each rpm window's start and count with the request, where the lane counted it in LiteLLM's windows
-    /// itself (in Redis): the replay's limiter must not count it again.
+    pub counted: RateCounted,
+}
+
+/// What the lane counted of a request in LiteLLM's rate-limit state in Redis itself (all None
+/// where it did not): the replay's limiter must not count it again.
+#[derive(Clone, Debug, Default)]
+pub struct RateCounted {
+    /// Each rpm window's start and count with the request.
     pub rate_counts: Option<Vec<(u64, u64)>>,
+    /// Each parallel-request gauge's slots in flight with the request's (the lane gives its
+    /// slot back; the replay's limiter takes none).
+    pub parallel_counts: Option<Vec<u64>>,
+    /// The tokens reserved in the key's tpm windows, for the replay's callbacks to reconcile.
+    pub tokens_reserved: Option<Reserved>,
 }
 
 /// A ticket as the lane sends it along.
@@ -99,7 +111,7 @@ impl Tickets {
         call_id: CallId,
         outcome: Outcome,
         hold: Option<u64>,
-        rate_counts: Option<Vec<(u64, u64)>>,
+        counted: RateCounted,
     ) -> Issued {
         let id = random_hex(4);
         let now = Instant::now();
@@ -116,7 +128,7 @@ impl Tickets {
                     call_id_added: call_id.added,
                     outcome,
                     hold,
-                    rate_counts,
+                    counted,
                 },
             ),
         );

@@ -25,7 +25,7 @@ pub(super) struct Written {
 /// `write` turns the provider's answer into the proxy's body, or says None: the proxy answers.
 pub(super) async fn serve(
     request: ClientRequest<'_>,
-    head: Head,
+    mut head: Head,
     upstream: UpstreamRequest,
     shape: ResponseShape,
     set: HeaderSet<'_>,
@@ -62,6 +62,7 @@ pub(super) async fn serve(
         lane.table.add_spend(&head.key_hash, cost.total);
     }
     let response = answer(full(Bytes::from(written.body)), headers);
+    head.release_slot().await;
     let issued = head.issue(lane, Outcome::Call(Ok(completion)));
     lane.replays
         .enqueue(request.pending_replay(), issued, false);

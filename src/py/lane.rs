@@ -13,8 +13,10 @@ use super::headers::header_list;
 use super::lane_types::{LaneClaim, LaneCost, LaneDeployment, LanePricing, LaneReplay};
 use super::stream::{Payload, PreparedStream};
 use crate::lane::budget::{KeyBudget, ReservationRates};
+use crate::lane::ratelimit::parallel::{Gauge, GaugeScripts};
 use crate::lane::ratelimit::redis::{Redis, RedisTarget};
 use crate::lane::ratelimit::scopes::{Counting, KeyRates, RateScope, RedisCounting};
+use crate::lane::ratelimit::tokens::{self, TokenScope, TokenScripts};
 use crate::lane::{self, App, Group, Lane, Settings, Verdict};
 use crate::model::LaneReason;
 use crate::runtime;
@@ -197,11 +199,16 @@ pub fn lane_set_cooling(groups: Vec<String>) -> PyResult<()> {
 /// One rpm scope of a key: LiteLLM's descriptor and value, the limit, what its window counted
 /// and when the window ends (Unix seconds; 0: no window).
 type RateScopeArgs = (String, String, u64, u64, f64);
+/// A tpm window or a parallel-request gauge: (descriptor, value, limit).
+type LimitArgs = (String, String, u64);
+/// A key's rate limits: (rpm windows, tpm windows, gauges, counted in Redis).
+type RatesArgs = (Vec<RateScopeArgs>, Vec<LimitArgs>, Vec<LimitArgs>, bool);
 
 /// LiteLLM's verdict on a key (by its SHA-256 hex): the groups it may call (None: all), its
 /// expiry (Unix seconds), how long the verdict holds, and its spend; for a key with budgets,
 /// its headroom (`min(max_budget - counter)` over LiteLLM's counters); the proxy's headers about
-/// its limits (`x-litellm-key-rpm-limit`...); for a key with rpm limits, `([scope], counted in Redis)`.
+/// its limits (`x-litellm-key-rpm-limit`...); for a key with rate limits, `([rpm scope],
+/// [tpm scope], [parallel-request gauge], counted in Redis)`.
 /// `release`: the hold of the replay whose counts the verdict was read after (see
 /// `lane::budget`, `lane::ratelimit`).
 #[pyfunction]
@@ -218,7 +225,7 @@ pub fn lane_set_key(
     spend: f64,
     headroom: Option<f64>,
     key_headers: Vec<(String, String)>,
-    rates: Option<(Vec<RateScopeArgs>, bool)>,
+    rates: Option<RatesArgs>,
     release: Option<u64>,
 ) -> PyResult<()> {
     let at = |seconds: f64| UNIX_EPOCH + Duration::from_secs_f64(seconds.max(0.0));
@@ -231,7 +238,7 @@ pub fn lane_set_key(
         // A headroom that is not a number admits nothing (NaN fails every comparison).
         budget: headroom.map(|headroom| KeyBudget { headroom }),
         key_headers,
-        rates: rates.map(|(scopes, in_redis)| KeyRates {
+        rates: rates.map(|(scopes, tokens, gauges, in_redis)| KeyRates {
             scopes: scopes
                 .into_iter()
                 .map(
@@ -243,6 +250,22 @@ pub fn lane_set_key(
                         window_ends: at(window_ends),
                     },
                 )
+                .collect(),
+            tokens: tokens
+                .into_iter()
+                .map(|(descriptor, value, limit)| TokenScope {
+                    descriptor,
+                    value,
+                    limit,
+                })
+                .collect(),
+            gauges: gauges
+                .into_iter()
+                .map(|(descriptor, value, limit)| Gauge {
+                    descriptor,
+                    value,
+                    limit,
+                })
                 .collect(),
             counting: if in_redis {
                 Counting::Redis
@@ -262,15 +285,39 @@ pub fn lane_set_key(
 /// LiteLLM's coordination Redis: host, port, username, password, db.
 type RedisArgs = (String, u16, Option<String>, Option<String>, i64);
 
-/// Where the lane counts rpm windows: LiteLLM's coordination Redis (`(host, port, username,
-/// password, db)`), with the limiter's own script and window, or None (the worker's memory).
+/// The tokens the lane reserves for a chat or `/v1/messages` body in a key's tpm windows, whose
+/// smallest limit is `min_limit` (the v3 limiter's estimate), or None where it sends the request
+/// to the proxy instead (see `lane::ratelimit::tokens`). For the differential test against the
+/// limiter's own estimate.
 #[pyfunction]
-#[pyo3(signature = (redis, script, window_size))]
+pub fn lane_tpm_estimate(body: &[u8], min_limit: u64) -> Option<u64> {
+    tokens::estimate(body, min_limit).ok()
+}
+
+/// Where the lane counts rpm windows: LiteLLM's coordination Redis (`(host, port, username,
+/// password, db)`), with the limiter's own script and window, or None (the worker's memory);
+/// `token_scripts`: the limiter's check-and-increment and window-guarded increment scripts;
+/// `gauge_scripts`: its parallel-request acquire and release scripts and slot TTL.
+#[pyfunction]
+#[pyo3(signature = (redis, script, window_size, token_scripts, gauge_scripts))]
 pub fn lane_set_rate_counting(
     redis: Option<RedisArgs>,
     script: String,
     window_size: u64,
+    token_scripts: (String, String),
+    gauge_scripts: (String, String, u64),
 ) -> PyResult<()> {
+    let (check_and_increment, window_guarded_increment) = token_scripts;
+    let token_scripts = TokenScripts {
+        check_and_increment,
+        window_guarded_increment,
+    };
+    let (acquire, release, slot_ttl) = gauge_scripts;
+    let gauge_scripts = GaugeScripts {
+        acquire,
+        release,
+        slot_ttl,
+    };
     let counting = redis.map(|(host, port, username, password, db)| RedisCounting {
         redis: Redis::new(RedisTarget {
             host,
@@ -281,6 +328,8 @@ pub fn lane_set_rate_counting(
         }),
         script,
         window_size,
+        token_scripts,
+        gauge_scripts,
     });
     running()?.set_rate_counting(counting);
     Ok(())
@@ -329,7 +378,12 @@ pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<LaneClaim>> {
         call_id_added: ticket.call_id_added,
         call,
         hold: ticket.hold,
-        rate_counts: ticket.rate_counts,
+        rate_counts: ticket.counted.rate_counts,
+        parallel_counts: ticket.counted.parallel_counts,
+        tokens_reserved: ticket
+            .counted
+            .tokens_reserved
+            .map(|reserved| (reserved.tokens, reserved.counts)),
     }))
 }
 

@@ -257,7 +257,9 @@ impl LaneReplay {
 /// error without calling it again (a `PreparedCall`, or for a stream a `PreparedStream`), and
 /// its hold on the key's budget and rpm windows (`lane_set_key(release=...)` releases it), and
 /// each rpm window's start and count with it where the lane counted it in LiteLLM's windows itself (in
-/// Redis; None otherwise).
+/// Redis; None otherwise), and each parallel-request gauge's slots in flight with it where the
+/// lane took its slot, and the tokens it reserved in the key's tpm windows with each window's
+/// count.
 #[pyclass(frozen, get_all, module = "litellm_fastpath._native")]
 pub struct LaneClaim {
     pub(crate) deployment_id: String,
@@ -265,6 +267,8 @@ pub struct LaneClaim {
     pub(crate) call: Py<PyAny>,
     pub(crate) hold: Option<u64>,
     pub(crate) rate_counts: Option<Vec<(u64, u64)>>,
+    pub(crate) parallel_counts: Option<Vec<u64>>,
+    pub(crate) tokens_reserved: Option<(u64, Vec<u64>)>,
 }
 
 /// The lane's cost of an answer, split as the proxy's headers split it.

@@ -12,7 +12,9 @@ carries the key's headroom over LiteLLM's own budget counters (`spend:*`, in Red
 proxy has one), read again after every request of the key LiteLLM judges, the lane's replays
 included; see `lane::budget` in Rust for how the lane admits against it. rpm limits on the same
 four: the verdict carries the limiter's windows (see `limits`), read once the limiter counted
-the request. Keys with anything else LiteLLM counts or checks per request (tpm/parallel limits,
+the request; with the proxy's Redis, tpm limits on the same four (reserved in the limiter's
+token windows) and a key's parallel-request limit (against the limiter's gauge). Keys with
+anything else LiteLLM counts or checks per request (tpm or parallel limits without Redis,
 budget windows, soft budgets, per-model budgets), an organization, metadata, aliases or
 permissions keep going to the proxy.
 """
@@ -51,6 +53,15 @@ _KEY_FIELDS_REAPPLIED = frozenset(
         "user_rpm_limit",
         "team_rpm_limit",
         "team_member_rpm_limit",
+        # tpm limits, the same way (with the proxy's Redis: the lane reserves LiteLLM's
+        # estimate in the limiter's token windows; see `limits`).
+        "tpm_limit",
+        "user_tpm_limit",
+        "team_tpm_limit",
+        "team_member_tpm_limit",
+        # The key's parallel-request limit (with the proxy's Redis: the lane takes its slot in
+        # the limiter's gauge; see `limits`).
+        "max_parallel_requests",
         "token",
         "key_name",
         "key_alias",
@@ -98,6 +109,7 @@ _USER_FIELDS_REAPPLIED = frozenset(
         "budget_duration",
         "budget_reset_at",
         "rpm_limit",
+        "tpm_limit",
         "spend",
         "model_spend",
         "user_email",
@@ -119,6 +131,7 @@ _TEAM_FIELDS_REAPPLIED = frozenset(
         "budget_duration",
         "budget_reset_at",
         "rpm_limit",
+        "tpm_limit",
         "default_team_member_models",
         "access_group_ids",
         "spend",
@@ -133,7 +146,7 @@ _MEMBERSHIP_FIELDS_REAPPLIED = frozenset(
 )
 # A team membership's budget row: its cap (and reset period) alone.
 _MEMBER_BUDGET_FIELDS_REAPPLIED = frozenset(
-    {"budget_id", "max_budget", "budget_duration", "rpm_limit"}
+    {"budget_id", "max_budget", "budget_duration", "rpm_limit", "tpm_limit"}
 )
 # Roles whose keys may call the chat routes (LiteLLM gives keys without a user the
 # internal-user role).
@@ -181,7 +194,7 @@ class _Judged:
     at: float
     served: frozenset[str]
     counters: tuple[_Counter, ...]
-    scopes: tuple[limits.Scope, ...]
+    rate_limits: limits.Limits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +212,7 @@ class _Found:
     allowed: list[str] | None
     objects: list[tuple[str, Any]]
     counters: tuple[_Counter, ...]
-    scopes: tuple[limits.Scope, ...]
+    rate_limits: limits.Limits
 
 
 class _Verdicts:
@@ -239,12 +252,12 @@ class _Verdicts:
             if found is None:
                 self.forget(key.token)
                 return
-            judged = _Judged(found.allowed, now, served, found.counters, found.scopes)
+            judged = _Judged(found.allowed, now, served, found.counters, found.rate_limits)
             self.judged[key.token] = judged
             for cache_key, value in found.objects:
                 self.resting_on.setdefault(cache_key, {})[key.token] = _fingerprint(value)
         headroom = None if not judged.counters else await _headroom(judged.counters)
-        rates = None if not judged.scopes else await limits.windows(judged.scopes)
+        rates = None if not judged.rate_limits else await limits.verdict_rates(judged.rate_limits)
         # Every time: the key's spend as LiteLLM holds it (the lane adds what it serves), and
         # its headroom once this request's reservation is in LiteLLM's counters.
         _native.lane_set_key(
@@ -304,16 +317,17 @@ def judged(key_hash: str) -> bool:
     return key_hash in _verdicts.judged
 
 
-def scopes_of(key: Any) -> tuple[limits.Scope, ...] | None:
-    """The rpm scopes of the key's verdict in this worker, if it has one."""
+def limits_held(key: Any) -> limits.Limits | None:
+    """The rate limits of the key's verdict in this worker, if it has one."""
     judged = _verdicts.judged.get(getattr(key, "token", None) or "")
-    return None if judged is None else judged.scopes
+    return None if judged is None else judged.rate_limits
 
 
 def _key_headers(key: Any) -> list[tuple[str, str]]:
     """The proxy's headers about the key's limits, as its `get_custom_headers` writes them (a
     limit the key does not have is left out)."""
     named = (
+        ("x-litellm-key-tpm-limit", key.tpm_limit),
         ("x-litellm-key-rpm-limit", key.rpm_limit),
         ("x-litellm-key-max-budget", key.max_budget),
     )
@@ -352,15 +366,15 @@ async def _judge(key: Any) -> _Found | None:
     if any(value is None for _, value in objects):
         return None  # judged on something no longer cached
     counters = await _budget_counters(key, team, user)
-    scopes = limits.scopes(key)
-    if counters is None or scopes is None:
+    found_limits = limits.limits_of(key)
+    if counters is None or found_limits is None:
         return None
     allowed = await _allowed_groups(key, team, user)
     for cache_key, value in objects:
         # Rewritten while the checks ran: the next request judges it afresh.
         if _fingerprint(await _cached(cache_key, None)) != _fingerprint(value):
             return None
-    return _Found(allowed, objects, counters, scopes)
+    return _Found(allowed, objects, counters, found_limits)
 
 
 def _membership_reapplied(membership: Any) -> bool:

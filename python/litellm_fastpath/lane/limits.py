@@ -1,5 +1,6 @@
-"""Rate limits on the lane (#26): rpm limits on a key, its user, its team or the team
-membership, counted in LiteLLM's v3 limiter's own windows (see `lane::ratelimit` in Rust).
+"""Rate limits on the lane (#26): rpm and tpm limits on a key, its user, its team or the team
+membership, counted in LiteLLM's v3 limiter's own windows, and a key's parallel-request limit,
+against the limiter's own concurrency gauge (see `lane::ratelimit` in Rust).
 
 - Without Redis, the windows are the worker's: the replay's limiter counts each request the lane
   served, and a key's verdict carries each window's count as read after the limiter counted the
@@ -7,10 +8,19 @@ membership, counted in LiteLLM's v3 limiter's own windows (see `lane::ratelimit`
 - With the proxy's Redis, the lane counts each request there itself, with the limiter's own
   script, before the provider call; the replay's limiter then leaves the request counted (it
   only records what the lane counted, for the callbacks).
+- tpm limits only with the proxy's Redis (and the limiter's token reservation on, its default):
+  the lane reserves the limiter's estimate of the request's tokens in each token window there,
+  with the limiter's own script, after the rpm windows and the gauge; the replay's limiter
+  records the reservation in its stash, so that LiteLLM's callbacks reconcile it with the
+  actual usage (or refund it on a failure) as they would have.
+- A parallel-request limit only with the proxy's Redis: the lane takes the request's slot in
+  the limiter's gauge there, with the limiter's own script, after counting its windows, and
+  gives it back once the answer is complete; the replay's limiter takes no slot. Without Redis
+  the gauge is the proxy's own in-memory registry, and such keys go to the proxy.
 
-Keys with tpm or parallel-request limits, per-model or tag limits, or dynamic limits keep going
-to the proxy, as do all limited keys where LiteLLM's Redis is one the lane does not speak to
-(a cluster, TLS, a Unix socket, a key namespace).
+Keys with tpm or parallel limits without Redis, per-model or tag limits, or dynamic limits keep
+going to the proxy, as do all limited keys where LiteLLM's Redis is one the lane does not speak
+to (a cluster, TLS, a Unix socket, a key namespace).
 """
 
 from __future__ import annotations
@@ -28,7 +38,8 @@ _SERVED_DESCRIPTORS = frozenset({"api_key", "user", "team", "team_member"})
 
 @dataclasses.dataclass(frozen=True)
 class Scope:
-    """One rpm window of a key: LiteLLM's descriptor, its value and the limit."""
+    """One limit of a key (an rpm or tpm window, a parallel-request gauge): LiteLLM's
+    descriptor, its value and the limit."""
 
     descriptor: str
     value: str
@@ -40,6 +51,19 @@ class Scope:
         return f"{prefix}:window", f"{prefix}:requests"
 
 
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """A key's limits the lane counts: its rpm windows, its tpm windows and its
+    parallel-request gauges (each limit a `Scope`)."""
+
+    scopes: tuple[Scope, ...] = ()
+    tokens: tuple[Scope, ...] = ()
+    gauges: tuple[Scope, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.scopes or self.tokens or self.gauges)
+
+
 def limiter() -> Any | None:
     """The proxy's v3 rate limiter (None: another limiter, or none)."""
     proxy_logging = getattr(compat.proxy_server(), "proxy_logging_obj", None)
@@ -47,9 +71,9 @@ def limiter() -> Any | None:
     return hook if isinstance(hook, compat.RateLimiterV3) else None
 
 
-def scopes(key: Any) -> tuple[Scope, ...] | None:
-    """The key's rpm windows as LiteLLM's limiter builds them for a chat call (empty: no
-    limits), or None when the lane leaves the key's limits to the proxy."""
+def limits_of(key: Any) -> Limits | None:
+    """The key's rpm windows and parallel-request gauges as LiteLLM's limiter builds them for a
+    chat call (empty: no limits), or None when the lane leaves the key's limits to the proxy."""
     found = limiter()
     if found is None:
         return None
@@ -61,35 +85,54 @@ def scopes(key: Any) -> tuple[Scope, ...] | None:
         model_has_failures=False,
         call_type="acompletion",
     )
-    if descriptors and _counting() is None:
+    counting = _counting()
+    if descriptors and counting is None:
         return None
-    out = []
+    windows, tokens, gauges = [], [], []
     for descriptor in descriptors:
         limits = descriptor.get("rate_limit") or {}
         requests = limits.get("requests_per_unit")
+        tpm = limits.get("tokens_per_unit")
+        parallel = limits.get("max_parallel_requests")
         if (
             descriptor["key"] not in _SERVED_DESCRIPTORS
-            or requests is None
-            or limits.get("tokens_per_unit") is not None
-            or limits.get("max_parallel_requests") is not None
+            or (requests is None and tpm is None and parallel is None)
             or (limits.get("window_size") or found.window_size) != found.window_size
+            # In the worker, the token windows and the gauge are the limiter's Python state
+            # (see the module's text); without its reservation, tpm is counted after the call.
+            or (parallel is not None and counting != "redis")
+            or (tpm is not None and (counting != "redis" or not found.tpm_reservation_enabled))
         ):
             return None
-        out.append(Scope(descriptor["key"], str(descriptor["value"]), int(requests)))
-    return tuple(out)
+        value = str(descriptor["value"])
+        if requests is not None:
+            windows.append(Scope(descriptor["key"], value, int(requests)))
+        if tpm is not None:
+            tokens.append(Scope(descriptor["key"], value, int(tpm)))
+        if parallel is not None:
+            gauges.append(Scope(descriptor["key"], value, int(parallel)))
+    return Limits(tuple(windows), tuple(tokens), tuple(gauges))
 
 
-async def windows(found: tuple[Scope, ...]) -> tuple[list[Any], bool]:
-    """The scopes as the lane's verdict carries them (descriptor, value, limit, what the window
-    counted, when it ends; 0: no window), read as LiteLLM's limiter reads them in the worker,
-    and whether they are counted in Redis (then the lane's own count decides: not read)."""
+async def verdict_rates(found: Limits) -> tuple[list[Any], list[Any], list[Any], bool]:
+    """The limits as the lane's verdict carries them: the rpm windows (descriptor, value,
+    limit, what the window counted, when it ends; 0: no window), read as LiteLLM's limiter reads
+    them in the worker, the tpm windows and the gauges (descriptor, value, limit), and whether
+    they are counted in Redis (then the lane's own count decides: not read)."""
     rate_limiter = limiter()
     in_redis = _counting() == "redis"
+    tokens = [(scope.descriptor, scope.value, scope.limit) for scope in found.tokens]
+    gauges = [(gauge.descriptor, gauge.value, gauge.limit) for gauge in found.gauges]
     if rate_limiter is None:
-        return [], in_redis
+        return [], tokens, gauges, in_redis
     if in_redis:
         # The lane counts in Redis itself, and learns each window's count from its own count.
-        return [(scope.descriptor, scope.value, scope.limit, 0, 0.0) for scope in found], True
+        windows = [(scope.descriptor, scope.value, scope.limit, 0, 0.0) for scope in found.scopes]
+        return windows, tokens, gauges, True
+    return await _worker_windows(rate_limiter, found.scopes), tokens, gauges, False
+
+
+async def _worker_windows(rate_limiter: Any, found: tuple[Scope, ...]) -> list[Any]:
     keys = [key for scope in found for key in scope.keys()]
     values = await rate_limiter._read_counter_values_without_incrementing(
         keys=keys, parent_otel_span=None
@@ -108,7 +151,7 @@ async def windows(found: tuple[Scope, ...]) -> tuple[list[Any], bool]:
             # No window (or an old one): the next request LiteLLM counts starts it.
             ends, count = 0.0, 0
         out.append((scope.descriptor, scope.value, scope.limit, count, ends))
-    return out, in_redis
+    return out
 
 
 def _counting() -> str | None:
@@ -162,6 +205,12 @@ def configure() -> None:
         None if target is None else _redis_target(target),
         compat.BATCH_RATE_LIMITER_SCRIPT,
         60 if rate_limiter is None else int(rate_limiter.window_size),
+        (compat.CHECK_AND_INCREMENT_BY_N_SCRIPT, compat.WINDOW_GUARDED_TOKEN_INCREMENT_SCRIPT),
+        (
+            compat.PARALLEL_ACQUIRE_SCRIPT,
+            compat.PARALLEL_RELEASE_SCRIPT,
+            int(compat.PARALLEL_REQUEST_SLOT_TTL_SECONDS),
+        ),
     )
     if rate_limiter is not None:
         _install_limiter_hook(rate_limiter)
@@ -173,11 +222,11 @@ def hooked() -> bool:
     return rate_limiter is not None and getattr(rate_limiter, "_litellm_fastpath_hooked", False)
 
 
-def known_scopes(key: Any) -> tuple[Scope, ...]:
-    """The key's scopes as its verdict holds them (worked out again if it has none)."""
+def known_limits(key: Any) -> Limits:
+    """The key's limits as its verdict holds them (worked out again if it has none)."""
     from litellm_fastpath.lane import keys
 
-    return keys.scopes_of(key) or scopes(key) or ()
+    return keys.limits_held(key) or limits_of(key) or Limits()
 
 
 def _install_limiter_hook(rate_limiter: Any) -> None:
@@ -219,9 +268,13 @@ async def _record_counts(
     rate_limiter: Any, key: Any, data: dict[str, Any], counts: list[tuple[int, int]]
 ) -> None:
     """What the limiter's pre-call leaves of a request it admitted, here with the counts the
-    lane made in Redis: the worker's copy of each window, and the windows' statuses for the
-    callbacks."""
-    found = known_scopes(key)
+    lane made in Redis: the worker's copy of each window, the windows', gauges' and token
+    windows' statuses for the callbacks, and the tokens reserved, for the limiter's callbacks
+    to reconcile with the actual usage (or refund). The worker's copy of a gauge is left as it
+    is: the lane gives its slot back in Redis alone, so a copy written here would hold the slot
+    on this worker."""
+    held = known_limits(key)
+    found = held.scopes
     cache = rate_limiter.internal_usage_cache
     for scope, (start, count) in zip(found, counts, strict=False):
         window_key, counter_key = scope.keys()
@@ -234,6 +287,7 @@ async def _record_counts(
                 local_only=True,
             )
     stash = compat.claim_request_stash_for_data(data)
+    reserved = claims.tokens_reserved()
     stash.rate_limit_response = {
         "overall_code": "OK",
         "statuses": [
@@ -246,5 +300,33 @@ async def _record_counts(
                 "descriptor_value": scope.value,
             }
             for scope, (_, count) in zip(found, counts, strict=False)
+        ]
+        + [
+            {
+                "code": "OK",
+                "current_limit": gauge.limit,
+                "limit_remaining": max(0, gauge.limit - in_flight),
+                "rate_limit_type": "max_parallel_requests",
+                "descriptor_key": gauge.descriptor,
+            }
+            for gauge, in_flight in zip(held.gauges, claims.parallel_counts() or (), strict=False)
+        ]
+        + [
+            {
+                "code": "OK",
+                "current_limit": scope.limit,
+                "limit_remaining": max(0, scope.limit - count),
+                "rate_limit_type": "tokens",
+                "descriptor_key": scope.descriptor,
+                "descriptor_value": scope.value,
+            }
+            for scope, count in zip(held.tokens, reserved[1] if reserved else (), strict=False)
         ],
     }
+    if reserved is not None and held.tokens:
+        model = data.get("model")
+        stash.reserved_tokens = reserved[0]
+        stash.reserved_model = rate_limiter._rate_limited_model(
+            model if isinstance(model, str) else None
+        )
+        stash.reserved_scopes = frozenset((scope.descriptor, scope.value) for scope in held.tokens)

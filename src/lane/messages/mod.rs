@@ -30,7 +30,7 @@ pub(super) async fn serve(request: ClientRequest<'_>) -> Served {
         Ok(admitted) => admitted,
         Err(why) => return Served::ToProxy(why),
     };
-    if let Err(why) = head.count_rates(request.lane).await {
+    if let Err(why) = head.count_rates(request.lane, request.body).await {
         return Served::ToProxy(why);
     }
     let serving = Serving::new(request.lane);

@@ -11,7 +11,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::parallel::{Gauge, GaugeScripts};
 use super::redis::{Redis, Reply};
+use super::tokens::{TokenScope, TokenScripts};
 use crate::lane::holds::Claim;
 
 /// A window ending sooner than this goes to the proxy: the replay could count the request in
@@ -59,6 +61,10 @@ pub enum Counting {
 #[derive(Clone, Debug, PartialEq)]
 pub struct KeyRates {
     pub scopes: Vec<RateScope>,
+    /// The key's tpm limits (only where the counting is in Redis; see `tokens`).
+    pub tokens: Vec<TokenScope>,
+    /// The key's parallel-request limits (only where the counting is in Redis; see `parallel`).
+    pub gauges: Vec<Gauge>,
     pub counting: Counting,
 }
 
@@ -126,6 +132,10 @@ pub struct RedisCounting {
     /// The v3 limiter's `BATCH_RATE_LIMITER_SCRIPT`, as LiteLLM runs it.
     pub script: String,
     pub window_size: u64,
+    /// The limiter's token-window scripts.
+    pub token_scripts: TokenScripts,
+    /// The limiter's parallel-request gauge scripts.
+    pub gauge_scripts: GaugeScripts,
 }
 
 impl RedisCounting {
@@ -133,6 +143,9 @@ impl RedisCounting {
     /// and count with it, or the refusal: a window past its limit (the increments are taken back, so that the
     /// proxy's limiter counts and refuses the request as it would have alone), or no Redis.
     pub async fn count(&self, scopes: &[RateScope]) -> Result<Vec<(u64, u64)>, RateRefusal> {
+        if scopes.is_empty() {
+            return Ok(Vec::new());
+        }
         let keys: Vec<String> = scopes
             .iter()
             .flat_map(|scope| [scope.window_key(), scope.requests_key()])
@@ -155,12 +168,18 @@ impl RedisCounting {
         {
             return Ok(counts);
         }
+        self.take_back(scopes).await;
+        Err(RateRefusal::AtLimit)
+    }
+
+    /// Takes a request's count back from every window (refused after it was counted), so that
+    /// the proxy's limiter counts and judges it as it would have alone.
+    pub async fn take_back(&self, scopes: &[RateScope]) {
         for scope in scopes {
             // Best effort: a window that expires meanwhile takes the count with it anyway.
             let key = scope.requests_key();
             let _ = self.redis.command(&[b"DECR", key.as_bytes()]).await;
         }
-        Err(RateRefusal::AtLimit)
     }
 }
 
@@ -199,6 +218,8 @@ mod tests {
     fn the_worker_s_windows_claim_one_request_each_away_from_their_end() {
         let rates = KeyRates {
             scopes: vec![scope("api_key", 5, 2, 30), scope("team", 10, 9, 30)],
+            tokens: Vec::new(),
+            gauges: Vec::new(),
             counting: Counting::Worker,
         };
         let claims = rates.claims(SystemTime::now()).unwrap();
@@ -207,6 +228,8 @@ mod tests {
         assert_eq!(claims[1].room, 1.0);
         let ending = KeyRates {
             scopes: vec![scope("api_key", 5, 2, 1)],
+            tokens: Vec::new(),
+            gauges: Vec::new(),
             counting: Counting::Worker,
         };
         assert_eq!(ending.claims(SystemTime::now()), Err(RateRefusal::AtLimit));

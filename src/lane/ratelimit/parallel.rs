@@ -1,0 +1,190 @@
+//! Parallel-request limits (`max_parallel_requests` on a key) against LiteLLM's v3 limiter's
+//! own concurrency gauge: a sorted set `{api_key:<hash>}:max_parallel_requests` of the slots
+//! in flight, one per admitted request, scored by when it was taken (Redis's clock), pruned
+//! after the limiter's slot TTL. The lane takes a slot with the limiter's own acquire script
+//! after counting the request's rpm windows (LiteLLM's order: a window's refusal never strands
+//! a slot), and gives it back with the limiter's release script once the answer is complete.
+//!
+//! Only where LiteLLM keeps the gauge in Redis: the worker's in-memory gauge is the proxy's own
+//! Python registry, which the lane cannot take a slot in atomically (those keys go to the proxy).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::redis::Reply;
+use super::scopes::{RateRefusal, RedisCounting};
+
+/// One scope's parallel-request limit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gauge {
+    /// LiteLLM's descriptor (`api_key`) and its value.
+    pub descriptor: String,
+    pub value: String,
+    pub limit: u64,
+}
+
+impl Gauge {
+    /// The limiter's gauge key (`create_rate_limit_keys(..., "max_parallel_requests")`).
+    pub fn key(&self) -> String {
+        format!(
+            "{{{}:{}}}:max_parallel_requests",
+            self.descriptor, self.value
+        )
+    }
+}
+
+/// The limiter's scripts and slot TTL, as LiteLLM runs them.
+#[derive(Clone, Debug)]
+pub struct GaugeScripts {
+    /// `PARALLEL_ACQUIRE_SCRIPT`: checks every gauge, then adds the slot to each.
+    pub acquire: String,
+    /// `PARALLEL_RELEASE_SCRIPT`: removes the slot (an absent slot is a no-op).
+    pub release: String,
+    /// `PARALLEL_REQUEST_SLOT_TTL_SECONDS`: a slot older than this no longer counts.
+    pub slot_ttl: u64,
+}
+
+/// A request's slots, until it gives them back (`release`).
+pub struct Slot {
+    counting: Arc<RedisCounting>,
+    keys: Vec<String>,
+    id: String,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Slot")
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl Slot {
+    /// Gives the slot back in every gauge. Best effort, as in LiteLLM: a slot Redis never
+    /// heard of again ages out after the slot TTL.
+    pub async fn release(self) {
+        let args = vec![self.id.clone(); self.keys.len()];
+        let script = &self.counting.gauge_scripts.release;
+        let _ = self.counting.redis.eval(script, &self.keys, &args).await;
+    }
+}
+
+/// A slot id no other request of any worker or instance has: LiteLLM's are uuid4 hex, the
+/// lane's are the process, a counter and the clock.
+fn slot_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!(
+        "lane-{}-{}-{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Takes a slot in every gauge, or none: the slot and each gauge's count of slots in flight
+/// with it; `AtLimit` when a gauge is full (the proxy's limiter then refuses the request as
+/// LiteLLM does, or admits it if a slot was freed meanwhile), `Unreachable` without Redis.
+pub async fn acquire(
+    counting: &Arc<RedisCounting>,
+    gauges: &[Gauge],
+) -> Result<(Slot, Vec<u64>), RateRefusal> {
+    let keys: Vec<String> = gauges.iter().map(Gauge::key).collect();
+    let id = slot_id();
+    let ttl = counting.gauge_scripts.slot_ttl.to_string();
+    let args: Vec<String> = gauges
+        .iter()
+        .flat_map(|gauge| [gauge.limit.to_string(), ttl.clone(), id.clone()])
+        .collect();
+    let reply = counting
+        .redis
+        .eval(&counting.gauge_scripts.acquire, &keys, &args)
+        .await
+        .map_err(|_| RateRefusal::Unreachable)?;
+    let in_flight = acquired(&reply, gauges.len())?;
+    let slot = Slot {
+        counting: Arc::clone(counting),
+        keys,
+        id,
+    };
+    Ok((slot, in_flight))
+}
+
+/// The acquire script's reply: `{0, in_flight...}` admitted, `{1, index, in_flight, limit}`
+/// refused.
+fn acquired(reply: &Reply, gauges: usize) -> Result<Vec<u64>, RateRefusal> {
+    let Reply::Array(items) = reply else {
+        return Err(RateRefusal::Unreachable);
+    };
+    let number = |reply: &Reply| reply.as_i64().and_then(|n| u64::try_from(n).ok());
+    match items.first().and_then(number) {
+        Some(0) if items.len() == gauges + 1 => items[1..]
+            .iter()
+            .map(number)
+            .collect::<Option<Vec<u64>>>()
+            .ok_or(RateRefusal::Unreachable),
+        Some(1) => Err(RateRefusal::AtLimit),
+        _ => Err(RateRefusal::Unreachable),
+    }
+}
+
+/// The limiter's headers for an admitted request's gauges:
+/// `x-ratelimit-{descriptor}-remaining-max_parallel_requests` and `-limit-...`.
+pub fn headers(gauges: &[Gauge], in_flight: &[u64]) -> Vec<(String, String)> {
+    let mut out = Vec::with_capacity(2 * gauges.len());
+    for (gauge, count) in gauges.iter().zip(in_flight) {
+        let prefix = format!("x-ratelimit-{}", gauge.descriptor);
+        out.push((
+            format!("{prefix}-remaining-max_parallel_requests"),
+            gauge.limit.saturating_sub(*count).to_string(),
+        ));
+        out.push((
+            format!("{prefix}-limit-max_parallel_requests"),
+            gauge.limit.to_string(),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_acquire_script_s_reply_admits_or_refuses() {
+        let admitted = Reply::Array(vec![Reply::Int(0), Reply::Int(2)]);
+        assert_eq!(acquired(&admitted, 1), Ok(vec![2]));
+        let refused = Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(1),
+            Reply::Int(3),
+            Reply::Int(3),
+        ]);
+        assert_eq!(acquired(&refused, 1), Err(RateRefusal::AtLimit));
+        assert_eq!(acquired(&admitted, 2), Err(RateRefusal::Unreachable));
+        assert_eq!(acquired(&Reply::Nil, 1), Err(RateRefusal::Unreachable));
+    }
+
+    #[test]
+    fn gauge_headers_never_go_below_zero() {
+        let gauge = Gauge {
+            descriptor: "api_key".into(),
+            value: "h".into(),
+            limit: 2,
+        };
+        assert_eq!(gauge.key(), "{api_key:h}:max_parallel_requests");
+        assert_eq!(
+            headers(std::slice::from_ref(&gauge), &[3]),
+            [
+                ("x-ratelimit-api_key-remaining-max_parallel_requests", "0"),
+                ("x-ratelimit-api_key-limit-max_parallel_requests", "2"),
+            ]
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+        );
+        assert!(slot_id() != slot_id());
+    }
+}
