@@ -314,12 +314,14 @@ def render_messages(data: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = arg_parser(__doc__ or "", "shorter steps")
-    parser.add_argument("--route", choices=("chat", "messages", "keyed"), default="chat")
+    parser.add_argument(
+        "--route", choices=("chat", "messages", "keyed", "keyed-limits"), default="chat"
+    )
     parser.add_argument(
         "--provider", choices=("anthropic", "bedrock"), default="anthropic", help="messages only"
     )
     args = parser.parse_args(argv)
-    if args.route == "keyed":
+    if args.route in ("keyed", "keyed-limits"):
         from benches.lane_keyed import keyed
 
         keyed(args)

@@ -1,6 +1,7 @@
 """The fast lane for a virtual key as LiteLLM's production setup has them (#26): a user, a team, a
-key budget and an rpm limit far from spent, LiteLLM's counters and windows in Redis. The same key
-on the plain model and on the lane, in one run (method and commands: benches/README.md)."""
+key budget and an rpm limit far from spent, LiteLLM's counters and windows in Redis (with
+`--route keyed-limits`, also a tpm limit and a parallel-request limit far from spent). The same
+key on the plain model and on the lane, in one run (method and commands: benches/README.md)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,19 @@ SEEDED = {
     "teams": {"bench-team": {}},
     "memberships": [{"user_id": "bench-user", "team_id": "bench-team"}],
 }
+# Every limit the lane counts (#26): the tpm limit far above a minute of the ladders' tokens, the
+# parallel limit far above the requests in flight.
+LIMITED_KEY = "sk-bench-user-team-budget-all-limits"
+LIMITED = {
+    **SEEDED,
+    "keys": {
+        LIMITED_KEY: {
+            **SEEDED["keys"][KEY],
+            "tpm_limit": 1_000_000_000,
+            "max_parallel_requests": 10_000,
+        }
+    },
+}
 ARMS = ("python", "lane")
 
 
@@ -59,7 +73,9 @@ KEYED_LANE_RATES = [10, 20, 30, 40, 60, 80, 100, 120, 150, 200]
 
 def keyed(args: Any) -> None:
     secs, reps = (4.0, 1) if args.quick else (8.0, 3)
-    data: dict[str, Any] = {"machine": machine(args.wait_quiet), "seeded": SEEDED, "rate": RATE}
+    limits = args.route == "keyed-limits"
+    key, seeded = (LIMITED_KEY, LIMITED) if limits else (KEY, SEEDED)
+    data: dict[str, Any] = {"machine": machine(args.wait_quiet), "seeded": seeded, "rate": RATE}
     redis = RedisServer()
     proxies: dict[str, Any] = {}
     try:
@@ -67,7 +83,7 @@ def keyed(args: Any) -> None:
         with ServerProcess() as mock:
             models = twin_models("bench", deployment_kwargs("openai", mock.url))
             workdir = Path(tempfile.mkdtemp(prefix="lane-keyed-"))
-            env = {**redis.env(), seeded_keys.ENV: json.dumps(SEEDED)}
+            env = {**redis.env(), seeded_keys.ENV: json.dumps(seeded)}
             # The plain model on a proxy of its own, as in `lane.py`: the lane's replays of one
             # step must not run into the next step of the other arm.
             for arm in ARMS:
@@ -80,7 +96,7 @@ def keyed(args: Any) -> None:
             def run(arm: str, rate: float, seconds: float = secs) -> dict[str, Any]:
                 nonlocal sent
                 body = chat_body(models[arm == "lane"]["model_name"])
-                auth = ("-H", f"Authorization: Bearer {KEY}")
+                auth = ("-H", f"Authorization: Bearer {key}")
                 result = step(proxies[arm], arm, body, rate, seconds, headers=auth)
                 sent += result["scheduled"] + WARMUP if arm == "lane" else 0
                 return result
@@ -105,7 +121,7 @@ def keyed(args: Any) -> None:
             proxy.stop(term_timeout=60)
             proxy.__exit__(None, None, None)
         redis.stop()
-    finish(args, "lane-keyed", render(data), data)
+    finish(args, "lane-keyed-limits" if limits else "lane-keyed", render(data), data)
 
 
 def lane_counts(events: Path) -> dict[str, int]:
@@ -145,8 +161,13 @@ def render(data: dict[str, Any]) -> str:
     served = lane["counts"].get("served", 0)
     return "\n".join(
         [
-            "# The lane for a key with a user, a team, a budget and an rpm limit "
-            "(`benches/lane_keyed.py`)",
+            "# The lane for a key with a user, a team, a budget and an rpm limit"
+            + (
+                ", a tpm limit and a parallel-request limit"
+                if "tpm_limit" in str(data["seeded"])
+                else ""
+            )
+            + " (`benches/lane_keyed.py`)",
             "",
             machine_line(data["machine"]),
             "",
