@@ -55,6 +55,7 @@ __all__ = [
     "lane_set_realtime",
     "lane_stop",
     "lane_stream_tail",
+    "lane_tpm_estimate",
     "lane_upstream_buckets",
     "prepare_chat",
     "prepare_chat_stream",
