@@ -261,7 +261,8 @@ def hold_settlement(arm: Arm, hold: bool) -> None:
 
 def settled(arm: Arm, names: frozenset[str]) -> dict[str, Any]:
     """The arm's spend state about `names` once every answer's post-call work ran: no
-    reservation left open, a cost callback per answer, nothing still running."""
+    reservation left open, a cost callback and a rate limiter's success callback (its tpm
+    reconciliation) per answer, nothing still running."""
     last: list[dict[str, Any]] = []
 
     def done() -> dict[str, Any] | None:
@@ -270,6 +271,7 @@ def settled(arm: Arm, names: frozenset[str]) -> dict[str, Any]:
         finished = (
             not state["all_open_reservations"]
             and work["cost_callback"]["finished"] >= arm.successes
+            and work["rate_limiter"]["finished"] >= arm.successes
             and all(w["started"] == w["finished"] for w in work.values())
         )
         return about(state) if finished else None
@@ -776,6 +778,61 @@ def test_keys_with_tpm_limits_far_from_the_limit_take_the_lane_with_redis(
         assert tokens and all(v > 0 for v in tokens.values()), tokens
 
 
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        # No output cap under a tpm limit below 4096: LiteLLM writes `max_tokens` (the limit / 4)
+        # into the request before calling the provider.
+        ({}, "lane_rate_limit"),
+        # A cap as a string: the limiter parses it with Python's `float`.
+        ({"max_tokens": "12"}, "lane_body"),
+    ],
+    ids=["uncapped", "string-cap"],
+)
+def test_requests_whose_reservation_the_lane_leaves_to_litellm_go_to_the_proxy(
+    redis_arms: dict[str, Arm], upstream_server: RecordingUpstream, extra: dict[str, Any], why: str
+) -> None:
+    """A key with a tpm limit of 1000, once the lane has its verdict: requests whose estimate or
+    body the limiter works out in Python go to the proxy (counted by reason), and every arm
+    sends the provider the same body (LiteLLM's `max_tokens: 250` where it caps the output) and
+    answers alike. (The proxy serves them on every arm; the token windows after them are
+    LiteLLM's, and settle on a clock this test does not wait for.)"""
+    arms = redis_arms
+    key = f"sk-tpm-proxy-{why}"
+    seed(arms, keys={key: {"tpm_limit": 1000}})
+    names = frozenset({token_hash(key)})
+    before = lane_counts(arms["lane"].log).get(why, 0)
+
+    def on_arm(arm: Arm) -> tuple[Answer, dict[str, Any]]:
+        assert send(arm, "chat", key).status == 200  # teaches the lane the key's verdict
+        settled(arm, names)
+        text = f"capped on {arm.name} {why}"
+        body = {"model": "chat", "messages": [{"role": "user", "content": text}], **extra}
+        response = arm.proxy.post(
+            "/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+        )
+        if response.status_code == 200:
+            arm.successes += 1
+        [sent] = [
+            r.json()
+            for r in upstream_server.requests
+            if r.method == "POST" and text.encode() in r.body
+        ]
+        sent["messages"] = "<the arm's>"
+        return answer(response), sent
+
+    results = on_each(arms, on_arm)
+    plain_answer, plain_sent = results["plain"]
+    assert plain_answer.status == 200, plain_answer
+    if not extra:
+        assert plain_sent["max_tokens"] == 250, plain_sent
+    for name in ARMS[1:]:
+        reply, sent = results[name]
+        assert_same(comparable([reply]), comparable([plain_answer]), f"{name} answer")
+        assert sent == plain_sent, name
+    assert lane_counts(arms["lane"].log).get(why, 0) > before
+
+
 def test_a_burst_against_a_tpm_limit_admits_as_many_on_every_arm(
     redis_arms: dict[str, Arm], upstream_server: RecordingUpstream
 ) -> None:
@@ -791,20 +848,9 @@ def test_a_burst_against_a_tpm_limit_admits_as_many_on_every_arm(
     before = lane_counts(arms["lane"].log)
     window = f"{{api_key:{token_hash(key)}}}:tokens"
 
-    def on_arm(arm: Arm) -> tuple[list[int], dict[str, Any]]:
-        # The key's first request teaches the lane its verdict; its reservation is reconciled
-        # by then, so the window holds its actual usage.
-        assert send(arm, "chat", key).status == 200
-        settled(arm, names)
-        with concurrent.futures.ThreadPoolExecutor(12) as pool:
-            answers = list(pool.map(lambda _: send(arm, "chat", key), range(12)))
-        return sorted(a.status for a in answers), settled(arm, names)
-
-    upstream_server.set_default("/chat/completions", Reply(delay_s=0.8))
-    try:
-        results = on_each(arms, on_arm)
-    finally:
-        upstream_server.set_default("/chat/completions", None)
+    # The key's first request's reservation is reconciled before the burst: the window holds
+    # its actual usage.
+    results = slow_burst(arms, upstream_server, key, names)
     admitted = results["plain"][0].count(200)
     assert 0 < admitted < 12, results["plain"][0]
     for name in ARMS[1:]:
@@ -816,6 +862,26 @@ def test_a_burst_against_a_tpm_limit_admits_as_many_on_every_arm(
     after = lane_counts(arms["lane"].log)
     assert after.get("served", 0) > before.get("served", 0), (before, after)
     assert after.get("lane_rate_limit", 0) > before.get("lane_rate_limit", 0), (before, after)
+
+
+def slow_burst(
+    arms: dict[str, Arm], upstream: RecordingUpstream, key: str, names: frozenset[str]
+) -> dict[str, tuple[list[int], dict[str, Any]]]:
+    """Per arm: one chat request of `key` (which teaches the lane its verdict), then 12 at once
+    while the provider takes 0.8 s; the burst's statuses, sorted, and the settled state."""
+
+    def on_arm(arm: Arm) -> tuple[list[int], dict[str, Any]]:
+        assert send(arm, "chat", key).status == 200
+        settled(arm, names)
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(lambda _: send(arm, "chat", key), range(12)))
+        return sorted(a.status for a in answers), settled(arm, names)
+
+    upstream.set_default("/chat/completions", Reply(delay_s=0.8))
+    try:
+        return on_each(arms, on_arm)
+    finally:
+        upstream.set_default("/chat/completions", None)
 
 
 def gauges(state: dict[str, Any]) -> dict[str, Any]:
@@ -867,19 +933,7 @@ def test_a_burst_against_a_parallel_limit_admits_as_many_on_every_arm(
     names = frozenset({token_hash(key)})
     before = lane_counts(arms["lane"].log)
 
-    def on_arm(arm: Arm) -> tuple[list[int], dict[str, Any]]:
-        # The key's first request teaches the lane its verdict.
-        assert send(arm, "chat", key).status == 200
-        settled(arm, names)
-        with concurrent.futures.ThreadPoolExecutor(12) as pool:
-            answers = list(pool.map(lambda _: send(arm, "chat", key), range(12)))
-        return sorted(a.status for a in answers), settled(arm, names)
-
-    upstream_server.set_default("/chat/completions", Reply(delay_s=0.8))
-    try:
-        results = on_each(arms, on_arm)
-    finally:
-        upstream_server.set_default("/chat/completions", None)
+    results = slow_burst(arms, upstream_server, key, names)
     assert results["plain"][0] == [200] * 3 + [429] * 9, results["plain"][0]
     for name in ARMS[1:]:
         assert results[name][0] == results["plain"][0], name

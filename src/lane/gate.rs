@@ -11,7 +11,8 @@ use http::header::{AUTHORIZATION, CONTENT_LENGTH};
 use sha2::{Digest, Sha256};
 
 use super::holds::Hold;
-use super::ratelimit::scopes::{self, Counting, KeyRates, RateRefusal};
+use super::ratelimit::counting::RateRefusal;
+use super::ratelimit::scopes::{self, Counting, KeyRates};
 use super::state::Lane;
 use super::table::{KeyRefusal, LaneDeployment};
 use crate::model::LaneReason;

@@ -60,8 +60,10 @@ impl Head {
     }
 
     /// Counts the request in its key's rpm windows in Redis, where LiteLLM keeps them (see
-    /// `ratelimit::scopes`), then takes its slot in the key's parallel-request gauges (see
-    /// `ratelimit::parallel`); the reason when the proxy should decide instead.
+    /// `ratelimit::scopes`), takes its slot in the key's parallel-request gauge (see
+    /// `ratelimit::parallel`), then reserves the limiter's token estimate in its tpm windows
+    /// (see `ratelimit::tokens`): LiteLLM's order. The reason when the proxy should decide
+    /// instead, with whatever was counted given back.
     pub(super) async fn count_rates(&mut self, lane: &Lane, body: &[u8]) -> Result<(), LaneReason> {
         let RateAdmission::ToCount(rates) = &self.rates else {
             return Ok(());
@@ -124,7 +126,7 @@ impl Head {
         }
     }
 
-    /// The rate limiter's headers for the answer (none for a key without rpm limits).
+    /// The rate limiter's headers for the answer (none for a key without rate limits).
     pub(super) fn rate_headers(&self) -> &[(String, String)] {
         match &self.rates {
             RateAdmission::Held(headers) => headers,

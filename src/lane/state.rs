@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::holds::Holds;
-use super::ratelimit::scopes::RedisCounting;
+use super::ratelimit::counting::RedisCounting;
 use super::realtime::hub::Realtime;
 use super::replay::{Replay, Replays};
 use super::table::Table;

@@ -2,8 +2,10 @@
 //! membership, against LiteLLM's v3 limiter's own windows (`scopes`), in the worker or in the
 //! proxy's Redis (`redis`: the client the lane counts there with); parallel-request limits on
 //! a key against the limiter's concurrency gauge in Redis (`parallel`); tpm limits on the same
-//! scopes as rpm, reserved in the limiter's token windows in Redis (`tokens`).
+//! scopes as rpm, reserved in the limiter's token windows in Redis (`tokens`); what the three
+//! share (`counting`).
 
+pub mod counting;
 pub mod parallel;
 pub mod redis;
 pub mod scopes;

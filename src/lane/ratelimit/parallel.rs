@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::counting::{RateRefusal, RedisCounting, limit_headers};
 use super::redis::Reply;
-use super::scopes::{RateRefusal, RedisCounting};
 
 /// One scope's parallel-request limit.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,17 +32,6 @@ impl Gauge {
             self.descriptor, self.value
         )
     }
-}
-
-/// The limiter's scripts and slot TTL, as LiteLLM runs them.
-#[derive(Clone, Debug)]
-pub struct GaugeScripts {
-    /// `PARALLEL_ACQUIRE_SCRIPT`: checks every gauge, then adds the slot to each.
-    pub acquire: String,
-    /// `PARALLEL_RELEASE_SCRIPT`: removes the slot (an absent slot is a no-op).
-    pub release: String,
-    /// `PARALLEL_REQUEST_SLOT_TTL_SECONDS`: a slot older than this no longer counts.
-    pub slot_ttl: u64,
 }
 
 /// A request's slots, until it gives them back (`release`).
@@ -135,19 +124,19 @@ fn acquired(reply: &Reply, gauges: usize) -> Result<Vec<u64>, RateRefusal> {
 /// The limiter's headers for an admitted request's gauges:
 /// `x-ratelimit-{descriptor}-remaining-max_parallel_requests` and `-limit-...`.
 pub fn headers(gauges: &[Gauge], in_flight: &[u64]) -> Vec<(String, String)> {
-    let mut out = Vec::with_capacity(2 * gauges.len());
-    for (gauge, count) in gauges.iter().zip(in_flight) {
-        let prefix = format!("x-ratelimit-{}", gauge.descriptor);
-        out.push((
-            format!("{prefix}-remaining-max_parallel_requests"),
-            gauge.limit.saturating_sub(*count).to_string(),
-        ));
-        out.push((
-            format!("{prefix}-limit-max_parallel_requests"),
-            gauge.limit.to_string(),
-        ));
-    }
-    out
+    gauges
+        .iter()
+        .zip(in_flight)
+        .flat_map(|(gauge, count)| {
+            let remaining = gauge.limit.saturating_sub(*count).into();
+            limit_headers(
+                &gauge.descriptor,
+                "max_parallel_requests",
+                remaining,
+                gauge.limit,
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -11,9 +11,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::parallel::{Gauge, GaugeScripts};
-use super::redis::{Redis, Reply};
-use super::tokens::{TokenScope, TokenScripts};
+use super::counting::{RateRefusal, RedisCounting, limit_headers};
+use super::parallel::Gauge;
+use super::redis::Reply;
+use super::tokens::TokenScope;
 use crate::lane::holds::Claim;
 
 /// A window ending sooner than this goes to the proxy: the replay could count the request in
@@ -68,15 +69,6 @@ pub struct KeyRates {
     pub counting: Counting,
 }
 
-/// Why a request's rpm limits send it to the proxy.
-#[derive(Debug, PartialEq, Eq)]
-pub enum RateRefusal {
-    /// A window is at (or near) its limit, or near its end, or not started: LiteLLM decides.
-    AtLimit,
-    /// Redis did not answer (the proxy's limiter decides, and reports it as it does).
-    Unreachable,
-}
-
 impl KeyRates {
     /// The holds a request takes where the worker counts (none where Redis does), or a refusal
     /// when a window is near its end.
@@ -113,29 +105,14 @@ impl KeyRates {
 /// The limiter's headers for an admitted request, from each window's count with the request:
 /// `x-ratelimit-{descriptor}-remaining-requests` and `-limit-requests`.
 pub fn headers(scopes: &[RateScope], counts: &[u64]) -> Vec<(String, String)> {
-    let mut out = Vec::with_capacity(2 * scopes.len());
-    for (scope, count) in scopes.iter().zip(counts) {
-        let prefix = format!("x-ratelimit-{}", scope.descriptor);
-        let remaining = scope.limit as i128 - *count as i128;
-        out.push((
-            format!("{prefix}-remaining-requests"),
-            remaining.to_string(),
-        ));
-        out.push((format!("{prefix}-limit-requests"), scope.limit.to_string()));
-    }
-    out
-}
-
-/// LiteLLM's coordination Redis as the lane counts in it: the limiter's own script.
-pub struct RedisCounting {
-    pub redis: Redis,
-    /// The v3 limiter's `BATCH_RATE_LIMITER_SCRIPT`, as LiteLLM runs it.
-    pub script: String,
-    pub window_size: u64,
-    /// The limiter's token-window scripts.
-    pub token_scripts: TokenScripts,
-    /// The limiter's parallel-request gauge scripts.
-    pub gauge_scripts: GaugeScripts,
+    scopes
+        .iter()
+        .zip(counts)
+        .flat_map(|(scope, count)| {
+            let remaining = scope.limit as i128 - *count as i128;
+            limit_headers(&scope.descriptor, "requests", remaining, scope.limit)
+        })
+        .collect()
 }
 
 impl RedisCounting {

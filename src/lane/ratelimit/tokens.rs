@@ -13,8 +13,8 @@
 
 use serde_json::Value;
 
+use super::counting::{RateRefusal, RedisCounting, limit_headers};
 use super::redis::Reply;
-use super::scopes::{RateRefusal, RedisCounting};
 
 /// The limiter's `DEFAULT_MAX_TOKENS_ESTIMATE // _TPM_FLOOR_FRACTION`: the output floor for a
 /// request without `max_tokens`, when no limit constrains it.
@@ -40,15 +40,6 @@ impl TokenScope {
     fn tokens_key(&self) -> String {
         format!("{{{}:{}}}:tokens", self.descriptor, self.value)
     }
-}
-
-/// The limiter's token-window scripts, as LiteLLM runs them.
-#[derive(Clone, Debug)]
-pub struct TokenScripts {
-    /// `CHECK_AND_INCREMENT_BY_N_SCRIPT`: checks a window, then adds the reservation.
-    pub check_and_increment: String,
-    /// `WINDOW_GUARDED_TOKEN_INCREMENT_SCRIPT`: a refund, only into the window reserved in.
-    pub window_guarded_increment: String,
 }
 
 /// Why the lane cannot reserve a request's tokens as the limiter would.
@@ -248,16 +239,14 @@ fn reserved(reply: &Reply) -> Result<(u64, String), RateRefusal> {
 /// The limiter's headers for a reservation: `x-ratelimit-{descriptor}-remaining-tokens` and
 /// `-limit-tokens`.
 pub fn headers(scopes: &[TokenScope], counts: &[u64]) -> Vec<(String, String)> {
-    let mut out = Vec::with_capacity(2 * scopes.len());
-    for (scope, count) in scopes.iter().zip(counts) {
-        let prefix = format!("x-ratelimit-{}", scope.descriptor);
-        out.push((
-            format!("{prefix}-remaining-tokens"),
-            scope.limit.saturating_sub(*count).to_string(),
-        ));
-        out.push((format!("{prefix}-limit-tokens"), scope.limit.to_string()));
-    }
-    out
+    scopes
+        .iter()
+        .zip(counts)
+        .flat_map(|(scope, count)| {
+            let remaining = scope.limit.saturating_sub(*count).into();
+            limit_headers(&scope.descriptor, "tokens", remaining, scope.limit)
+        })
+        .collect()
 }
 
 #[cfg(test)]
