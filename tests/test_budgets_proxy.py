@@ -1280,15 +1280,18 @@ def test_a_rate_limit_holds_across_two_proxies_sharing_redis(
     wait_for_count(lane.log, "served", served_before + 2)
 
 
+@pytest.mark.parametrize(
+    "limit", [{"rpm_limit": 100}, {"tpm_limit": 1_000_000}, {"max_parallel_requests": 10}]
+)
 def test_a_rate_limited_key_goes_to_the_proxy_while_redis_does_not_answer(
-    shared_redis: RedisServer, shared_redis_pair: dict[str, Arm]
+    shared_redis: RedisServer, shared_redis_pair: dict[str, Arm], limit: dict[str, int]
 ) -> None:
     """With the proxy's Redis hanging, the lane cannot count a rate-limited key's request in the
-    shared window: past its 1 s timeout it hands the request to the proxy
-    (`lane_rate_limit_unverified`), whose limiter decides as LiteLLM decides once Redis answers;
-    then the lane serves the key again."""
-    key = "sk-shared-rpm-unverified"
-    seed(shared_redis_pair, keys={key: {"rpm_limit": 100}})
+    shared window (rpm), reserve its tokens (tpm) or take its slot (parallel): past its 1 s
+    timeout it hands the request to the proxy (`lane_rate_limit_unverified`), whose limiter
+    decides as LiteLLM decides once Redis answers; then the lane serves the key again."""
+    key = f"sk-shared-unverified-{next(iter(limit))}"
+    seed(shared_redis_pair, keys={key: limit})
     lane = shared_redis_pair["lane"]
     assert send(lane, "chat", key).status == 200  # LiteLLM judges the key
     served = lane_counts(lane.log).get("served", 0)

@@ -125,6 +125,7 @@ pub(super) fn judge(
     body: &[u8],
 ) -> Result<Judged, LaneReason> {
     let group = lane.table.group(model_group).ok_or(LaneReason::Model)?;
+    let _admitting = lane.admitting();
     let verdict = lane.table.verdict(&key_hash).ok_or(LaneReason::Auth)?;
     let now = SystemTime::now();
     verdict

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,7 +13,7 @@ use super::holds::Holds;
 use super::ratelimit::counting::RedisCounting;
 use super::realtime::hub::Realtime;
 use super::replay::{Replay, Replays};
-use super::table::Table;
+use super::table::{Table, Verdict};
 use super::tickets::{Ticket, Tickets};
 use crate::model::LaneReason;
 use crate::runtime::Engine;
@@ -102,6 +102,10 @@ pub struct Lane {
     /// What requests admitted on keys with budgets or rpm limits hold until their replays are
     /// counted.
     pub holds: Arc<Holds>,
+    /// Taken while a request reads its key's verdict and takes its holds, and while a new
+    /// verdict replaces the old and releases the hold it was read after: a request never pairs
+    /// the old headroom with the holds as they are once the new one's hold is gone.
+    admission: Mutex<()>,
     /// LiteLLM's coordination Redis, where the lane counts rpm windows (None: the worker's).
     rate_counting: Mutex<Option<Arc<RedisCounting>>>,
     /// Realtime sessions relayed in Rust: groups, warm provider sessions, records to replay.
@@ -135,6 +139,7 @@ impl Lane {
             tickets: Tickets::default(),
             replays: Replays::default(),
             holds: Arc::new(Holds::default()),
+            admission: Mutex::new(()),
             rate_counting: Mutex::new(None),
             realtime: Realtime::default(),
             max_backlog: backlog_setting("LITELLM_FASTPATH_LANE_BACKLOG", MAX_BACKLOG),
@@ -236,6 +241,21 @@ impl Lane {
     /// connections are spread by whoever accepts first, and a few keep-alive connections could
     /// otherwise keep one worker's Python saturated while another idles.
     /// Where the lane counts rpm windows: LiteLLM's Redis (see `ratelimit::scopes`).
+    /// Held while a request is judged (see `admission`).
+    pub(super) fn admitting(&self) -> MutexGuard<'_, ()> {
+        self.admission.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A key's new verdict, and the release of the hold of the replay it was read after (see
+    /// `admission`).
+    pub fn set_verdict(&self, key_hash: String, verdict: Verdict, release: Option<u64>) {
+        let _admitting = self.admitting();
+        self.table.set_key(key_hash, verdict);
+        if let Some(id) = release {
+            self.holds.release(id);
+        }
+    }
+
     pub fn set_rate_counting(&self, counting: Option<RedisCounting>) {
         *self.rate_counting.lock().unwrap_or_else(|p| p.into_inner()) = counting.map(Arc::new);
     }

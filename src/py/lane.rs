@@ -275,11 +275,7 @@ pub fn lane_set_key(
             },
         }),
     };
-    let lane = running()?;
-    lane.table.set_key(key_hash, verdict);
-    if let Some(id) = release {
-        lane.holds.release(id);
-    }
+    running()?.set_verdict(key_hash, verdict, release);
     Ok(())
 }
 
