@@ -26,6 +26,7 @@ KEYS: dict[str, dict[str, Any]] = {
     "sk-lane-expired": {"expires": "2020-01-01T00:00:00"},
     "sk-lane-rate-limited": {"rpm_limit": 1000},
     "sk-lane-token-limited": {"tpm_limit": 1_000_000},
+    "sk-lane-parallel-limited": {"max_parallel_requests": 100},
     "sk-lane-blocked": {"blocked": True},
 }
 

@@ -12,7 +12,8 @@ use sha2::{Digest, Sha256};
 
 use super::holds::Hold;
 use super::ratelimit::counting::RateRefusal;
-use super::ratelimit::scopes::{self, Counting, KeyRates};
+use super::ratelimit::scopes::{Counting, KeyRates};
+use super::ratelimit::tokens::{self, EstimateRefusal};
 use super::state::Lane;
 use super::table::{KeyRefusal, LaneDeployment};
 use crate::model::LaneReason;
@@ -125,7 +126,7 @@ pub(super) fn judge(
     body: &[u8],
 ) -> Result<Judged, LaneReason> {
     let group = lane.table.group(model_group).ok_or(LaneReason::Model)?;
-    let _admitting = lane.admitting();
+    let readings = lane.admitting();
     let verdict = lane.table.verdict(&key_hash).ok_or(LaneReason::Auth)?;
     let now = SystemTime::now();
     verdict
@@ -150,11 +151,19 @@ pub(super) fn judge(
         claims.push(budget.claim(&key_hash, bound));
     }
     let budget_claims = claims.len();
+    let mut window_claims = Vec::new();
     if let Some(rates) = &verdict.rates {
         if rates.counting == Counting::Redis && rates.spent() {
             return Err(LaneReason::RateLimit);
         }
-        claims.extend(rates.claims(now).map_err(|_| LaneReason::RateLimit)?);
+        let tokens = match rates.counting {
+            Counting::Worker => token_estimate(rates, body)?,
+            Counting::Redis => None,
+        };
+        window_claims = rates
+            .claims(now, tokens, &readings)
+            .map_err(|_| LaneReason::RateLimit)?;
+        claims.extend(window_claims.iter().map(|found| found.claim.clone()));
     }
     let (hold, held) = if claims.is_empty() {
         (None, Vec::new())
@@ -172,14 +181,13 @@ pub(super) fn judge(
         None => RateAdmission::None,
         Some(rates) if rates.counting == Counting::Redis => RateAdmission::ToCount(rates),
         Some(rates) => {
-            // The window's count once the replays held so far (this one included) are counted.
-            let counts: Vec<u64> = rates
-                .scopes
+            // Each window's count once the replays held so far (this one included) are counted.
+            let counts: Vec<u64> = window_claims
                 .iter()
                 .zip(&held[budget_claims..])
-                .map(|(scope, held)| scope.counted + *held as u64)
+                .map(|(found, held)| found.counted + *held as u64)
                 .collect();
-            RateAdmission::Held(scopes::headers(&rates.scopes, &counts))
+            RateAdmission::Held(rates.worker_headers(&counts))
         }
     };
     Ok(Judged {
@@ -193,7 +201,7 @@ pub(super) fn judge(
 }
 
 /// The counters a request refused for `why` waits on before the proxy decides: those the lane
-/// holds for the key's budget or rpm windows, until the replays holding them are counted.
+/// holds for the key's budget or rate-limit windows, until the replays holding them are counted.
 pub(super) fn drain_counters(lane: &Lane, key_hash: &str, why: LaneReason) -> Vec<String> {
     match why {
         LaneReason::Budget => vec![key_hash.to_string()],
@@ -205,6 +213,20 @@ pub(super) fn drain_counters(lane: &Lane, key_hash: &str, why: LaneReason) -> Ve
             .unwrap_or_default(),
         _ => Vec::new(),
     }
+}
+
+/// The limiter's token estimate for a request of a key with tpm limits (None: no tpm limits),
+/// or the reason the proxy takes the request (see `ratelimit::tokens::estimate`).
+pub(super) fn token_estimate(rates: &KeyRates, body: &[u8]) -> Result<Option<u64>, LaneReason> {
+    let Some(min_limit) = rates.tokens.iter().map(|scope| scope.limit).min() else {
+        return Ok(None);
+    };
+    tokens::estimate(body, min_limit)
+        .map(Some)
+        .map_err(|refusal| match refusal {
+            EstimateRefusal::ImplicitCap => LaneReason::RateLimit,
+            EstimateRefusal::Unusual => LaneReason::Body,
+        })
 }
 
 /// A refusal of the windows' counts in Redis, as the reason the proxy serves the request.

@@ -3,11 +3,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::gate::{Judged, RateAdmission, rate_reason};
+use super::gate::{Judged, RateAdmission, rate_reason, token_estimate};
 use super::holds::Hold;
 use super::ratelimit::parallel::{self, Slot};
 use super::ratelimit::scopes;
-use super::ratelimit::tokens::{self, EstimateRefusal};
+use super::ratelimit::tokens;
 use super::state::Lane;
 use super::table::LaneDeployment;
 use super::tickets::{CallId, Issued, Outcome, RateCounted};
@@ -72,17 +72,7 @@ impl Head {
             .rate_counting()
             .ok_or(LaneReason::RateLimitUnverified)?;
         // The limiter's estimate first: a body it cannot be worked out for counts nothing.
-        let estimate = match rates.tokens.iter().map(|scope| scope.limit).min() {
-            None => None,
-            Some(min_limit) => {
-                Some(
-                    tokens::estimate(body, min_limit).map_err(|refusal| match refusal {
-                        EstimateRefusal::ImplicitCap => LaneReason::RateLimit,
-                        EstimateRefusal::Unusual => LaneReason::Body,
-                    })?,
-                )
-            }
-        };
+        let estimate = token_estimate(rates, body)?;
         let counts = counting.count(&rates.scopes).await.map_err(rate_reason)?;
         let totals: Vec<u64> = counts.iter().map(|(_, count)| *count).collect();
         let mut headers = scopes::headers(&rates.scopes, &totals);

@@ -11,6 +11,7 @@ use bytes::Bytes;
 
 use super::holds::Holds;
 use super::ratelimit::counting::RedisCounting;
+use super::ratelimit::scopes::{Reading, Readings, record_reading};
 use super::realtime::hub::Realtime;
 use super::replay::{Replay, Replays};
 use super::table::{Table, Verdict};
@@ -104,8 +105,9 @@ pub struct Lane {
     pub holds: Arc<Holds>,
     /// Taken while a request reads its key's verdict and takes its holds, and while a new
     /// verdict replaces the old and releases the hold it was read after: a request never pairs
-    /// the old headroom with the holds as they are once the new one's hold is gone.
-    admission: Mutex<()>,
+    /// the old headroom with the holds as they are once the new one's hold is gone. It guards
+    /// the latest reading of each window the worker counts in (see `ratelimit::scopes`).
+    admission: Mutex<Readings>,
     /// LiteLLM's coordination Redis, where the lane counts rpm windows (None: the worker's).
     rate_counting: Mutex<Option<Arc<RedisCounting>>>,
     /// Realtime sessions relayed in Rust: groups, warm provider sessions, records to replay.
@@ -139,7 +141,7 @@ impl Lane {
             tickets: Tickets::default(),
             replays: Replays::default(),
             holds: Arc::new(Holds::default()),
-            admission: Mutex::new(()),
+            admission: Mutex::new(Readings::new()),
             rate_counting: Mutex::new(None),
             realtime: Realtime::default(),
             max_backlog: backlog_setting("LITELLM_FASTPATH_LANE_BACKLOG", MAX_BACKLOG),
@@ -235,27 +237,35 @@ impl Lane {
         self.tickets.claim(ticket)
     }
 
-    /// Whether this worker's Python is falling behind while other workers share its socket.
-    /// A busy worker closes the connection after each answer and leaves new connections to
-    /// the others for a moment, so its clients' next requests go to a less busy worker:
-    /// connections are spread by whoever accepts first, and a few keep-alive connections could
-    /// otherwise keep one worker's Python saturated while another idles.
-    /// Where the lane counts rpm windows: LiteLLM's Redis (see `ratelimit::scopes`).
-    /// Held while a request is judged (see `admission`).
-    pub(super) fn admitting(&self) -> MutexGuard<'_, ()> {
+    /// Held while a request is judged (see `admission`), with the latest reading of the
+    /// worker's rate-limit windows.
+    pub(super) fn admitting(&self) -> MutexGuard<'_, Readings> {
         self.admission.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A key's new verdict, and the release of the hold of the replay it was read after (see
     /// `admission`).
     pub fn set_verdict(&self, key_hash: String, verdict: Verdict, release: Option<u64>) {
-        let _admitting = self.admitting();
+        let mut readings = self.admitting();
+        if let Some(rates) = &verdict.rates {
+            rates.record(&mut readings);
+        }
         self.table.set_key(key_hash, verdict);
         if let Some(id) = release {
             self.holds.release(id);
         }
     }
 
+    /// New readings of windows the worker counts in (read again after LiteLLM's limiter
+    /// settled a request's tokens), whichever keys they belong to.
+    pub fn set_readings(&self, found: Vec<(String, Reading)>) {
+        let mut readings = self.admitting();
+        for (counter, reading) in found {
+            record_reading(&mut readings, counter, reading);
+        }
+    }
+
+    /// Where the lane counts rpm windows: LiteLLM's Redis (see `ratelimit::scopes`).
     pub fn set_rate_counting(&self, counting: Option<RedisCounting>) {
         *self.rate_counting.lock().unwrap_or_else(|p| p.into_inner()) = counting.map(Arc::new);
     }
@@ -267,6 +277,11 @@ impl Lane {
             .clone()
     }
 
+    /// Whether this worker's Python is falling behind while other workers share its socket.
+    /// A busy worker closes the connection after each answer and leaves new connections to
+    /// the others for a moment, so its clients' next requests go to a less busy worker:
+    /// connections are spread by whoever accepts first, and a few keep-alive connections could
+    /// otherwise keep one worker's Python saturated while another idles.
     pub(super) fn busy(&self) -> bool {
         self.shared_socket && self.replays.backlog() >= self.busy_backlog
     }

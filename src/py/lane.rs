@@ -16,7 +16,7 @@ use crate::lane::budget::{KeyBudget, ReservationRates};
 use crate::lane::ratelimit::counting::{GaugeScripts, RedisCounting, TokenScripts};
 use crate::lane::ratelimit::parallel::Gauge;
 use crate::lane::ratelimit::redis::{Redis, RedisTarget};
-use crate::lane::ratelimit::scopes::{Counting, KeyRates, RateScope};
+use crate::lane::ratelimit::scopes::{Counting, KeyRates, RateScope, Reading, WindowKind};
 use crate::lane::ratelimit::tokens::{self, TokenScope};
 use crate::lane::{self, App, Group, Lane, Settings, Verdict};
 use crate::model::LaneReason;
@@ -197,13 +197,17 @@ pub fn lane_set_cooling(groups: Vec<String>) -> PyResult<()> {
     Ok(())
 }
 
-/// One rpm scope of a key: LiteLLM's descriptor and value, the limit, what its window counted
-/// and when the window ends (Unix seconds; 0: no window).
+/// One rpm or tpm window of a key: LiteLLM's descriptor and value, the limit, what the window
+/// counted and when it ends (Unix seconds; 0: no window; both 0 where Redis counts).
 type RateScopeArgs = (String, String, u64, u64, f64);
-/// A tpm window or a parallel-request gauge: (descriptor, value, limit).
+/// A parallel-request gauge: (descriptor, value, limit).
 type LimitArgs = (String, String, u64);
 /// A key's rate limits: (rpm windows, tpm windows, gauges, counted in Redis).
-type RatesArgs = (Vec<RateScopeArgs>, Vec<LimitArgs>, Vec<LimitArgs>, bool);
+type RatesArgs = (Vec<RateScopeArgs>, Vec<RateScopeArgs>, Vec<LimitArgs>, bool);
+
+fn unix_time(seconds: f64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs_f64(seconds.max(0.0))
+}
 
 /// LiteLLM's verdict on a key (by its SHA-256 hex): the groups it may call (None: all), its
 /// expiry (Unix seconds), how long the verdict holds, and its spend; for a key with budgets,
@@ -229,7 +233,7 @@ pub fn lane_set_key(
     rates: Option<RatesArgs>,
     release: Option<u64>,
 ) -> PyResult<()> {
-    let at = |seconds: f64| UNIX_EPOCH + Duration::from_secs_f64(seconds.max(0.0));
+    let at = unix_time;
     let verdict = Verdict {
         groups: groups.map(|groups| groups.into_iter().collect()),
         expires_at: expires_at.map(at),
@@ -254,11 +258,15 @@ pub fn lane_set_key(
                 .collect(),
             tokens: tokens
                 .into_iter()
-                .map(|(descriptor, value, limit)| TokenScope {
-                    descriptor,
-                    value,
-                    limit,
-                })
+                .map(
+                    |(descriptor, value, limit, counted, window_ends)| TokenScope {
+                        descriptor,
+                        value,
+                        limit,
+                        counted,
+                        window_ends: at(window_ends),
+                    },
+                )
                 .collect(),
             gauges: gauges
                 .into_iter()
@@ -276,6 +284,26 @@ pub fn lane_set_key(
         }),
     };
     running()?.set_verdict(key_hash, verdict, release);
+    Ok(())
+}
+
+/// New readings of the worker's rate-limit windows, whichever keys they belong to:
+/// `(kind, descriptor, value, counted, window end)`, kind `requests` or `tokens` (read again
+/// once LiteLLM's limiter settled a request's tokens).
+#[pyfunction]
+pub fn lane_set_readings(readings: Vec<(String, String, String, u64, f64)>) -> PyResult<()> {
+    let found = readings
+        .into_iter()
+        .filter_map(|(kind, descriptor, value, counted, window_ends)| {
+            let counter = WindowKind::named(&kind)?.held_counter(&descriptor, &value);
+            let reading = Reading {
+                counted,
+                window_ends: unix_time(window_ends),
+            };
+            Some((counter, reading))
+        })
+        .collect();
+    running()?.set_readings(found);
     Ok(())
 }
 

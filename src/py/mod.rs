@@ -35,8 +35,8 @@ mod _native {
         lane_backlog, lane_claim, lane_configure, lane_counts, lane_forget_group_lists,
         lane_learn_messages_headers, lane_messages_cost, lane_next_replays, lane_reasons,
         lane_release_hold, lane_replayed, lane_served, lane_set_cooling, lane_set_groups,
-        lane_set_key, lane_set_rate_counting, lane_stop, lane_stream_tail, lane_tpm_estimate,
-        lane_upstream_buckets, start_lane,
+        lane_set_key, lane_set_rate_counting, lane_set_readings, lane_stop, lane_stream_tail,
+        lane_tpm_estimate, lane_upstream_buckets, start_lane,
     };
     #[pymodule_export]
     use super::lane_types::{

@@ -257,7 +257,7 @@ class _Verdicts:
             for cache_key, value in found.objects:
                 self.resting_on.setdefault(cache_key, {})[key.token] = _fingerprint(value)
         headroom = None if not judged.counters else await _headroom(judged.counters)
-        rates = None if not judged.rate_limits else await limits.verdict_rates(judged.rate_limits)
+        rates = None if not judged.rate_limits else limits.verdict_rates(judged.rate_limits)
         # Every time: the key's spend as LiteLLM holds it (the lane adds what it serves), and
         # its headroom once this request's reservation is in LiteLLM's counters.
         _native.lane_set_key(
@@ -319,7 +319,12 @@ def judged(key_hash: str) -> bool:
 
 def limits_held(key: Any) -> limits.Limits | None:
     """The rate limits of the key's verdict in this worker, if it has one."""
-    judged = _verdicts.judged.get(getattr(key, "token", None) or "")
+    return limits_held_by_hash(getattr(key, "token", None))
+
+
+def limits_held_by_hash(key_hash: str | None) -> limits.Limits | None:
+    """The rate limits of the verdict on the key with this hash in this worker, if any."""
+    judged = _verdicts.judged.get(key_hash or "")
     return None if judged is None else judged.rate_limits
 
 

@@ -4,21 +4,23 @@ against the limiter's own concurrency gauge (see `lane::ratelimit` in Rust).
 
 - Without Redis, the windows are the worker's: the replay's limiter counts each request the lane
   served, and a key's verdict carries each window's count as read after the limiter counted the
-  latest request LiteLLM judged; the lane holds one request per window until then.
+  latest request LiteLLM judged; the lane holds one request per window until then. tpm windows
+  the same way: the lane holds the limiter's estimate, the replay's limiter reserves it, and
+  each window is read again once the limiter's callbacks settled a request's tokens.
 - With the proxy's Redis, the lane counts each request there itself, with the limiter's own
   script, before the provider call; the replay's limiter then leaves the request counted (it
   only records what the lane counted, for the callbacks).
-- tpm limits only with the proxy's Redis (and the limiter's token reservation on, its default):
-  the lane reserves the limiter's estimate of the request's tokens in each token window there,
-  with the limiter's own script, after the rpm windows and the gauge; the replay's limiter
-  records the reservation in its stash, so that LiteLLM's callbacks reconcile it with the
-  actual usage (or refund it on a failure) as they would have.
+- tpm limits with the limiter's token reservation on (its default); with the proxy's Redis the
+  lane reserves the limiter's estimate of the request's tokens in each token window there, with
+  the limiter's own script, after the rpm windows and the gauge; the replay's limiter records
+  the reservation in its stash, so that LiteLLM's callbacks reconcile it with the actual usage
+  (or refund it on a failure) as they would have.
 - A parallel-request limit only with the proxy's Redis: the lane takes the request's slot in
   the limiter's gauge there, with the limiter's own script, after counting its windows, and
   gives it back once the answer is complete; the replay's limiter takes no slot. Without Redis
   the gauge is the proxy's own in-memory registry, and such keys go to the proxy.
 
-Keys with tpm or parallel limits without Redis, per-model or tag limits, or dynamic limits keep
+Keys with parallel limits without Redis, per-model or tag limits, or dynamic limits keep
 going to the proxy, as do all limited keys where LiteLLM's Redis is one the lane does not speak
 to (a cluster, TLS, a Unix socket, a key namespace).
 """
@@ -45,10 +47,10 @@ class Scope:
     value: str
     limit: int
 
-    def keys(self) -> tuple[str, str]:
-        """The limiter's window and request-counter keys."""
+    def keys(self, counter: str = "requests") -> tuple[str, str]:
+        """The limiter's window key and its `counter` key (`requests`, `tokens`)."""
         prefix = f"{{{self.descriptor}:{self.value}}}"
-        return f"{prefix}:window", f"{prefix}:requests"
+        return f"{prefix}:window", f"{prefix}:{counter}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,10 +100,10 @@ def limits_of(key: Any) -> Limits | None:
             descriptor["key"] not in _SERVED_DESCRIPTORS
             or (requests is None and tpm is None and parallel is None)
             or (limits.get("window_size") or found.window_size) != found.window_size
-            # In the worker, the token windows and the gauge are the limiter's Python state
-            # (see the module's text); without its reservation, tpm is counted after the call.
+            # In the worker, the gauge is the limiter's Python state (see the module's text);
+            # without its reservation, tpm is counted after the call.
             or (parallel is not None and counting != "redis")
-            or (tpm is not None and (counting != "redis" or not found.tpm_reservation_enabled))
+            or (tpm is not None and not found.tpm_reservation_enabled)
         ):
             return None
         value = str(descriptor["value"])
@@ -114,37 +116,39 @@ def limits_of(key: Any) -> Limits | None:
     return Limits(tuple(windows), tuple(tokens), tuple(gauges))
 
 
-async def verdict_rates(found: Limits) -> tuple[list[Any], list[Any], list[Any], bool]:
-    """The limits as the lane's verdict carries them: the rpm windows (descriptor, value,
-    limit, what the window counted, when it ends; 0: no window), read as LiteLLM's limiter reads
-    them in the worker, the tpm windows and the gauges (descriptor, value, limit), and whether
-    they are counted in Redis (then the lane's own count decides: not read)."""
+def verdict_rates(found: Limits) -> tuple[list[Any], list[Any], list[Any], bool]:
+    """The limits as the lane's verdict carries them: the rpm and tpm windows (descriptor,
+    value, limit, what the window counted, when it ends; 0: no window), read as LiteLLM's
+    limiter reads them in the worker, the gauges (descriptor, value, limit), and whether they
+    are counted in Redis (then the lane's own count decides: not read)."""
     rate_limiter = limiter()
     in_redis = _counting() == "redis"
-    tokens = [(scope.descriptor, scope.value, scope.limit) for scope in found.tokens]
     gauges = [(gauge.descriptor, gauge.value, gauge.limit) for gauge in found.gauges]
-    if rate_limiter is None:
-        return [], tokens, gauges, in_redis
-    if in_redis:
+    if rate_limiter is None or in_redis:
         # The lane counts in Redis itself, and learns each window's count from its own count.
-        windows = [(scope.descriptor, scope.value, scope.limit, 0, 0.0) for scope in found.scopes]
-        return windows, tokens, gauges, True
-    return await _worker_windows(rate_limiter, found.scopes), tokens, gauges, False
+        unread = [
+            [(scope.descriptor, scope.value, scope.limit, 0, 0.0) for scope in scopes]
+            for scopes in (found.scopes, found.tokens)
+        ]
+        return unread[0], unread[1], gauges, in_redis
+    windows = _worker_windows(rate_limiter, found.scopes, "requests")
+    tokens = _worker_windows(rate_limiter, found.tokens, "tokens")
+    return windows, tokens, gauges, False
 
 
-async def _worker_windows(rate_limiter: Any, found: tuple[Scope, ...]) -> list[Any]:
-    keys = [key for scope in found for key in scope.keys()]
-    values = await rate_limiter._read_counter_values_without_incrementing(
-        keys=keys, parent_otel_span=None
-    )
-    values = list(values or [None] * len(keys))
+def _worker_windows(rate_limiter: Any, found: tuple[Scope, ...], counter: str) -> list[Any]:
+    """Each window's count (`requests` or `tokens`) and end, as the limiter reads them in the
+    worker's memory (read at once: no other request is counted meanwhile)."""
+    keys = [key for scope in found for key in scope.keys(counter)]
+    memory = rate_limiter.internal_usage_cache.dual_cache.in_memory_cache
+    values = memory.batch_get_cache(keys) if keys else []
     now = time.time()
     out = []
     for index, scope in enumerate(found):
         started, counted = values[2 * index], values[2 * index + 1]
         try:
             ends = float(started) + rate_limiter.window_size if started is not None else 0.0
-            count = int(counted) if counted is not None else 0
+            count = max(0, int(counted)) if counted is not None else 0
         except (TypeError, ValueError):
             ends, count = 0.0, 0
         if ends <= now:
@@ -152,6 +156,36 @@ async def _worker_windows(rate_limiter: Any, found: tuple[Scope, ...]) -> list[A
             ends, count = 0.0, 0
         out.append((scope.descriptor, scope.value, scope.limit, count, ends))
     return out
+
+
+def note_settled(kwargs: Any) -> None:
+    """LiteLLM's limiter settled a request's tokens in the worker's windows (its success or
+    failure callback): the lane reads the request's key's token windows again (the latest
+    reading of a window serves every key of its team or user)."""
+    rate_limiter = limiter()
+    if not claims.lane_running() or rate_limiter is None or _counting() != "worker":
+        return
+    if not isinstance(kwargs, dict):
+        return
+    from litellm_fastpath.lane import keys
+
+    held = keys.limits_held_by_hash(_key_hash(kwargs))
+    if held is None or not held.tokens:
+        return
+    windows = _worker_windows(rate_limiter, held.tokens, "tokens")
+    _native.lane_set_readings(
+        [
+            ("tokens", descriptor, value, count, ends)
+            for descriptor, value, _, count, ends in windows
+        ]
+    )
+
+
+def _key_hash(kwargs: dict[str, Any]) -> str | None:
+    """The hash of the key a logged call was made with (LiteLLM's logging metadata)."""
+    logged = kwargs.get("standard_logging_object") or {}
+    found = (logged.get("metadata") or {}).get("user_api_key_hash")
+    return found if isinstance(found, str) else None
 
 
 def _counting() -> str | None:
@@ -237,6 +271,7 @@ def _install_limiter_hook(rate_limiter: Any) -> None:
     if getattr(rate_limiter, "_litellm_fastpath_hooked", False):
         return
     original = rate_limiter.async_pre_call_hook
+    _install_settlement_hooks(rate_limiter)
 
     @functools.wraps(original)
     async def async_pre_call_hook(
@@ -262,6 +297,27 @@ def _install_limiter_hook(rate_limiter: Any) -> None:
 
     rate_limiter.async_pre_call_hook = async_pre_call_hook
     rate_limiter._litellm_fastpath_hooked = True
+
+
+def _install_settlement_hooks(rate_limiter: Any) -> None:
+    """After the limiter's success and failure callbacks (which settle a request's tokens in
+    the worker's windows), the lane reads the windows again (`note_settled`). The callbacks are
+    looked up on the limiter's class at each call, so that whatever wraps them there still
+    runs."""
+    for name in ("async_log_success_event", "async_log_failure_event"):
+
+        def settle(name: str = name) -> Any:
+            async def callback(kwargs: Any, *args: Any, **more: Any) -> Any:
+                try:
+                    return await getattr(type(rate_limiter), name)(
+                        rate_limiter, kwargs, *args, **more
+                    )
+                finally:
+                    note_settled(kwargs)
+
+            return callback
+
+        setattr(rate_limiter, name, settle())
 
 
 async def _record_counts(

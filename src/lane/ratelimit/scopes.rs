@@ -5,21 +5,74 @@
 //!
 //! Where LiteLLM's counters are the worker's own (no Redis), the replay's pre-call hook counts
 //! the request; the lane holds one request per scope until then (`holds`) and admits while
-//! `held + 1 ≤ limit − counted`, away from the window's end. Where they are in Redis, the lane
-//! counts the request there itself, with the limiter's own script, before the provider call,
-//! and the replay's limiter leaves it counted (`redis`).
+//! `held + 1 ≤ limit − counted`, away from the window's end; a key's tpm windows the same way,
+//! with the limiter's estimate for the request (see `tokens`). `counted` is the latest reading
+//! of the window, whichever key's verdict or settlement it came with (`Readings`). Where they
+//! are in Redis, the lane counts the request there itself, with the limiter's own script,
+//! before the provider call, and the replay's limiter leaves it counted (`redis`).
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::counting::{RateRefusal, RedisCounting, limit_headers};
 use super::parallel::Gauge;
 use super::redis::Reply;
-use super::tokens::TokenScope;
+use super::tokens::{self, TokenScope};
 use crate::lane::holds::Claim;
 
 /// A window ending sooner than this goes to the proxy: the replay could count the request in
 /// the next window, where the lane's headers would be wrong.
 const WINDOW_MARGIN: Duration = Duration::from_secs(2);
+
+/// A window's count as last read in the worker, and when it ends (UNIX_EPOCH: no window).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reading {
+    pub counted: u64,
+    pub window_ends: SystemTime,
+}
+
+/// The latest reading of each window the worker counts in, by the lane's name for it (its held
+/// counter, `rpm:…`, `tpm:…`). A window shared by several keys (a team's, a user's) is read
+/// whenever LiteLLM judges a request of any of them: every key's admission uses the latest.
+pub type Readings = HashMap<String, Reading>;
+
+/// Readings kept at most (one per window of a judged key; past this they start over, and each
+/// key's verdict brings its windows' again).
+const MAX_READINGS: usize = 200_000;
+
+pub fn record_reading(readings: &mut Readings, counter: String, reading: Reading) {
+    if readings.len() >= MAX_READINGS && !readings.contains_key(&counter) {
+        readings.clear();
+    }
+    readings.insert(counter, reading);
+}
+
+/// The limiter's kinds of window counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowKind {
+    Requests,
+    Tokens,
+}
+
+impl WindowKind {
+    /// The limiter's name for it (`{descriptor:value}:requests`, `:tokens`).
+    pub fn named(name: &str) -> Option<WindowKind> {
+        match name {
+            "requests" => Some(WindowKind::Requests),
+            "tokens" => Some(WindowKind::Tokens),
+            _ => None,
+        }
+    }
+
+    /// The window's counter among the lane's holds (shared by every key of a team, a user...).
+    pub fn held_counter(self, descriptor: &str, value: &str) -> String {
+        let prefix = match self {
+            WindowKind::Requests => "rpm",
+            WindowKind::Tokens => "tpm",
+        };
+        format!("{prefix}:{descriptor}:{value}")
+    }
+}
 
 /// One scope's rpm limit, and its window as last read.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,9 +88,8 @@ pub struct RateScope {
 }
 
 impl RateScope {
-    /// The scope's counter among the lane's holds (shared by every key of a team, a user...).
-    fn held_counter(&self) -> String {
-        format!("rpm:{}:{}", self.descriptor, self.value)
+    pub fn held_counter(&self) -> String {
+        WindowKind::Requests.held_counter(&self.descriptor, &self.value)
     }
 
     fn window_key(&self) -> String {
@@ -46,6 +98,13 @@ impl RateScope {
 
     fn requests_key(&self) -> String {
         format!("{{{}:{}}}:requests", self.descriptor, self.value)
+    }
+
+    fn reading(&self) -> Reading {
+        Reading {
+            counted: self.counted,
+            window_ends: self.window_ends,
+        }
     }
 }
 
@@ -58,42 +117,96 @@ pub enum Counting {
     Redis,
 }
 
-/// A key's rpm limits, as its verdict carries them.
+/// A key's rate limits, as its verdict carries them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KeyRates {
     pub scopes: Vec<RateScope>,
-    /// The key's tpm limits (only where the counting is in Redis; see `tokens`).
+    /// The key's tpm limits (see `tokens`).
     pub tokens: Vec<TokenScope>,
     /// The key's parallel-request limits (only where the counting is in Redis; see `parallel`).
     pub gauges: Vec<Gauge>,
     pub counting: Counting,
 }
 
+/// One window a request holds on where the worker counts: the hold, and the window's count as
+/// last read (the limiter's header adds what is held).
+pub struct WindowClaim {
+    pub claim: Claim,
+    pub counted: u64,
+}
+
 impl KeyRates {
-    /// The holds a request takes where the worker counts (none where Redis does), or a refusal
-    /// when a window is near its end.
-    pub fn claims(&self, now: SystemTime) -> Result<Vec<Claim>, RateRefusal> {
+    /// Records the verdict's readings of its windows (where the worker counts).
+    pub fn record(&self, readings: &mut Readings) {
+        if self.counting == Counting::Redis {
+            return;
+        }
+        for scope in &self.scopes {
+            record_reading(readings, scope.held_counter(), scope.reading());
+        }
+        for scope in &self.tokens {
+            record_reading(readings, scope.held_counter(), scope.reading());
+        }
+    }
+
+    /// The holds a request takes where the worker counts (none where Redis does): one request
+    /// on each rpm window, `tokens` (the limiter's estimate) on each tpm window, against the
+    /// latest readings; or a refusal when a window is near its end.
+    pub fn claims(
+        &self,
+        now: SystemTime,
+        tokens: Option<u64>,
+        readings: &Readings,
+    ) -> Result<Vec<WindowClaim>, RateRefusal> {
         if self.counting == Counting::Redis {
             return Ok(Vec::new());
         }
-        self.scopes
+        // A key with tpm windows is only admitted with the request's estimate.
+        let tokens = match tokens {
+            Some(tokens) => tokens,
+            None if self.tokens.is_empty() => 0,
+            None => return Err(RateRefusal::AtLimit),
+        };
+        let rpm = self
+            .scopes
             .iter()
-            .map(|scope| {
-                if now + WINDOW_MARGIN >= scope.window_ends {
+            .map(|scope| (scope.held_counter(), scope.limit, scope.reading(), 1));
+        let tpm = self
+            .tokens
+            .iter()
+            .map(|scope| (scope.held_counter(), scope.limit, scope.reading(), tokens));
+        rpm.chain(tpm)
+            .map(|(counter, limit, own, amount)| {
+                let reading = readings.get(&counter).copied().unwrap_or(own);
+                if now + WINDOW_MARGIN >= reading.window_ends {
                     return Err(RateRefusal::AtLimit);
                 }
-                Ok(Claim {
-                    counter: scope.held_counter(),
-                    amount: 1.0,
-                    room: scope.limit.saturating_sub(scope.counted) as f64,
+                Ok(WindowClaim {
+                    counted: reading.counted,
+                    claim: Claim {
+                        counter,
+                        amount: amount as f64,
+                        room: limit.saturating_sub(reading.counted) as f64,
+                    },
                 })
             })
             .collect()
     }
 
-    /// The scopes' counters the lane drains before the proxy decides on them.
+    /// The limiter's headers for a request admitted where the worker counts, from each
+    /// window's count with what is held on it (in `claims`' order: rpm, then tpm).
+    pub fn worker_headers(&self, counts: &[u64]) -> Vec<(String, String)> {
+        let (rpm, tpm) = counts.split_at(self.scopes.len().min(counts.len()));
+        let mut found = headers(&self.scopes, rpm);
+        found.extend(tokens::headers(&self.tokens, tpm));
+        found
+    }
+
+    /// The windows' counters the lane drains before the proxy decides on them.
     pub fn held_counters(&self) -> Vec<String> {
-        self.scopes.iter().map(RateScope::held_counter).collect()
+        let rpm = self.scopes.iter().map(RateScope::held_counter);
+        rpm.chain(self.tokens.iter().map(TokenScope::held_counter))
+            .collect()
     }
 
     /// Whether a window is spent as last read (Redis counting: the proxy decides at once).
@@ -191,30 +304,116 @@ mod tests {
         }
     }
 
+    fn token_scope(descriptor: &str, limit: u64, counted: u64, ends_in: u64) -> TokenScope {
+        TokenScope {
+            descriptor: descriptor.into(),
+            value: "v".into(),
+            limit,
+            counted,
+            window_ends: SystemTime::now() + Duration::from_secs(ends_in),
+        }
+    }
+
+    fn worker(scopes: Vec<RateScope>, tokens: Vec<TokenScope>) -> KeyRates {
+        KeyRates {
+            scopes,
+            tokens,
+            gauges: Vec::new(),
+            counting: Counting::Worker,
+        }
+    }
+
+    fn held(claims: &[WindowClaim]) -> Vec<(&str, f64, f64, u64)> {
+        claims
+            .iter()
+            .map(|found| {
+                let claim = &found.claim;
+                (
+                    claim.counter.as_str(),
+                    claim.amount,
+                    claim.room,
+                    found.counted,
+                )
+            })
+            .collect()
+    }
+
     #[test]
     fn the_worker_s_windows_claim_one_request_each_away_from_their_end() {
-        let rates = KeyRates {
-            scopes: vec![scope("api_key", 5, 2, 30), scope("team", 10, 9, 30)],
-            tokens: Vec::new(),
-            gauges: Vec::new(),
-            counting: Counting::Worker,
-        };
-        let claims = rates.claims(SystemTime::now()).unwrap();
-        assert_eq!(claims[0].counter, "rpm:api_key:v");
-        assert_eq!((claims[0].amount, claims[0].room), (1.0, 3.0));
-        assert_eq!(claims[1].room, 1.0);
-        let ending = KeyRates {
-            scopes: vec![scope("api_key", 5, 2, 1)],
-            tokens: Vec::new(),
-            gauges: Vec::new(),
-            counting: Counting::Worker,
-        };
-        assert_eq!(ending.claims(SystemTime::now()), Err(RateRefusal::AtLimit));
+        let rates = worker(
+            vec![scope("api_key", 5, 2, 30), scope("team", 10, 9, 30)],
+            Vec::new(),
+        );
+        let readings = Readings::new();
+        let claims = rates.claims(SystemTime::now(), None, &readings).unwrap();
+        assert_eq!(
+            held(&claims),
+            [("rpm:api_key:v", 1.0, 3.0, 2), ("rpm:team:v", 1.0, 1.0, 9)]
+        );
+        let ending = worker(vec![scope("api_key", 5, 2, 1)], Vec::new());
+        let now = SystemTime::now();
+        assert!(matches!(
+            ending.claims(now, None, &readings),
+            Err(RateRefusal::AtLimit)
+        ));
         let redis = KeyRates {
             counting: Counting::Redis,
             ..ending
         };
-        assert_eq!(redis.claims(SystemTime::now()), Ok(Vec::new()));
+        assert!(redis.claims(now, None, &readings).unwrap().is_empty());
+    }
+
+    #[test]
+    fn tpm_windows_claim_the_estimate_and_need_one() {
+        let rates = worker(
+            vec![scope("api_key", 5, 2, 30)],
+            vec![token_scope("team", 1000, 400, 30)],
+        );
+        let readings = Readings::new();
+        let now = SystemTime::now();
+        let claims = rates.claims(now, Some(120), &readings).unwrap();
+        assert_eq!(
+            held(&claims),
+            [
+                ("rpm:api_key:v", 1.0, 3.0, 2),
+                ("tpm:team:v", 120.0, 600.0, 400)
+            ]
+        );
+        assert!(matches!(
+            rates.claims(now, None, &readings),
+            Err(RateRefusal::AtLimit)
+        ));
+        assert_eq!(
+            rates.worker_headers(&[3, 520]),
+            [
+                ("x-ratelimit-api_key-remaining-requests", "2"),
+                ("x-ratelimit-api_key-limit-requests", "5"),
+                ("x-ratelimit-team-remaining-tokens", "480"),
+                ("x-ratelimit-team-limit-tokens", "1000"),
+            ]
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+        );
+        assert_eq!(rates.held_counters(), ["rpm:api_key:v", "tpm:team:v"]);
+    }
+
+    #[test]
+    fn a_window_shared_by_keys_is_admitted_on_its_latest_reading() {
+        // Key A's verdict read the team's window at 9; key B's, older, at 3.
+        let key_a = worker(vec![scope("team", 10, 9, 30)], Vec::new());
+        let key_b = worker(vec![scope("team", 10, 3, 30)], Vec::new());
+        let mut readings = Readings::new();
+        key_b.record(&mut readings);
+        key_a.record(&mut readings);
+        let claims = key_b.claims(SystemTime::now(), None, &readings).unwrap();
+        assert_eq!(held(&claims), [("rpm:team:v", 1.0, 1.0, 9)]);
+        // Where Redis counts, the verdict records nothing.
+        let mut none = Readings::new();
+        KeyRates {
+            counting: Counting::Redis,
+            ..key_a
+        }
+        .record(&mut none);
+        assert!(none.is_empty());
     }
 
     #[test]

@@ -8,13 +8,17 @@
 //! the same bodies); the replay's callbacks reconcile it, with the limiter's stash as its
 //! pre-call hook would have left it.
 //!
-//! Only where LiteLLM keeps the windows in Redis (in the worker they are the limiter's Python
-//! state): those keys go to the proxy otherwise.
+//! Where LiteLLM keeps the windows in the worker, the replay's limiter reserves (and its
+//! callbacks reconcile) in the worker's windows, and the lane holds the estimate on each window
+//! until the replay has reserved, as it holds rpm counts (see `scopes`).
+
+use std::time::SystemTime;
 
 use serde_json::Value;
 
 use super::counting::{RateRefusal, RedisCounting, limit_headers};
 use super::redis::Reply;
+use super::scopes::{Reading, WindowKind};
 
 /// The limiter's `DEFAULT_MAX_TOKENS_ESTIMATE // _TPM_FLOOR_FRACTION`: the output floor for a
 /// request without `max_tokens`, when no limit constrains it.
@@ -23,16 +27,32 @@ const TPM_FLOOR_FRACTION: i64 = 4;
 /// `DEFAULT_CHARS_PER_TOKEN`.
 const CHARS_PER_TOKEN: i64 = 4;
 
-/// One scope's tpm limit.
+/// One scope's tpm limit, and its window as last read (where the worker counts).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TokenScope {
     /// LiteLLM's descriptor (`api_key`, `user`, `team`, `team_member`) and its value.
     pub descriptor: String,
     pub value: String,
     pub limit: u64,
+    /// The tokens the window counted, reservations included.
+    pub counted: u64,
+    /// When the window ends (UNIX_EPOCH: no window yet).
+    pub window_ends: SystemTime,
 }
 
 impl TokenScope {
+    /// The scope's counter among the lane's holds.
+    pub fn held_counter(&self) -> String {
+        WindowKind::Tokens.held_counter(&self.descriptor, &self.value)
+    }
+
+    pub(super) fn reading(&self) -> Reading {
+        Reading {
+            counted: self.counted,
+            window_ends: self.window_ends,
+        }
+    }
+
     fn window_key(&self) -> String {
         format!("{{{}:{}}}:window", self.descriptor, self.value)
     }
@@ -290,6 +310,8 @@ mod tests {
             descriptor: "team".into(),
             value: "t".into(),
             limit: 100,
+            counted: 0,
+            window_ends: SystemTime::UNIX_EPOCH,
         };
         assert_eq!(
             headers(&[scope], &[120]),
