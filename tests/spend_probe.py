@@ -361,7 +361,13 @@ async def _window_route(body: dict[str, Any]) -> dict[str, float]:
 
 
 # The post-call work a request's accounting waits for, wrapped to be counted.
-_WORK = ("cost_callback", "database_updates", "cache_update", "rate_limiter")
+_WORK = (
+    "cost_callback",
+    "database_updates",
+    "cache_update",
+    "rate_limiter",
+    "rate_limiter_failure",
+)
 
 
 def _instrument() -> None:
@@ -377,6 +383,14 @@ def _instrument() -> None:
     limiter.async_log_success_event = _tracked(  # type: ignore[method-assign]
         "rate_limiter", limiter.async_log_success_event
     )
+    limiter.async_log_failure_event = _tracked(  # type: ignore[method-assign]
+        "rate_limiter_failure", limiter.async_log_failure_event
+    )
+    # A test module seeds hundreds of keys into one worker, whose limiter windows, counters and
+    # gauges outgrow LiteLLM's 200-item in-memory cache: it would evict a window (the one that
+    # ends first) between one test's requests, on whichever arm filled up first.
+    internal = proxy_server.proxy_logging_obj.internal_usage_cache.dual_cache
+    internal.in_memory_cache.max_size_in_memory = 100_000
 
 
 async def _after_startup() -> None:

@@ -861,20 +861,29 @@ def test_a_burst_against_a_tpm_limit_admits_as_many_on_every_arm(
     assert after.get("lane_rate_limit", 0) > before.get("lane_rate_limit", 0), (before, after)
 
 
-def quiet_count(arm: Arm, names: frozenset[str], counter: str) -> Any:
-    """A limiter counter once it stopped changing: with Redis, LiteLLM sends the reconciliation
-    of a request's tokens in a pipeline after its callbacks, or within a second."""
-    seen: list[Any] = []
+def quiet(arm: Arm, names: frozenset[str]) -> dict[str, Any]:
+    """`settled`, and with Redis once LiteLLM's counters there stopped changing: LiteLLM sends a
+    request's post-call writes (the limiter's reconciliation, the spend counters) in a pipeline
+    after its callbacks, or within a second."""
+    seen: list[dict[str, Any]] = []
 
-    def still() -> Any:
+    def still() -> dict[str, Any] | None:
         state = settled(arm, names)
-        seen.append((state["redis_counters"] or state["rate_limit_counters"]).get(counter))
-        if len(seen) < 2 or seen[-1] != seen[-2]:
+        seen.append(state)
+        if state["redis_counters"] is None:
+            return state
+        if len(seen) < 2 or seen[-1]["redis_counters"] != seen[-2]["redis_counters"]:
             time.sleep(1.2)
             return None
-        return [seen[-1]]
+        return state
 
-    return wait_until(still, lambda: (arm.name, seen), timeout=SETTLE_TIMEOUT_S)[0]
+    return wait_until(still, lambda: (arm.name, seen[-2:]), timeout=SETTLE_TIMEOUT_S)
+
+
+def quiet_count(arm: Arm, names: frozenset[str], counter: str) -> Any:
+    """A limiter counter once LiteLLM's writes settled (see `quiet`)."""
+    state = quiet(arm, names)
+    return (state["redis_counters"] or state["rate_limit_counters"])[counter]
 
 
 def slow_burst(
@@ -898,21 +907,26 @@ def slow_burst(
 
 
 def gauges(state: dict[str, Any]) -> dict[str, Any]:
-    """The limiter's parallel-request gauges in Redis (slots in flight) in a snapshot."""
-    found = state["redis_counters"] or {}
-    return {k: v for k, v in found.items() if k.endswith(":max_parallel_requests")}
+    """The limiter's parallel-request gauges (slots in flight) in a snapshot: in Redis, or its
+    registry in the worker."""
+    found = state["redis_counters"] or state["rate_limit_counters"]
+    return {
+        k: len(v) if isinstance(v, dict) else v
+        for k, v in found.items()
+        if k.endswith(":max_parallel_requests")
+    }
 
 
 @pytest.mark.parametrize(("arms", "route"), cases(("chat", "messages-stream")), indirect=["arms"])
 @pytest.mark.parametrize("rpm", [False, True], ids=["parallel", "parallel-and-rpm"])
-def test_keys_with_parallel_limits_take_the_lane_with_redis(
+def test_keys_with_parallel_limits_take_the_lane(
     arms: dict[str, Arm], route: str, rpm: bool
 ) -> None:
-    """A key's parallel-request limit, alone or beside an rpm limit: with Redis the lane serves
-    the key, taking each request's slot in the limiter's gauge there and giving it back before
-    the answer is complete, with the limiter's `x-ratelimit-*` headers; without Redis (the
-    gauge is the proxy's Python registry) the proxy serves it. Every arm answers and counts
-    request by request alike, and no slot is left in flight."""
+    """A key's parallel-request limit, alone or beside an rpm limit: the lane serves the key,
+    taking each request's slot in the limiter's gauge in Redis (without Redis, holding it beside
+    the limiter's registry in the worker) and giving it back before the answer is complete,
+    with the limiter's `x-ratelimit-*` headers. Every arm answers and counts request by request
+    alike, and no slot is left in flight."""
     key = f"sk-parallel-{route}-{rpm}-{next(iter(arms.values())).proxy.port}"
     seed(arms, keys={key: {"max_parallel_requests": 2, **({"rpm_limit": 50} if rpm else {})}})
     names = frozenset({token_hash(key)})
@@ -924,24 +938,23 @@ def test_keys_with_parallel_limits_take_the_lane_with_redis(
             assert reply.headers["x-ratelimit-api_key-remaining-max_parallel_requests"] == "1"
             assert reply.headers["x-ratelimit-api_key-limit-max_parallel_requests"] == "2"
     assert_alike(sequence, route)
-    in_redis = sequence.final["plain"]["redis_counters"] is not None
-    served = lane_counts(arms["lane"].log).get("served", 0) - served_before
-    assert served >= 3 if in_redis else served == 0, served
+    assert lane_counts(arms["lane"].log).get("served", 0) >= served_before + 3
     for final in sequence.final.values():
         assert not any(gauges(final).values()), gauges(final)
 
 
+@pytest.mark.parametrize("arms", ["memory", "redis"], indirect=True)
 def test_a_burst_against_a_parallel_limit_admits_as_many_on_every_arm(
-    redis_arms: dict[str, Arm], upstream_server: RecordingUpstream
+    arms: dict[str, Arm], upstream_server: RecordingUpstream
 ) -> None:
     """A burst of concurrent requests against a key's parallel-request limit of 3 (and an rpm
-    limit far away) while the provider takes its time: the lane counts each request in the rpm
-    window, takes three slots in the limiter's gauge in Redis and hands the rest to the proxy
-    (their window counts taken back), whose limiter counts and refuses them as LiteLLM does;
-    every arm admits three, counts every request in the window once, and gives every slot
-    back."""
-    arms = redis_arms
-    key = "sk-parallel-burst"
+    limit far away) while the provider takes its time: the lane takes three slots (in the
+    limiter's gauge in Redis, counting each request in the rpm window there; in the worker,
+    beside the limiter's registry) and hands the rest to the proxy at once (their window counts
+    taken back), whose limiter counts and refuses them as LiteLLM does, counting the lane's
+    slots; every arm admits three, counts every request in the window once, and gives every
+    slot back."""
+    key = f"sk-parallel-burst-{next(iter(arms.values())).proxy.port}"
     seed(arms, keys={key: {"max_parallel_requests": 3, "rpm_limit": 100}})
     names = frozenset({token_hash(key)})
     before = lane_counts(arms["lane"].log)
@@ -952,11 +965,16 @@ def test_a_burst_against_a_parallel_limit_admits_as_many_on_every_arm(
         assert results[name][0] == results["plain"][0], name
     window = f"{{api_key:{token_hash(key)}}}:requests"
     for name in ARMS:
-        assert not any(gauges(results[name][1]).values()), (name, gauges(results[name][1]))
-        assert results[name][1]["redis_counters"][window] == 13, (name, results[name][1])
+        state = results[name][1]
+        assert not any(gauges(state).values()), (name, gauges(state))
+        counters = state["redis_counters"] or state["rate_limit_counters"]
+        assert counters[window] == 13, (name, state)
     after = lane_counts(arms["lane"].log)
     assert after.get("served", 0) >= before.get("served", 0) + 3, (before, after)
-    assert after.get("lane_rate_limit", 0) > before.get("lane_rate_limit", 0), (before, after)
+    assert after.get("lane_parallel_limit", 0) > before.get("lane_parallel_limit", 0), (
+        before,
+        after,
+    )
 
 
 @pytest.mark.parametrize("arms", ["memory", "redis"], indirect=True)
@@ -1211,8 +1229,64 @@ def test_a_failed_request_gives_its_reservation_back(
         sequence.in_flight[name] = [settled(arm, names)]
         sequence.answers[name].append(send(arm, route, key))
         sequence.final[name] = settled(arm, names)
+    for final in sequence.final.values():
+        # LiteLLM's spend writer merges an entity's queued updates as they arrive, so the
+        # queue's shape depends on timing: compared as totals.
+        final["spend_updates"] = burst_comparable(final)["spend_updates"]
     assert [a.status for a in sequence.answers["plain"]] == [500, 200]
     assert_alike(sequence, route)
+
+
+@pytest.mark.parametrize(("arms", "route"), cases(("chat", "messages-stream")), indirect=["arms"])
+@pytest.mark.parametrize("limit", ["tpm", "parallel"])
+def test_a_failed_request_gives_its_tokens_and_slot_back(
+    arms: dict[str, Arm], upstream_server: RecordingUpstream, route: str, limit: str
+) -> None:
+    """A key with a tpm limit (or a parallel-request limit of 1) the lane serves: the provider
+    fails one request. The same error on every arm, its token reservation refunded by the
+    limiter's failure callback (its slot given back), and the next request answered and counted
+    alike, request by request."""
+    key = f"sk-failing-{limit}-{route}-{next(iter(arms.values())).proxy.port}"
+    seed(
+        arms, keys={key: {"tpm_limit": 100_000} if limit == "tpm" else {"max_parallel_requests": 1}}
+    )
+    names = frozenset({token_hash(key)})
+    served_before = lane_counts(arms["lane"].log).get("served", 0)
+    sequence = Sequence()
+
+    # One arm at a time: the upstream's error is every arm's.
+    def failures_settled(arm: Arm) -> int:
+        return int(snapshot(arm, names)["post_call_work"]["rate_limiter_failure"]["finished"])
+
+    for name, arm in arms.items():
+        answers = [send(arm, route, key)]  # teaches the lane the key's verdict
+        in_flight = [quiet(arm, names)]
+        failed_before = failures_settled(arm)
+        upstream_server.set_default(UPSTREAM_PATHS[route], upstream_error(route))
+        try:
+            answers.append(send(arm, route, key))
+        finally:
+            upstream_server.set_default(UPSTREAM_PATHS[route], None)
+            stream_replies(upstream_server)
+        wait_until(
+            lambda arm=arm, before=failed_before: failures_settled(arm) > before,
+            f"{name}'s failure callback",
+            timeout=SETTLE_TIMEOUT_S,
+        )
+        in_flight.append(quiet(arm, names))
+        answers.append(send(arm, route, key))
+        sequence.answers[name] = answers
+        sequence.in_flight[name] = in_flight
+        sequence.final[name] = quiet(arm, names)
+    for final in sequence.final.values():
+        final["spend_updates"] = burst_comparable(final)["spend_updates"]
+    assert [a.status for a in sequence.answers["plain"]] == [200, 500, 200]
+    assert_alike(sequence, route)
+    # The lane served the failing request and the one after it (one provider call each).
+    assert lane_counts(arms["lane"].log).get("served", 0) >= served_before + 1
+    assert lane_counts(arms["lane"].log).get("replayed", 0) >= 1
+    for final in sequence.final.values():
+        assert not any(gauges(final).values()), gauges(final)
 
 
 # -- two proxies sharing one Redis ----------------------------------------------------------

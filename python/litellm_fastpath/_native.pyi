@@ -37,6 +37,7 @@ __all__ = [
     "lane_claim",
     "lane_configure",
     "lane_counts",
+    "lane_enter_gauge",
     "lane_forget_group_lists",
     "lane_learn_messages_headers",
     "lane_messages_cost",
@@ -49,6 +50,7 @@ __all__ = [
     "lane_replayed",
     "lane_served",
     "lane_set_cooling",
+    "lane_set_gauge",
     "lane_set_groups",
     "lane_set_key",
     "lane_set_rate_counting",
@@ -375,8 +377,8 @@ def lane_set_key(
     key_headers: list[tuple[str, str]] = ...,
     rates: tuple[
         list[tuple[str, str, int, int, float]],
-        list[tuple[str, str, int]],
-        list[tuple[str, str, int]],
+        list[tuple[str, str, int, int, float]],
+        list[tuple[str, str, int, int]],
         bool,
     ]
     | None = None,
@@ -389,6 +391,8 @@ def lane_set_rate_counting(
     token_scripts: tuple[str, str],
     gauge_scripts: tuple[str, str, int],
 ) -> None: ...
+def lane_enter_gauge(gauge_key: str, limit: int, registered: int) -> tuple[bool, int]: ...
+def lane_set_gauge(gauge_key: str, registered: int) -> None: ...
 def lane_set_readings(readings: list[tuple[str, str, str, int, float]]) -> None: ...
 def lane_tpm_estimate(body: bytes, min_limit: int) -> int | None: ...
 def lane_forget_group_lists() -> None: ...

@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::holds::Hold;
 use super::ratelimit::counting::RateRefusal;
+use super::ratelimit::parallel::{self, Slot};
 use super::ratelimit::scopes::{Counting, KeyRates};
 use super::ratelimit::tokens::{self, EstimateRefusal};
 use super::state::Lane;
@@ -104,6 +105,9 @@ pub(super) struct Judged {
     pub hold: Option<Hold>,
     /// The limiter's headers (worker counting), or the windows to count in Redis.
     pub rates: RateAdmission,
+    /// The request's slot in the key's gauges the worker keeps, with each gauge's slots in
+    /// flight with it.
+    pub slot: Option<(Slot, Vec<u64>)>,
     pub deployment: Arc<LaneDeployment>,
 }
 
@@ -177,6 +181,7 @@ pub(super) fn judge(
         })?;
         (Some(hold), held)
     };
+    let mut slot = None;
     let rates = match verdict.rates {
         None => RateAdmission::None,
         Some(rates) if rates.counting == Counting::Redis => RateAdmission::ToCount(rates),
@@ -187,7 +192,16 @@ pub(super) fn judge(
                 .zip(&held[budget_claims..])
                 .map(|(found, held)| found.counted + *held as u64)
                 .collect();
-            RateAdmission::Held(rates.worker_headers(&counts))
+            let mut in_flight = Vec::new();
+            if !rates.gauges.is_empty() {
+                // A full gauge drops the request's holds with it.
+                let (held_slot, counts) =
+                    parallel::hold_in_worker(&lane.holds, &rates.gauges, &readings)
+                        .map_err(|_| LaneReason::ParallelLimit)?;
+                slot = Some((held_slot, counts.clone()));
+                in_flight = counts;
+            }
+            RateAdmission::Held(rates.worker_headers(&counts, &in_flight))
         }
     };
     Ok(Judged {
@@ -196,6 +210,7 @@ pub(super) fn judge(
         key_headers: verdict.key_headers,
         hold,
         rates,
+        slot,
         deployment: lane.table.pick(&group),
     })
 }

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::gate::{Judged, RateAdmission, rate_reason, token_estimate};
 use super::holds::Hold;
+use super::ratelimit::counting::RateRefusal;
 use super::ratelimit::parallel::{self, Slot};
 use super::ratelimit::scopes;
 use super::ratelimit::tokens;
@@ -51,8 +52,11 @@ impl Head {
             key_headers: judged.key_headers,
             hold: Mutex::new(judged.hold),
             rates: judged.rates,
-            counted: RateCounted::default(),
-            slot: None,
+            counted: RateCounted {
+                parallel_counts: judged.slot.as_ref().map(|(_, in_flight)| in_flight.clone()),
+                ..RateCounted::default()
+            },
+            slot: judged.slot.map(|(slot, _)| slot),
             deployment: judged.deployment,
             call_id: CallId::of(headers),
             received,
@@ -86,7 +90,10 @@ impl Head {
                 Err(refusal) => {
                     // The proxy's limiter counts the request's windows again.
                     counting.take_back(&rates.scopes).await;
-                    return Err(rate_reason(refusal));
+                    return Err(match refusal {
+                        RateRefusal::AtLimit => LaneReason::ParallelLimit,
+                        unreachable => rate_reason(unreachable),
+                    });
                 }
             }
         }
@@ -146,7 +153,7 @@ impl Drop for Head {
     /// A slot still held (a stream that ended, a client that left, an answer the proxy writes)
     /// is given back in the background.
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.take()
+        if let Some(slot) = self.slot.take().and_then(Slot::release_now)
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             runtime.spawn(slot.release());

@@ -11,7 +11,7 @@ use bytes::Bytes;
 
 use super::holds::Holds;
 use super::ratelimit::counting::RedisCounting;
-use super::ratelimit::scopes::{Reading, Readings, record_reading};
+use super::ratelimit::scopes::{Reading, Readings};
 use super::realtime::hub::Realtime;
 use super::replay::{Replay, Replays};
 use super::table::{Table, Verdict};
@@ -141,7 +141,7 @@ impl Lane {
             tickets: Tickets::default(),
             replays: Replays::default(),
             holds: Arc::new(Holds::default()),
-            admission: Mutex::new(Readings::new()),
+            admission: Mutex::new(Readings::default()),
             rate_counting: Mutex::new(None),
             realtime: Realtime::default(),
             max_backlog: backlog_setting("LITELLM_FASTPATH_LANE_BACKLOG", MAX_BACKLOG),
@@ -261,8 +261,28 @@ impl Lane {
     pub fn set_readings(&self, found: Vec<(String, Reading)>) {
         let mut readings = self.admitting();
         for (counter, reading) in found {
-            record_reading(&mut readings, counter, reading);
+            readings.record_window(counter, reading);
         }
+    }
+
+    /// A request the proxy serves takes a slot in the worker's parallel-request gauge
+    /// `gauge_key` (LiteLLM's registry holds `registered` slots without it): whether it fits
+    /// beside the lane's slots, and how many the lane holds. Where it fits, the registry's
+    /// count with it is recorded, so the lane's next admissions see it.
+    pub fn enter_gauge(&self, gauge_key: String, limit: u64, registered: u64) -> (bool, u64) {
+        let mut readings = self.admitting();
+        let lane = self.holds.held(&gauge_key).round() as u64;
+        let fits = registered + lane < limit;
+        if fits {
+            readings.record_slots(gauge_key, registered + 1);
+        }
+        (fits, lane)
+    }
+
+    /// LiteLLM's registry holds `registered` slots in the worker's gauge `gauge_key` (read
+    /// again once a request of the proxy gave its slot back).
+    pub fn set_gauge(&self, gauge_key: String, registered: u64) {
+        self.admitting().record_slots(gauge_key, registered);
     }
 
     /// Where the lane counts rpm windows: LiteLLM's Redis (see `ratelimit::scopes`).

@@ -151,6 +151,9 @@ named_reasons! {
         RateLimit => "lane_rate_limit",
         /// A key with rpm limits counted in Redis, and Redis did not answer the lane.
         RateLimitUnverified => "lane_rate_limit_unverified",
+        /// A key whose parallel-request gauge has no slot for the request (the lane's requests
+        /// in flight and the proxy's): the proxy decides at once, counting the lane's slots.
+        ParallelLimit => "lane_parallel_limit",
     }
 }
 

@@ -200,10 +200,11 @@ pub fn lane_set_cooling(groups: Vec<String>) -> PyResult<()> {
 /// One rpm or tpm window of a key: LiteLLM's descriptor and value, the limit, what the window
 /// counted and when it ends (Unix seconds; 0: no window; both 0 where Redis counts).
 type RateScopeArgs = (String, String, u64, u64, f64);
-/// A parallel-request gauge: (descriptor, value, limit).
-type LimitArgs = (String, String, u64);
+/// A parallel-request gauge: (descriptor, value, limit, the slots LiteLLM's registry in the
+/// worker holds; 0 where Redis keeps the gauge).
+type GaugeArgs = (String, String, u64, u64);
 /// A key's rate limits: (rpm windows, tpm windows, gauges, counted in Redis).
-type RatesArgs = (Vec<RateScopeArgs>, Vec<RateScopeArgs>, Vec<LimitArgs>, bool);
+type RatesArgs = (Vec<RateScopeArgs>, Vec<RateScopeArgs>, Vec<GaugeArgs>, bool);
 
 fn unix_time(seconds: f64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs_f64(seconds.max(0.0))
@@ -270,10 +271,11 @@ pub fn lane_set_key(
                 .collect(),
             gauges: gauges
                 .into_iter()
-                .map(|(descriptor, value, limit)| Gauge {
+                .map(|(descriptor, value, limit, in_flight)| Gauge {
                     descriptor,
                     value,
                     limit,
+                    in_flight,
                 })
                 .collect(),
             counting: if in_redis {
@@ -304,6 +306,22 @@ pub fn lane_set_readings(readings: Vec<(String, String, String, u64, f64)>) -> P
         })
         .collect();
     running()?.set_readings(found);
+    Ok(())
+}
+
+/// A request the proxy serves takes a slot in the worker's parallel-request gauge `gauge_key`
+/// (`{api_key:…}:max_parallel_requests`), whose LiteLLM registry holds `registered` slots
+/// without it: whether it fits beside the lane's slots, and how many the lane holds.
+#[pyfunction]
+pub fn lane_enter_gauge(gauge_key: String, limit: u64, registered: u64) -> PyResult<(bool, u64)> {
+    Ok(running()?.enter_gauge(gauge_key, limit, registered))
+}
+
+/// LiteLLM's registry in the worker holds `registered` slots in the gauge `gauge_key` (read
+/// again once a request of the proxy gave its slot back).
+#[pyfunction]
+pub fn lane_set_gauge(gauge_key: String, registered: u64) -> PyResult<()> {
+    running()?.set_gauge(gauge_key, registered);
     Ok(())
 }
 

@@ -32,11 +32,12 @@ mod _native {
     };
     #[pymodule_export]
     use super::lane::{
-        lane_backlog, lane_claim, lane_configure, lane_counts, lane_forget_group_lists,
-        lane_learn_messages_headers, lane_messages_cost, lane_next_replays, lane_reasons,
-        lane_release_hold, lane_replayed, lane_served, lane_set_cooling, lane_set_groups,
-        lane_set_key, lane_set_rate_counting, lane_set_readings, lane_stop, lane_stream_tail,
-        lane_tpm_estimate, lane_upstream_buckets, start_lane,
+        lane_backlog, lane_claim, lane_configure, lane_counts, lane_enter_gauge,
+        lane_forget_group_lists, lane_learn_messages_headers, lane_messages_cost,
+        lane_next_replays, lane_reasons, lane_release_hold, lane_replayed, lane_served,
+        lane_set_cooling, lane_set_gauge, lane_set_groups, lane_set_key, lane_set_rate_counting,
+        lane_set_readings, lane_stop, lane_stream_tail, lane_tpm_estimate, lane_upstream_buckets,
+        start_lane,
     };
     #[pymodule_export]
     use super::lane_types::{

@@ -15,12 +15,13 @@ against the limiter's own concurrency gauge (see `lane::ratelimit` in Rust).
   the limiter's own script, after the rpm windows and the gauge; the replay's limiter records
   the reservation in its stash, so that LiteLLM's callbacks reconcile it with the actual usage
   (or refund it on a failure) as they would have.
-- A parallel-request limit only with the proxy's Redis: the lane takes the request's slot in
-  the limiter's gauge there, with the limiter's own script, after counting its windows, and
-  gives it back once the answer is complete; the replay's limiter takes no slot. Without Redis
-  the gauge is the proxy's own in-memory registry, and such keys go to the proxy.
+- A parallel-request limit: with the proxy's Redis the lane takes the request's slot in the
+  limiter's gauge there, with the limiter's own script, after counting its windows, and gives
+  it back once the answer is complete; without Redis it holds the slot itself beside the
+  limiter's registry in the worker (see `_install_gauge_hooks`). The replay's limiter takes
+  no slot.
 
-Keys with parallel limits without Redis, per-model or tag limits, or dynamic limits keep
+Keys with per-model or tag limits, or dynamic limits keep
 going to the proxy, as do all limited keys where LiteLLM's Redis is one the lane does not speak
 to (a cluster, TLS, a Unix socket, a key namespace).
 """
@@ -46,6 +47,10 @@ class Scope:
     descriptor: str
     value: str
     limit: int
+
+    def gauge_key(self) -> str:
+        """The limiter's parallel-request gauge key."""
+        return f"{{{self.descriptor}:{self.value}}}:max_parallel_requests"
 
     def keys(self, counter: str = "requests") -> tuple[str, str]:
         """The limiter's window key and its `counter` key (`requests`, `tokens`)."""
@@ -100,9 +105,7 @@ def limits_of(key: Any) -> Limits | None:
             descriptor["key"] not in _SERVED_DESCRIPTORS
             or (requests is None and tpm is None and parallel is None)
             or (limits.get("window_size") or found.window_size) != found.window_size
-            # In the worker, the gauge is the limiter's Python state (see the module's text);
-            # without its reservation, tpm is counted after the call.
-            or (parallel is not None and counting != "redis")
+            # Without its reservation, tpm is counted after the call.
             or (tpm is not None and not found.tpm_reservation_enabled)
         ):
             return None
@@ -123,17 +126,28 @@ def verdict_rates(found: Limits) -> tuple[list[Any], list[Any], list[Any], bool]
     are counted in Redis (then the lane's own count decides: not read)."""
     rate_limiter = limiter()
     in_redis = _counting() == "redis"
-    gauges = [(gauge.descriptor, gauge.value, gauge.limit) for gauge in found.gauges]
     if rate_limiter is None or in_redis:
         # The lane counts in Redis itself, and learns each window's count from its own count.
         unread = [
             [(scope.descriptor, scope.value, scope.limit, 0, 0.0) for scope in scopes]
             for scopes in (found.scopes, found.tokens)
         ]
+        gauges = [(gauge.descriptor, gauge.value, gauge.limit, 0) for gauge in found.gauges]
         return unread[0], unread[1], gauges, in_redis
     windows = _worker_windows(rate_limiter, found.scopes, "requests")
     tokens = _worker_windows(rate_limiter, found.tokens, "tokens")
+    gauges = [
+        (gauge.descriptor, gauge.value, gauge.limit, _registered(rate_limiter, gauge.gauge_key()))
+        for gauge in found.gauges
+    ]
     return windows, tokens, gauges, False
+
+
+def _registered(rate_limiter: Any, gauge_key: str) -> int:
+    """The slots LiteLLM's registry in the worker holds in a parallel-request gauge (those of
+    the requests the proxy serves; the lane holds its own beside them)."""
+    memory = rate_limiter.internal_usage_cache.dual_cache.in_memory_cache
+    return int(rate_limiter._gauge_in_flight_from_cache_value(memory.get_cache(gauge_key)))
 
 
 def _worker_windows(rate_limiter: Any, found: tuple[Scope, ...], counter: str) -> list[Any]:
@@ -272,6 +286,7 @@ def _install_limiter_hook(rate_limiter: Any) -> None:
         return
     original = rate_limiter.async_pre_call_hook
     _install_settlement_hooks(rate_limiter)
+    _install_gauge_hooks(rate_limiter)
 
     @functools.wraps(original)
     async def async_pre_call_hook(
@@ -318,6 +333,80 @@ def _install_settlement_hooks(rate_limiter: Any) -> None:
             return callback
 
         setattr(rate_limiter, name, settle())
+
+
+def _install_gauge_hooks(rate_limiter: Any) -> None:
+    """Where LiteLLM keeps the parallel-request gauges in the worker (its registry of slots),
+    the lane holds its own requests' slots beside the registry's (see `lane::ratelimit::parallel`
+    in Rust); the limiter's in-memory gauge methods are wrapped so that the two count each
+    other:
+
+    - a request of the proxy takes its slot only where the registry's slots and the lane's leave
+      room (`lane_enter_gauge`, which records the registry's count with it for the lane), and
+      its statuses (the `x-ratelimit-*-max_parallel_requests` headers) count the lane's slots;
+    - a slot given back records the registry's count again;
+    - a replay whose slot the lane held takes none (its answer is complete already).
+    """
+    check = rate_limiter._check_parallel_request_gauges
+    acquire = rate_limiter._acquire_parallel_slots_in_memory
+    release = rate_limiter._release_parallel_request_slots_in_memory
+
+    def registered(gauge_key: str) -> int:
+        return _registered(rate_limiter, gauge_key)
+
+    @functools.wraps(check)
+    async def check_gauges(
+        gauges: list[Any], slot_id: str, parent_otel_span: Any = None, read_only: bool = False
+    ) -> Any:
+        counts = claims.parallel_counts()
+        if counts is None or read_only or _counting() != "worker":
+            return await check(gauges, slot_id, parent_otel_span, read_only)
+        statuses = [
+            rate_limiter._gauge_status(gauge, in_flight, "OK")
+            for gauge, in_flight in zip(gauges, counts, strict=False)
+        ]
+        return {"overall_code": "OK", "statuses": statuses}
+
+    @functools.wraps(acquire)
+    async def acquire_in_memory(
+        gauges: list[Any], slot_id: str, parent_otel_span: Any = None
+    ) -> Any:
+        if not claims.lane_running():
+            return await acquire(gauges, slot_id, parent_otel_span)
+        entered: list[tuple[str, int, int]] = []
+        for gauge in gauges:
+            key = gauge["counter_key"]
+            before = registered(key)
+            fits, lane = _native.lane_enter_gauge(key, int(gauge["limit"]), before)
+            if not fits:
+                for entered_key, entered_before, _ in entered:
+                    _native.lane_set_gauge(entered_key, entered_before)
+                status = rate_limiter._gauge_status(gauge, before + lane, "OVER_LIMIT")
+                return {"overall_code": "OVER_LIMIT", "statuses": [status]}
+            entered.append((key, before, lane))
+        response = await acquire(gauges, slot_id, parent_otel_span)
+        if response["overall_code"] != "OK":
+            for key, before, _ in entered:
+                _native.lane_set_gauge(key, before)
+            return response
+        statuses = [
+            rate_limiter._gauge_status(gauge, before + lane + 1, "OK")
+            for gauge, (_, before, lane) in zip(gauges, entered, strict=True)
+        ]
+        return {**response, "statuses": statuses}
+
+    @functools.wraps(release)
+    async def release_in_memory(
+        counter_keys: list[str], slot_id: str, parent_otel_span: Any
+    ) -> None:
+        await release(counter_keys, slot_id, parent_otel_span)
+        if claims.lane_running():
+            for key in counter_keys:
+                _native.lane_set_gauge(key, registered(key))
+
+    rate_limiter._check_parallel_request_gauges = check_gauges
+    rate_limiter._acquire_parallel_slots_in_memory = acquire_in_memory
+    rate_limiter._release_parallel_request_slots_in_memory = release_in_memory
 
 
 async def _record_counts(

@@ -607,8 +607,9 @@ GENERAL_SETTINGS: dict[str, Setting] = {
         "Acts only on routes the lane never serves (team management)."
     ),
     "token_rate_limit_type": _on(
-        "Which tokens the v3 limiter adds to tpm windows after the answer (the replay does it); "
-        "keys with limits get no lane verdict (#26 point 3 revisits it)."
+        "Which tokens the v3 limiter adds to tpm windows after the answer (the replay's "
+        "callbacks do it; the lane's reservation before the call is the limiter's estimate, "
+        "which does not read it)."
     ),
     "tracing": _on(
         "Lens tracing: registers a logging callback (LensExporter) at startup, judged by the "

@@ -5,8 +5,12 @@
 //! after counting the request's rpm windows (LiteLLM's order: a window's refusal never strands
 //! a slot), and gives it back with the limiter's release script once the answer is complete.
 //!
-//! Only where LiteLLM keeps the gauge in Redis: the worker's in-memory gauge is the proxy's own
-//! Python registry, which the lane cannot take a slot in atomically (those keys go to the proxy).
+//! Where LiteLLM keeps the gauge in the worker (its Python registry of slots), the lane holds
+//! its requests' slots itself (`holds`, under the gauge's key) beside the registry's, and the
+//! two count each other: a request of the lane fits while the registry's slots (as last
+//! recorded, `Readings`) and the lane's leave room; a request of the proxy takes its slot in
+//! the registry through `Lane::enter_gauge`, which counts the lane's slots and records the
+//! registry's new count, under the same lock as the lane's admissions.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +18,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::counting::{RateRefusal, RedisCounting, limit_headers};
 use super::redis::Reply;
+use super::scopes::Readings;
+use crate::lane::holds::{Claim, Hold, Holds};
 
 /// One scope's parallel-request limit.
 #[derive(Clone, Debug, PartialEq)]
@@ -22,6 +28,9 @@ pub struct Gauge {
     pub descriptor: String,
     pub value: String,
     pub limit: u64,
+    /// The slots LiteLLM's registry in the worker held when the verdict was read (0 where
+    /// Redis keeps the gauge).
+    pub in_flight: u64,
 }
 
 impl Gauge {
@@ -35,29 +44,81 @@ impl Gauge {
 }
 
 /// A request's slots, until it gives them back (`release`).
-pub struct Slot {
-    counting: Arc<RedisCounting>,
-    keys: Vec<String>,
-    id: String,
+pub enum Slot {
+    /// In the gauges in Redis, under the request's slot id.
+    Redis {
+        counting: Arc<RedisCounting>,
+        keys: Vec<String>,
+        id: String,
+    },
+    /// Held by the lane beside the worker's registry.
+    Worker(Hold),
 }
 
 impl std::fmt::Debug for Slot {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter
-            .debug_struct("Slot")
-            .field("id", &self.id)
-            .finish()
+        match self {
+            Slot::Redis { id, .. } => formatter.debug_tuple("Slot::Redis").field(id).finish(),
+            Slot::Worker(hold) => formatter.debug_tuple("Slot::Worker").field(hold).finish(),
+        }
     }
 }
 
 impl Slot {
-    /// Gives the slot back in every gauge. Best effort, as in LiteLLM: a slot Redis never
-    /// heard of again ages out after the slot TTL.
+    /// Gives the slot back in every gauge. Best effort in Redis, as in LiteLLM: a slot Redis
+    /// never heard of again ages out after the slot TTL.
     pub async fn release(self) {
-        let args = vec![self.id.clone(); self.keys.len()];
-        let script = &self.counting.gauge_scripts.release;
-        let _ = self.counting.redis.eval(script, &self.keys, &args).await;
+        match self {
+            Slot::Redis { counting, keys, id } => {
+                let args = vec![id; keys.len()];
+                let script = &counting.gauge_scripts.release;
+                let _ = counting.redis.eval(script, &keys, &args).await;
+            }
+            Slot::Worker(hold) => drop(hold),
+        }
     }
+
+    /// Gives a slot the worker keeps back at once (one in Redis needs a round trip: see
+    /// `release`); the Redis slot back otherwise.
+    pub fn release_now(self) -> Option<Slot> {
+        match self {
+            Slot::Worker(hold) => {
+                drop(hold);
+                None
+            }
+            redis => Some(redis),
+        }
+    }
+}
+
+/// Takes the request's slot in every gauge the worker keeps, beside the registry's slots as
+/// last recorded: the slot and each gauge's slots in flight with it; `AtLimit` when a gauge is
+/// full (the proxy's limiter then decides, counting the lane's slots).
+pub fn hold_in_worker(
+    holds: &Arc<Holds>,
+    gauges: &[Gauge],
+    readings: &Readings,
+) -> Result<(Slot, Vec<u64>), RateRefusal> {
+    let registered: Vec<u64> = gauges
+        .iter()
+        .map(|gauge| readings.slots(&gauge.key()).unwrap_or(gauge.in_flight))
+        .collect();
+    let claims: Vec<Claim> = gauges
+        .iter()
+        .zip(&registered)
+        .map(|(gauge, registered)| Claim {
+            counter: gauge.key(),
+            amount: 1.0,
+            room: gauge.limit.saturating_sub(*registered) as f64,
+        })
+        .collect();
+    let (hold, held) = holds.try_hold(&claims).map_err(|_| RateRefusal::AtLimit)?;
+    let in_flight = registered
+        .iter()
+        .zip(held)
+        .map(|(registered, held)| registered + held.round() as u64)
+        .collect();
+    Ok((Slot::Worker(hold), in_flight))
 }
 
 /// A slot id no other request of any worker or instance has: LiteLLM's are uuid4 hex, the
@@ -95,7 +156,7 @@ pub async fn acquire(
         .await
         .map_err(|_| RateRefusal::Unreachable)?;
     let in_flight = acquired(&reply, gauges.len())?;
-    let slot = Slot {
+    let slot = Slot::Redis {
         counting: Arc::clone(counting),
         keys,
         id,
@@ -164,6 +225,7 @@ mod tests {
             descriptor: "api_key".into(),
             value: "h".into(),
             limit: 2,
+            in_flight: 0,
         };
         assert_eq!(gauge.key(), "{api_key:h}:max_parallel_requests");
         assert_eq!(
@@ -175,5 +237,30 @@ mod tests {
             .map(|(name, value)| (name.to_string(), value.to_string()))
         );
         assert!(slot_id() != slot_id());
+    }
+
+    #[test]
+    fn the_worker_s_gauge_counts_the_registry_s_slots_and_the_lane_s() {
+        let holds = Arc::new(Holds::default());
+        let gauge = Gauge {
+            descriptor: "api_key".into(),
+            value: "h".into(),
+            limit: 3,
+            in_flight: 2,
+        };
+        let gauges = std::slice::from_ref(&gauge);
+        let mut readings = Readings::default();
+        // The verdict's reading: 2 registered, room for one.
+        let (first, in_flight) = hold_in_worker(&holds, gauges, &readings).unwrap();
+        assert_eq!(in_flight, [3]);
+        assert!(hold_in_worker(&holds, gauges, &readings).is_err());
+        // The registry gave one back (a later reading): room again.
+        readings.record_slots(gauge.key(), 1);
+        let (second, in_flight) = hold_in_worker(&holds, gauges, &readings).unwrap();
+        assert_eq!(in_flight, [3]);
+        assert_eq!(holds.held(&gauge.key()), 2.0);
+        assert!(first.release_now().is_none());
+        drop(second);
+        assert_eq!(holds.held(&gauge.key()), 0.0);
     }
 }

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::counting::{RateRefusal, RedisCounting, limit_headers};
-use super::parallel::Gauge;
+use super::parallel::{self, Gauge};
 use super::redis::Reply;
 use super::tokens::{self, TokenScope};
 use crate::lane::holds::Claim;
@@ -31,20 +31,43 @@ pub struct Reading {
     pub window_ends: SystemTime,
 }
 
-/// The latest reading of each window the worker counts in, by the lane's name for it (its held
-/// counter, `rpm:…`, `tpm:…`). A window shared by several keys (a team's, a user's) is read
-/// whenever LiteLLM judges a request of any of them: every key's admission uses the latest.
-pub type Readings = HashMap<String, Reading>;
+/// What the lane last read of LiteLLM's limits in the worker: each window's count, by the
+/// lane's name for it (its held counter, `rpm:…`, `tpm:…`), and the slots the proxy's own
+/// requests hold in each parallel-request gauge (LiteLLM's registry), by gauge key. A window
+/// shared by several keys (a team's, a user's) is read whenever LiteLLM judges a request of any
+/// of them: every key's admission uses the latest.
+#[derive(Debug, Default)]
+pub struct Readings {
+    windows: HashMap<String, Reading>,
+    slots: HashMap<String, u64>,
+}
 
-/// Readings kept at most (one per window of a judged key; past this they start over, and each
-/// key's verdict brings its windows' again).
+/// Readings kept at most (one per window or gauge of a judged key; past this they start over,
+/// and each key's verdict brings its own again).
 const MAX_READINGS: usize = 200_000;
 
-pub fn record_reading(readings: &mut Readings, counter: String, reading: Reading) {
-    if readings.len() >= MAX_READINGS && !readings.contains_key(&counter) {
-        readings.clear();
+impl Readings {
+    pub fn window(&self, counter: &str) -> Option<Reading> {
+        self.windows.get(counter).copied()
     }
-    readings.insert(counter, reading);
+
+    pub fn record_window(&mut self, counter: String, reading: Reading) {
+        if self.windows.len() >= MAX_READINGS && !self.windows.contains_key(&counter) {
+            self.windows.clear();
+        }
+        self.windows.insert(counter, reading);
+    }
+
+    pub fn slots(&self, gauge_key: &str) -> Option<u64> {
+        self.slots.get(gauge_key).copied()
+    }
+
+    pub fn record_slots(&mut self, gauge_key: String, slots: u64) {
+        if self.slots.len() >= MAX_READINGS && !self.slots.contains_key(&gauge_key) {
+            self.slots.clear();
+        }
+        self.slots.insert(gauge_key, slots);
+    }
 }
 
 /// The limiter's kinds of window counter.
@@ -123,7 +146,7 @@ pub struct KeyRates {
     pub scopes: Vec<RateScope>,
     /// The key's tpm limits (see `tokens`).
     pub tokens: Vec<TokenScope>,
-    /// The key's parallel-request limits (only where the counting is in Redis; see `parallel`).
+    /// The key's parallel-request limits (see `parallel`).
     pub gauges: Vec<Gauge>,
     pub counting: Counting,
 }
@@ -142,10 +165,13 @@ impl KeyRates {
             return;
         }
         for scope in &self.scopes {
-            record_reading(readings, scope.held_counter(), scope.reading());
+            readings.record_window(scope.held_counter(), scope.reading());
         }
         for scope in &self.tokens {
-            record_reading(readings, scope.held_counter(), scope.reading());
+            readings.record_window(scope.held_counter(), scope.reading());
+        }
+        for gauge in &self.gauges {
+            readings.record_slots(gauge.key(), gauge.in_flight);
         }
     }
 
@@ -177,7 +203,7 @@ impl KeyRates {
             .map(|scope| (scope.held_counter(), scope.limit, scope.reading(), tokens));
         rpm.chain(tpm)
             .map(|(counter, limit, own, amount)| {
-                let reading = readings.get(&counter).copied().unwrap_or(own);
+                let reading = readings.window(&counter).unwrap_or(own);
                 if now + WINDOW_MARGIN >= reading.window_ends {
                     return Err(RateRefusal::AtLimit);
                 }
@@ -194,15 +220,18 @@ impl KeyRates {
     }
 
     /// The limiter's headers for a request admitted where the worker counts, from each
-    /// window's count with what is held on it (in `claims`' order: rpm, then tpm).
-    pub fn worker_headers(&self, counts: &[u64]) -> Vec<(String, String)> {
+    /// window's count with what is held on it (in `claims`' order: rpm, then tpm) and each
+    /// gauge's slots in flight (LiteLLM's order: rpm, gauges, tpm).
+    pub fn worker_headers(&self, counts: &[u64], in_flight: &[u64]) -> Vec<(String, String)> {
         let (rpm, tpm) = counts.split_at(self.scopes.len().min(counts.len()));
         let mut found = headers(&self.scopes, rpm);
+        found.extend(parallel::headers(&self.gauges, in_flight));
         found.extend(tokens::headers(&self.tokens, tpm));
         found
     }
 
-    /// The windows' counters the lane drains before the proxy decides on them.
+    /// The windows' counters the lane drains before the proxy decides on them (a full gauge
+    /// is not drained: LiteLLM refuses at once what finds no slot).
     pub fn held_counters(&self) -> Vec<String> {
         let rpm = self.scopes.iter().map(RateScope::held_counter);
         rpm.chain(self.tokens.iter().map(TokenScope::held_counter))
@@ -344,7 +373,7 @@ mod tests {
             vec![scope("api_key", 5, 2, 30), scope("team", 10, 9, 30)],
             Vec::new(),
         );
-        let readings = Readings::new();
+        let readings = Readings::default();
         let claims = rates.claims(SystemTime::now(), None, &readings).unwrap();
         assert_eq!(
             held(&claims),
@@ -369,7 +398,7 @@ mod tests {
             vec![scope("api_key", 5, 2, 30)],
             vec![token_scope("team", 1000, 400, 30)],
         );
-        let readings = Readings::new();
+        let readings = Readings::default();
         let now = SystemTime::now();
         let claims = rates.claims(now, Some(120), &readings).unwrap();
         assert_eq!(
@@ -384,7 +413,7 @@ mod tests {
             Err(RateRefusal::AtLimit)
         ));
         assert_eq!(
-            rates.worker_headers(&[3, 520]),
+            rates.worker_headers(&[3, 520], &[]),
             [
                 ("x-ratelimit-api_key-remaining-requests", "2"),
                 ("x-ratelimit-api_key-limit-requests", "5"),
@@ -401,19 +430,19 @@ mod tests {
         // Key A's verdict read the team's window at 9; key B's, older, at 3.
         let key_a = worker(vec![scope("team", 10, 9, 30)], Vec::new());
         let key_b = worker(vec![scope("team", 10, 3, 30)], Vec::new());
-        let mut readings = Readings::new();
+        let mut readings = Readings::default();
         key_b.record(&mut readings);
         key_a.record(&mut readings);
         let claims = key_b.claims(SystemTime::now(), None, &readings).unwrap();
         assert_eq!(held(&claims), [("rpm:team:v", 1.0, 1.0, 9)]);
         // Where Redis counts, the verdict records nothing.
-        let mut none = Readings::new();
+        let mut none = Readings::default();
         KeyRates {
             counting: Counting::Redis,
             ..key_a
         }
         .record(&mut none);
-        assert!(none.is_empty());
+        assert_eq!(none.window("rpm:team:v"), None);
     }
 
     #[test]
