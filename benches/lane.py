@@ -320,6 +320,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--provider", choices=("anthropic", "bedrock"), default="anthropic", help="messages only"
     )
+    parser.add_argument(
+        "--no-redis",
+        action="store_true",
+        help="keyed routes: LiteLLM's counters and windows in the worker, not in Redis",
+    )
     args = parser.parse_args(argv)
     if args.route in ("keyed", "keyed-limits"):
         from benches.lane_keyed import keyed

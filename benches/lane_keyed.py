@@ -1,7 +1,8 @@
 """The fast lane for a virtual key as LiteLLM's production setup has them (#26): a user, a team, a
 key budget and an rpm limit far from spent, LiteLLM's counters and windows in Redis (with
-`--route keyed-limits`, also a tpm limit and a parallel-request limit far from spent). The same
-key on the plain model and on the lane, in one run (method and commands: benches/README.md)."""
+`--route keyed-limits`, also a tpm limit and a parallel-request limit far from spent; with
+`--no-redis`, in the worker). The same key on the plain model and on the lane, in one run
+(method and commands: benches/README.md)."""
 
 from __future__ import annotations
 
@@ -75,15 +76,21 @@ def keyed(args: Any) -> None:
     secs, reps = (4.0, 1) if args.quick else (8.0, 3)
     limits = args.route == "keyed-limits"
     key, seeded = (LIMITED_KEY, LIMITED) if limits else (KEY, SEEDED)
-    data: dict[str, Any] = {"machine": machine(args.wait_quiet), "seeded": seeded, "rate": RATE}
-    redis = RedisServer()
+    data: dict[str, Any] = {
+        "machine": machine(args.wait_quiet),
+        "seeded": seeded,
+        "rate": RATE,
+        "redis": not args.no_redis,
+    }
+    redis = None if args.no_redis else RedisServer()
     proxies: dict[str, Any] = {}
     try:
-        redis.wait_ready()
+        if redis is not None:
+            redis.wait_ready()
         with ServerProcess() as mock:
             models = twin_models("bench", deployment_kwargs("openai", mock.url))
             workdir = Path(tempfile.mkdtemp(prefix="lane-keyed-"))
-            env = {**redis.env(), seeded_keys.ENV: json.dumps(seeded)}
+            env = {**(redis.env() if redis else {}), seeded_keys.ENV: json.dumps(seeded)}
             # The plain model on a proxy of its own, as in `lane.py`: the lane's replays of one
             # step must not run into the next step of the other arm.
             for arm in ARMS:
@@ -120,8 +127,10 @@ def keyed(args: Any) -> None:
         for proxy in proxies.values():
             proxy.stop(term_timeout=60)
             proxy.__exit__(None, None, None)
-        redis.stop()
-    finish(args, "lane-keyed-limits" if limits else "lane-keyed", render(data), data)
+        if redis is not None:
+            redis.stop()
+    name = ("lane-keyed-limits" if limits else "lane-keyed") + ("-worker" if args.no_redis else "")
+    finish(args, name, render(data), data)
 
 
 def lane_counts(events: Path) -> dict[str, int]:
@@ -172,7 +181,12 @@ def render(data: dict[str, Any]) -> str:
             machine_line(data["machine"]),
             "",
             *table(
-                ["one worker, Redis, open loop", "Python (plain model)", "lane", "lane / Python"],
+                [
+                    f"one worker, {'Redis' if data.get('redis', True) else 'no Redis'}, open loop",
+                    "Python (plain model)",
+                    "lane",
+                    "lane / Python",
+                ],
                 rows,
             ),
             "",
