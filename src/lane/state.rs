@@ -11,7 +11,7 @@ use bytes::Bytes;
 
 use super::holds::Holds;
 use super::ratelimit::counting::RedisCounting;
-use super::ratelimit::scopes::{Reading, Readings};
+use super::ratelimit::counting::{Reading, Readings};
 use super::realtime::hub::Realtime;
 use super::replay::{Replay, Replays};
 use super::table::{Table, Verdict};

@@ -14,9 +14,10 @@ use super::lane_types::{LaneClaim, LaneCost, LaneDeployment, LanePricing, LaneRe
 use super::stream::{Payload, PreparedStream};
 use crate::lane::budget::{KeyBudget, ReservationRates};
 use crate::lane::ratelimit::counting::{GaugeScripts, RedisCounting, TokenScripts};
+use crate::lane::ratelimit::counting::{Reading, WindowKind};
 use crate::lane::ratelimit::parallel::Gauge;
 use crate::lane::ratelimit::redis::{Redis, RedisTarget};
-use crate::lane::ratelimit::scopes::{Counting, KeyRates, RateScope, Reading, WindowKind};
+use crate::lane::ratelimit::scopes::{Counting, KeyRates, RateScope};
 use crate::lane::ratelimit::tokens::{self, TokenScope};
 use crate::lane::{self, App, Group, Lane, Settings, Verdict};
 use crate::model::LaneReason;

@@ -16,9 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::counting::{RateRefusal, RedisCounting, limit_headers};
+use super::counting::{RateRefusal, Readings, RedisCounting, limit_headers};
 use super::redis::Reply;
-use super::scopes::Readings;
 use crate::lane::holds::{Claim, Hold, Holds};
 
 /// One scope's parallel-request limit.

@@ -11,10 +11,9 @@
 //! are in Redis, the lane counts the request there itself, with the limiter's own script,
 //! before the provider call, and the replay's limiter leaves it counted (`redis`).
 
-use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::counting::{RateRefusal, RedisCounting, limit_headers};
+use super::counting::{RateRefusal, Reading, Readings, RedisCounting, WindowKind, limit_headers};
 use super::parallel::{self, Gauge};
 use super::redis::Reply;
 use super::tokens::{self, TokenScope};
@@ -23,79 +22,6 @@ use crate::lane::holds::Claim;
 /// A window ending sooner than this goes to the proxy: the replay could count the request in
 /// the next window, where the lane's headers would be wrong.
 const WINDOW_MARGIN: Duration = Duration::from_secs(2);
-
-/// A window's count as last read in the worker, and when it ends (UNIX_EPOCH: no window).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Reading {
-    pub counted: u64,
-    pub window_ends: SystemTime,
-}
-
-/// What the lane last read of LiteLLM's limits in the worker: each window's count, by the
-/// lane's name for it (its held counter, `rpm:…`, `tpm:…`), and the slots the proxy's own
-/// requests hold in each parallel-request gauge (LiteLLM's registry), by gauge key. A window
-/// shared by several keys (a team's, a user's) is read whenever LiteLLM judges a request of any
-/// of them: every key's admission uses the latest.
-#[derive(Debug, Default)]
-pub struct Readings {
-    windows: HashMap<String, Reading>,
-    slots: HashMap<String, u64>,
-}
-
-/// Readings kept at most (one per window or gauge of a judged key; past this they start over,
-/// and each key's verdict brings its own again).
-const MAX_READINGS: usize = 200_000;
-
-impl Readings {
-    pub fn window(&self, counter: &str) -> Option<Reading> {
-        self.windows.get(counter).copied()
-    }
-
-    pub fn record_window(&mut self, counter: String, reading: Reading) {
-        if self.windows.len() >= MAX_READINGS && !self.windows.contains_key(&counter) {
-            self.windows.clear();
-        }
-        self.windows.insert(counter, reading);
-    }
-
-    pub fn slots(&self, gauge_key: &str) -> Option<u64> {
-        self.slots.get(gauge_key).copied()
-    }
-
-    pub fn record_slots(&mut self, gauge_key: String, slots: u64) {
-        if self.slots.len() >= MAX_READINGS && !self.slots.contains_key(&gauge_key) {
-            self.slots.clear();
-        }
-        self.slots.insert(gauge_key, slots);
-    }
-}
-
-/// The limiter's kinds of window counter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WindowKind {
-    Requests,
-    Tokens,
-}
-
-impl WindowKind {
-    /// The limiter's name for it (`{descriptor:value}:requests`, `:tokens`).
-    pub fn named(name: &str) -> Option<WindowKind> {
-        match name {
-            "requests" => Some(WindowKind::Requests),
-            "tokens" => Some(WindowKind::Tokens),
-            _ => None,
-        }
-    }
-
-    /// The window's counter among the lane's holds (shared by every key of a team, a user...).
-    pub fn held_counter(self, descriptor: &str, value: &str) -> String {
-        let prefix = match self {
-            WindowKind::Requests => "rpm",
-            WindowKind::Tokens => "tpm",
-        };
-        format!("{prefix}:{descriptor}:{value}")
-    }
-}
 
 /// One scope's rpm limit, and its window as last read.
 #[derive(Clone, Debug, PartialEq)]

@@ -16,9 +16,8 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use super::counting::{RateRefusal, RedisCounting, limit_headers};
+use super::counting::{RateRefusal, Reading, RedisCounting, WindowKind, limit_headers};
 use super::redis::Reply;
-use super::scopes::{Reading, WindowKind};
 
 /// The limiter's `DEFAULT_MAX_TOKENS_ESTIMATE // _TPM_FLOOR_FRACTION`: the output floor for a
 /// request without `max_tokens`, when no limit constrains it.
