@@ -6,7 +6,9 @@
 //! key's budget, an rpm scope shared by every key of a team...), so that the lane's next
 //! admissions see it. The Python layer releases a hold once LiteLLM's counters hold the
 //! replay's count (it reads them again then); a request that ends before its ticket releases
-//! its hold as it drops, and a lost ticket's hold lapses after `HOLD_LIFETIME`.
+//! its hold as it drops, and a lost ticket's hold lapses `HOLD_LIFETIME` after it was kept for
+//! the replay. A hold still owned by its request (a parallel-request slot, until the answer is
+//! complete) lasts as long as the request, however long its stream.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -35,10 +37,13 @@ pub struct Holds {
     released: Notify,
 }
 
+/// A live hold's counters, and when it was kept for its replay (None: still owned).
+type LiveHold = (Vec<(String, f64)>, Option<Instant>);
+
 #[derive(Default)]
 struct HoldState {
     by_counter: HashMap<String, f64>,
-    live: HashMap<u64, (Vec<(String, f64)>, Instant)>,
+    live: HashMap<u64, LiveHold>,
     next_id: u64,
     last_purge: Option<Instant>,
 }
@@ -60,7 +65,7 @@ impl HoldState {
         true
     }
 
-    /// Drops holds past their lifetime (at most once a second).
+    /// Drops kept holds past their lifetime (at most once a second).
     fn purge(&mut self, now: Instant) {
         if self
             .last_purge
@@ -72,7 +77,9 @@ impl HoldState {
         let expired: Vec<u64> = self
             .live
             .iter()
-            .filter(|(_, (_, since))| now.duration_since(*since) >= HOLD_LIFETIME)
+            .filter(|(_, (_, kept))| {
+                kept.is_some_and(|kept| now.duration_since(kept) >= HOLD_LIFETIME)
+            })
             .map(|(id, _)| *id)
             .collect();
         for id in expired {
@@ -108,7 +115,7 @@ impl Holds {
             .iter()
             .map(|claim| (claim.counter.clone(), claim.amount))
             .collect();
-        state.live.insert(id, (counters, Instant::now()));
+        state.live.insert(id, (counters, None));
         Ok((
             Hold {
                 holds: Arc::clone(self),
@@ -166,6 +173,11 @@ impl Hold {
     /// Keeps the hold past this request's serving, for its replay to release by id.
     pub fn keep(self) -> u64 {
         let id = self.id;
+        let mut state = self.holds.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, kept)) = state.live.get_mut(&id) {
+            *kept = Some(Instant::now());
+        }
+        drop(state);
         std::mem::forget(self);
         id
     }
@@ -193,6 +205,24 @@ mod tests {
             amount,
             room,
         }
+    }
+
+    #[test]
+    fn only_holds_kept_for_a_replay_lapse() {
+        let holds = Arc::new(Holds::default());
+        let (owned, _) = holds.try_hold(&[claim("slot", 1.0, 2.0)]).unwrap();
+        let (kept, _) = holds.try_hold(&[claim("rpm", 1.0, 2.0)]).unwrap();
+        let _kept = kept.keep();
+        let later = Instant::now() + HOLD_LIFETIME + Duration::from_secs(1);
+        holds
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .purge(later);
+        // A request's own hold (a long stream's slot) lasts as long as the request.
+        assert_eq!((holds.held("slot"), holds.held("rpm")), (1.0, 0.0));
+        drop(owned);
+        assert_eq!(holds.held("slot"), 0.0);
     }
 
     #[tokio::test]
