@@ -192,16 +192,14 @@ pub(super) fn judge(
                 .zip(&held[budget_claims..])
                 .map(|(found, held)| found.counted + *held as u64)
                 .collect();
-            let mut in_flight = Vec::new();
             if !rates.gauges.is_empty() {
                 // A full gauge drops the request's holds with it.
-                let (held_slot, counts) =
-                    parallel::hold_in_worker(&lane.holds, &rates.gauges, &readings)
-                        .map_err(|_| LaneReason::ParallelLimit)?;
-                slot = Some((held_slot, counts.clone()));
-                in_flight = counts;
+                let held_slot = parallel::hold_in_worker(&lane.holds, &rates.gauges, &readings)
+                    .map_err(|_| LaneReason::ParallelLimit)?;
+                slot = Some(held_slot);
             }
-            RateAdmission::Held(rates.worker_headers(&counts, &in_flight))
+            let in_flight = slot.as_ref().map_or(&[][..], |(_, in_flight)| in_flight);
+            RateAdmission::Held(rates.worker_headers(&counts, in_flight))
         }
     };
     Ok(Judged {

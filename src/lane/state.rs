@@ -10,8 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::holds::Holds;
-use super::ratelimit::counting::RedisCounting;
-use super::ratelimit::counting::{Reading, Readings};
+use super::ratelimit::counting::{Reading, Readings, RedisCounting};
 use super::realtime::hub::Realtime;
 use super::replay::{Replay, Replays};
 use super::table::{Table, Verdict};
@@ -106,7 +105,7 @@ pub struct Lane {
     /// Taken while a request reads its key's verdict and takes its holds, and while a new
     /// verdict replaces the old and releases the hold it was read after: a request never pairs
     /// the old headroom with the holds as they are once the new one's hold is gone. It guards
-    /// the latest reading of each window the worker counts in (see `ratelimit::scopes`).
+    /// the latest reading of each window and gauge the worker keeps (see `ratelimit::counting`).
     admission: Mutex<Readings>,
     /// LiteLLM's coordination Redis, where the lane counts rpm windows (None: the worker's).
     rate_counting: Mutex<Option<Arc<RedisCounting>>>,
