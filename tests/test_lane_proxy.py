@@ -26,6 +26,7 @@ from devtools.proxy_logger import (
     logged_proxy,
     read_events,
     wait_for_count,
+    wait_for_events,
 )
 from devtools.upstream import RecordingUpstream, Reply
 from tests.conftest import VOLATILE_HEADERS as BASE_VOLATILE
@@ -510,10 +511,21 @@ def test_virtual_keys_get_the_normal_paths_answer(key_proxies: list, key: str) -
     for model in ("rust-openai", "plain-openai"):
         # Twice: the first request of a key teaches the lane its verdict.
         for attempt in range(3):
+            logged = [len(events_for(p.log_file, model, 0)) for p in (lane, normal)]
             answers = [
                 p.post("/chat/completions", json={"model": model, "messages": HI}, headers=headers)
                 for p in (lane, normal)
             ]
+            for proxy, before, answer in zip((lane, normal), logged, answers, strict=True):
+                if answer.status_code == 200:
+                    # The next request's rate-limit headers count this one's tokens once its
+                    # post-call work (the limiter's reconciliation, the lane's replay) ran.
+                    wait_for_events(
+                        proxy.log_file,
+                        lambda e, m=model: e.get("model_group") == m,
+                        before + 1,
+                        grace=0,
+                    )
             assert answers[0].status_code == answers[1].status_code, (model, attempt)
             if answers[0].status_code == 200:
                 assert {**answers[0].json(), "id": None} == {**answers[1].json(), "id": None}
