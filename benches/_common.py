@@ -295,6 +295,8 @@ def load_step(
         "proxy_cpu_s": proxy_cpu,
         "proxy_cpu_s_per_1k": proxy_cpu / max(1, res["ok"]) * 1000,
         "proxy_cores": proxy_cpu / wall,
+        "gen_cores": res["gen_cpu_s"] / wall,
+        "mock_cores": (cpu_seconds(mock) - m0) / wall if mock else None,
         "machine_busy_cores": busy / wall,
         # Everything else on the machine (builds, tests): > ~0.2 means a contended step.
         "foreign_cores": max(0.0, (busy - others) / wall),

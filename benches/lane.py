@@ -37,7 +37,7 @@ LATENCY_RATE = 45.0
 P99_BAR_MS = 50.0
 ARMS = ("python", "rust", "lane")
 PYTHON_RATES = [40, 60, 80, 100, 120, 140, 160]
-LANE_RATES = [100, 150, 200, 250, 300, 350, 400, 500, 600, 800]
+LANE_RATES = [100, 150, 200, 250, 300, 350, 400, 500, 600, 800, 1000, 1200, 1600]
 MESSAGES_ROUTE = "/v1/messages"
 SDK_HEADERS = ("-H", f"x-api-key: {MASTER_KEY}", "-H", "anthropic-version: 2023-06-01")
 MESSAGE_ARMS = ("python", "native", "rust", "lane")
@@ -83,9 +83,17 @@ class Arms:
     master key (from requests it served) when they start. Stops them on exit, a lane with time
     to replay what it served."""
 
-    def __init__(self, params: dict, arms: Any, body: Any = chat_body, workers: int = 1, **kw: Any):
+    def __init__(
+        self,
+        params: dict,
+        arms: Any,
+        body: Any = chat_body,
+        workers: int = 1,
+        recorder: bool = True,
+        **kw: Any,
+    ):
         self.models, self.body, self.kw = twin_models("bench", params), body, kw
-        self.workers = workers
+        self.workers, self.recorder = workers, recorder
         workdir, self.lane_steps = Path(tempfile.mkdtemp(prefix="lane-bench-")), []
         self.servers: dict[str, Any] = {}
         route, bodies = kw.get("route", ROUTE), [body(m["model_name"]) for m in self.models]
@@ -94,7 +102,8 @@ class Arms:
                 log_path = workdir / f"{name}-{workers}.jsonl"
                 log_path.touch()
                 settings = SETTINGS.get(name, {})
-                server = start_proxy(self.models, workers=workers, log_path=log_path, **settings)
+                logged = log_path if recorder else None
+                server = start_proxy(self.models, workers=workers, log_path=logged, **settings)
                 self.servers[name], server.log_file = server, log_path
                 for _ in range(3 * workers):  # every worker's lane learns the key's verdict
                     for request in bodies:
@@ -111,9 +120,12 @@ class Arms:
         self.lane_steps += [result] if arm == "lane" else []
         return result
 
-    def callbacks(self) -> dict[str, Any]:
+    def callbacks(self) -> dict[str, Any] | None:
         """The lane proxy's logged events (read after its exit) against the requests it answered:
-        each step's measured and warm-up ones, and the 3 per worker that taught it the key."""
+        each step's measured and warm-up ones, and the 3 per worker that taught it the key (None
+        without the recorder)."""
+        if not self.recorder:
+            return None
         events, steps = read_events(self.servers["lane"].log_file), self.lane_steps
         return {
             "lane_events": sum(e.get("model_group") == "rust-bench" for e in events),
@@ -132,13 +144,15 @@ class Arms:
 
 
 def chat(args: Any) -> None:
-    """Chat: added latency, each arm's highest rate, the lane with two workers."""
+    """Chat: added latency and CPU per request, each arm's highest rate, the lane with two
+    workers; every proxy with the event recorder (a logging callback), or with none."""
     secs = 4.0 if args.quick else 8.0
     reps = 1 if args.quick else 3
-    data: dict[str, Any] = {"machine": machine(args.wait_quiet)}
+    recorder = not args.no_callbacks
+    data: dict[str, Any] = {"machine": machine(args.wait_quiet), "recorder": recorder}
     with ServerProcess() as mock:
         params = deployment_kwargs("openai", mock.url)
-        with Arms(params, ARMS) as arms:
+        with Arms(params, ARMS, recorder=recorder, mock_pid=mock.pid) as arms:
             for arm in ARMS:  # warm every arm
                 arms.step(arm, 50, 2.0)
             log(f"added latency at {LATENCY_RATE:g} req/s, {reps} interleaved repetitions")
@@ -157,11 +171,12 @@ def chat(args: Any) -> None:
                 best, ladder_steps = highest(lambda r, a=arm: arms.step(a, r, secs), ladder)
                 data["rates"][arm] = {"max": best, "steps": ladder_steps}
         data["callbacks"] = arms.callbacks()
-        with Arms(params, ["lane"], workers=2) as two:
+        with Arms(params, ["lane"], workers=2, recorder=recorder, mock_pid=mock.pid) as two:
             log(" lane, two workers")
             best2, steps2 = highest(lambda r: two.step("lane", r, secs), LANE_RATES)
         data["rates"]["lane_2_workers"] = {"max": best2, "steps": steps2}
-    finish(args, "lane", render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
+    name = "lane" if recorder else "lane-no-callbacks"
+    finish(args, name, render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
 
 
 PLOT_ALT = "p99 latency against offered rate, one worker: Python, rust: true, lane"
@@ -195,16 +210,32 @@ def render(data: dict[str, Any]) -> str:
         rows.append(
             [f"added {q} at {LATENCY_RATE:g} req/s", *(f"{add[a][q]:.2f} ms" for a in ARMS), ratio]
         )
+    cpu = {a: median(s["cpu_ms_per_request"] for s in data["latency"]["steps"][a]) for a in ARMS}
+    rows.append(
+        [
+            f"proxy CPU per request at {LATENCY_RATE:g} req/s",
+            *(f"{cpu[a]:.2f} ms" for a in ARMS),
+            f"**{cpu['lane'] / cpu['python']:.3f}x**",
+        ]
+    )
     ratio = f"**{rates['lane']['max'] / max(1.0, rates['python']['max']):.1f}x**"
     rows.append(
         ["highest rate at p99 ≤ 50 ms", *(f"{rates[a]['max']:g} req/s" for a in ARMS), ratio]
+    )
+    top = next((s for s in rates["lane"]["steps"] if s["rate"] == rates["lane"]["max"]), None)
+    cores = (
+        f"At the lane's highest rate the proxy used {top['proxy_cores']:.2f} cores, the load "
+        f"generator {top['gen_cores']:.2f} and the mock {top['mock_cores']:.2f} (2 cores in all)."
+        if top is not None and top.get("mock_cores") is not None
+        else ""
     )
     head = ["one worker, open loop", "Python (plain model)", "rust: true", "lane", "lane / Python"]
     two = rates["lane_2_workers"]["max"] / max(1.0, rates["lane"]["max"])
     calls = data["callbacks"]
     return "\n".join(
         [
-            "# The fast lane through the proxy (`benches/lane.py`)",
+            "# The fast lane through the proxy (`benches/lane.py"
+            + ("`)" if data.get("recorder", True) else " --no-callbacks`)"),
             "",
             machine_line(data["machine"]),
             "",
@@ -214,9 +245,16 @@ def render(data: dict[str, Any]) -> str:
             f"({two:.2f}x one worker). Rates are the last step of the ladder that held (no "
             "errors, p99 ≤ 50 ms, ≥ 95% achieved); ≥ when the ladder ran out.",
             "",
-            f"Callbacks on the lane proxy: {calls['lane_events']} events for "
-            f"{calls['lane_requests']} requests answered (errors: {calls['lane_errors']}; a "
-            "request that timed out at the client may still have been answered and logged).",
+            cores,
+            "",
+            (
+                f"Callbacks on the lane proxy: {calls['lane_events']} events for "
+                f"{calls['lane_requests']} requests answered (errors: {calls['lane_errors']}; a "
+                "request that timed out at the client may still have been answered and logged)."
+                if calls is not None
+                else "No callbacks configured: LiteLLM's own and the accelerator only; the lane "
+                "accounts for its requests without replaying them (`lane/accounting.py`)."
+            ),
             "",
         ]
     )
@@ -319,6 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--provider", choices=("anthropic", "bedrock"), default="anthropic", help="messages only"
+    )
+    parser.add_argument(
+        "--no-callbacks",
+        action="store_true",
+        help="chat: no logging callback on the proxies (the event recorder is one)",
     )
     parser.add_argument(
         "--no-redis",

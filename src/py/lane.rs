@@ -400,6 +400,12 @@ pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<LaneClaim>> {
     let Some(ticket) = running()?.claim(ticket) else {
         return Ok(None);
     };
+    let usage = match &ticket.outcome {
+        lane::Outcome::Call(Ok(completion)) if completion.raw.is_none() => {
+            completion.body.get("usage").map(|usage| usage.to_string())
+        }
+        _ => None,
+    };
     let call = match ticket.outcome {
         lane::Outcome::Call(outcome) => {
             Py::new(py, PreparedCall::done(outcome, String::new()))?.into_any()
@@ -428,6 +434,7 @@ pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<LaneClaim>> {
             .counted
             .tokens_reserved
             .map(|reserved| (reserved.tokens, reserved.counts)),
+        usage,
     }))
 }
 

@@ -259,7 +259,8 @@ impl LaneReplay {
 /// each rpm window's start and count with it where the lane counted it in LiteLLM's windows itself (in
 /// Redis; None otherwise), and each parallel-request gauge's slots in flight with it where the
 /// lane took its slot, and the tokens it reserved in the key's tpm windows with each window's
-/// count.
+/// count; and a whole chat answer's `usage` object as JSON (None for a stream, a
+/// `/v1/messages` answer or an answer without one).
 #[pyclass(frozen, get_all, module = "litellm_fastpath._native")]
 pub struct LaneClaim {
     pub(crate) deployment_id: String,
@@ -269,6 +270,7 @@ pub struct LaneClaim {
     pub(crate) rate_counts: Option<Vec<(u64, u64)>>,
     pub(crate) parallel_counts: Option<Vec<u64>>,
     pub(crate) tokens_reserved: Option<(u64, Vec<u64>)>,
+    pub(crate) usage: Option<String>,
 }
 
 /// The lane's cost of an answer, split as the proxy's headers split it.

@@ -16,7 +16,7 @@ import litellm
 
 from litellm_fastpath import _native, claims, compat
 from litellm_fastpath.bridge import settle
-from litellm_fastpath.lane import middleware, reauth
+from litellm_fastpath.lane import accounting, middleware, reauth
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -36,23 +36,50 @@ async def replay_served(judged: Callable[[str], bool]) -> None:
     loop = asyncio.get_running_loop()
     slots = asyncio.Semaphore(REPLAY_CONCURRENCY)
     running: set[asyncio.Task[None]] = set()
+    ledger = accounting.Ledger()
     while True:
         future: asyncio.Future[list[_native.LaneReplay]] = loop.create_future()
         _native.lane_next_replays(loop, future, settle)
+        taken = 0
         for record in await future:
+            claimed = _native.lane_claim(record.ticket)
+            if claimed is not None and _accountable(ledger, record, claimed):
+                ledger.take(record.path, claimed)
+                taken += 1
+                continue
             await slots.acquire()
-            task = loop.create_task(_replay(record, judged))
+            task = loop.create_task(_replay(record, judged, claimed))
             running.add(task)
             task.add_done_callback(running.discard)
             task.add_done_callback(lambda _: slots.release())
+        await ledger.settle()
+        for _ in range(taken):
+            _native.lane_replayed()
 
 
-async def _replay(record: _native.LaneReplay, judged: Callable[[str], bool]) -> None:
+def _accountable(
+    ledger: accounting.Ledger, record: _native.LaneReplay, claimed: _native.LaneClaim
+) -> bool:
+    """Whether the ledger accounts for this request in the batch (else it is replayed)."""
+    try:
+        why = ledger.replay_reason(record.path, record.headers, claimed)
+    except Exception as err:  # a LiteLLM change: the replay does it all
+        why = f"error:{type(err).__name__}"
+    if why is None:
+        return True
+    accounting.replay_needed[why] += 1
+    return False
+
+
+async def _replay(
+    record: _native.LaneReplay,
+    judged: Callable[[str], bool],
+    claimed: _native.LaneClaim | None,
+) -> None:
     ticket = record.ticket
     tail: list[bytes] = []
-    claimed = request = None
+    request = None
     try:
-        claimed = _native.lane_claim(ticket)
         if claimed is None:
             return
         claims.hold(claimed)

@@ -14,7 +14,7 @@ import tempfile
 from typing import Any
 
 from litellm_fastpath import _native, claims, compat, metrics
-from litellm_fastpath.lane import groups, keys, middleware, realtime, reauth, replay
+from litellm_fastpath.lane import accounting, groups, keys, middleware, realtime, reauth, replay
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -27,10 +27,13 @@ _background: set[asyncio.Task[None]] = set()
 
 def counts() -> dict[str, int]:
     """Requests the lane served, replayed through the proxy (its errors and unusual answers), or
-    sent to the proxy, by reason (`lane_*`), in this worker; and replays given LiteLLM's full
-    auth, by why (`replay_litellm_auth:<why>`, see `reauth`)."""
+    sent to the proxy, by reason (`lane_*`), in this worker; replays given LiteLLM's full auth,
+    by why (`replay_litellm_auth:<why>`, see `reauth`); and served requests accounted for
+    without a replay (`accounted`) or replayed, by why (`replay_needed:<why>`, see
+    `accounting`)."""
     found = dict(_native.lane_counts())
     found.update({f"replay_litellm_auth:{why}": n for why, n in reauth.fallbacks.items()})
+    found.update(accounting.counts())
     return found
 
 

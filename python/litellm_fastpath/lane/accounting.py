@@ -1,0 +1,385 @@
+"""Served requests accounted for in the batch the lane hands over, without a replay: where the
+replay's only effects are ones made here (#27, its first part).
+
+A replay runs the proxy's auth, hooks, router and logging for a request the lane answered (about
+3.5 ms of LiteLLM's Python). For a non-streamed chat completion sent with the master key, in a
+worker whose callbacks are ours, LiteLLM's own proxy hooks and callbacks that override none of a
+callback's methods, without a database, LiteLLM's cache, service callbacks or LiteLLM's INFO
+logs, to a deployment whose usage the router does not track, all of that checks and leaves
+nothing but (audited against LiteLLM 1.106.12; `_INERT` lists the hooks found to leave nothing):
+
+- the router's count of the pick: the deployment's request count for the minute
+  (`Router._update_usage`), `total_calls` and `success_calls` of its model, and (its success
+  callback) the deployment's successes for the minute, which its cooldowns weigh failures by;
+- the rate limiter's token counters of the key, its user and (key, model group), which it adds
+  an answer's tokens to whether or not a limit is set (`{api_key:...}:tokens`, ...);
+- the billable-request middleware's counts (`middleware.count_served`).
+
+Those are made here by LiteLLM's own functions, once per batch (the limiter's counters in one
+pipeline). Every other request is replayed, counted by why (`replay_needed:<why>`).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import importlib
+import json
+import logging
+import secrets
+from collections.abc import Iterable
+from typing import Any
+
+import litellm
+
+from litellm_fastpath import _native, compat
+from litellm_fastpath.lane import middleware
+
+logger = logging.getLogger("litellm_fastpath")
+
+MESSAGES_PATH = "/v1/messages"
+
+# Requests replayed rather than accounted here, by why; and those accounted here.
+replay_needed: collections.Counter[str] = collections.Counter()
+accounted = 0
+
+# LiteLLM's proxy hooks that leave nothing for such a request (each returns early: no limit,
+# budget, session, agent, cache control, skill or responses id is involved, or it only reads):
+# (module, class name). Matched by exact type: a subclass may do more.
+_INERT = (
+    ("litellm.proxy.hooks.model_max_budget_limiter", "_PROXY_VirtualKeyModelMaxBudgetLimiter"),
+    ("litellm.proxy.hooks.cache_control_check", "_PROXY_CacheControlCheck"),
+    ("litellm.proxy.hooks.responses_id_security", "ResponsesIDSecurity"),
+    ("litellm.proxy.hooks.litellm_skills.main", "SkillsInjectionHook"),
+    ("litellm.proxy.hooks.max_iterations_limiter", "_PROXY_MaxIterationsHandler"),
+    ("litellm.proxy.hooks.max_budget_per_session_limiter", "_PROXY_MaxBudgetPerSessionHandler"),
+    ("litellm.proxy.hooks.sensitive_data_routing", "_PROXY_SensitiveDataRoutingHandler"),
+    # It reads only `/v1/messages` answers with the provider's HTTP response (never a lane's).
+    ("litellm.proxy.hooks.prompt_cache_prediction", "PromptCacheObserver"),
+    # With no service callbacks (checked), its hooks pass the timing to nobody.
+    ("litellm._service_logger", "ServiceLogging"),
+)
+_LIMITER = (
+    "litellm.proxy.hooks.parallel_request_limiter_v3",
+    "_PROXY_MaxParallelRequestsHandler_v3",
+)
+# The router's own callbacks: on success it counts a deployment's usage only where it has
+# limits (checked per deployment); the failure ones never run for an answer the lane served.
+_ROUTER_CALLBACKS = frozenset(
+    {
+        "deployment_callback_on_success",
+        "sync_deployment_callback_on_success",
+        "deployment_callback_on_failure",
+        "async_deployment_callback_on_failure",
+    }
+)
+# CustomLogger methods that are not per request (a class overriding only these records nothing).
+_NOT_PER_REQUEST = frozenset(
+    {
+        "get_callback_env_vars",
+        "handle_callback_failure",
+        "async_log_audit_log_event",
+        "async_filter_listed_models",
+        "get_proxy_server_request_from_cold_storage_with_object_key",
+    }
+)
+# LiteLLM's loggers: at INFO a replay logs per request (the router's pick, its 200 OK).
+_LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+
+
+@dataclasses.dataclass
+class _Batch:
+    """What a batch's accounted requests add up to."""
+
+    served: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (path, deployment)
+    tokens: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # (group, usage)
+
+
+class Ledger:
+    """Decides, per served request, whether it needs its replay, and accounts for the others
+    (`take`, then `settle` once per batch)."""
+
+    def __init__(self) -> None:
+        self._worker: tuple[tuple[int, ...], str | None] | None = None
+        self._deployments: dict[str, tuple[str, str] | str] = {}
+        self._deployments_of: int | None = None
+        self._batch = _Batch()
+
+    def replay_reason(self, path: str, headers: list[tuple[str, str]], claimed: Any) -> str | None:
+        """Why this served request needs its replay; None when `take` accounts for it."""
+        why = self._worker_reason()
+        if why is not None:
+            return why
+        if path == MESSAGES_PATH:
+            return "route"
+        if not isinstance(claimed.call, _native.PreparedCall):
+            return "stream"
+        if claimed.usage is None:
+            return "usage"
+        if (
+            claimed.hold is not None
+            or claimed.rate_counts is not None
+            or claimed.parallel_counts is not None
+            or claimed.tokens_reserved is not None
+        ):
+            return "hold"
+        if not _is_master_key(headers):
+            return "key"
+        deployment = self._deployment(claimed.deployment_id)
+        return deployment if isinstance(deployment, str) else None
+
+    def take(self, path: str, claimed: Any) -> None:
+        """Adds a request `replay_reason` found accountable to the batch."""
+        global accounted
+        deployment = self._deployment(claimed.deployment_id)
+        assert not isinstance(deployment, str)
+        group, _ = deployment
+        self._batch.served.append((path, claimed.deployment_id))
+        self._batch.tokens[(group, claimed.usage)] = (
+            self._batch.tokens.get((group, claimed.usage), 0) + 1
+        )
+        accounted += 1
+
+    async def settle(self) -> None:
+        """Makes the batch's effects, as the replays would have made them."""
+        batch, self._batch = self._batch, _Batch()
+        if not batch.served:
+            return
+        from litellm.router_utils.router_callbacks import track_deployment_metrics
+
+        try:
+            router = compat.proxy_server().llm_router
+            for path, deployment_id in batch.served:
+                middleware.count_served(path, deployment_id)
+                deployment = self._deployments[deployment_id]
+                assert not isinstance(deployment, str)
+                router._update_usage(deployment_id, None)
+                router.total_calls[deployment[1]] += 1
+                router.success_calls[deployment[1]] += 1
+                track_deployment_metrics.increment_deployment_successes_for_current_minute(
+                    litellm_router_instance=router, deployment_id=deployment_id
+                )
+            await _count_tokens(batch.tokens)
+        except Exception as err:  # never the client's problem; LiteLLM's counters lag
+            logger.warning("fastpath_lane: accounting a batch failed: %s", type(err).__name__)
+
+    def _worker_reason(self) -> str | None:
+        """Why no request of this worker can skip its replay now (None: some can), worked out
+        again whenever its callbacks, database, cache or router change."""
+        proxy = compat.proxy_server()
+        lists = _callback_lists()
+        fingerprint = (
+            *(id(item) for items in lists for item in items),
+            *(len(items) for items in lists),
+            id(proxy.prisma_client),
+            id(litellm.cache),
+            id(proxy.llm_router),
+            *(logging.getLogger(name).getEffectiveLevel() for name in _LITELLM_LOGGERS),
+        )
+        if self._worker is None or self._worker[0] != fingerprint:
+            self._worker = (fingerprint, _worker_reason(proxy, lists))
+            self._deployments.clear()
+        return self._worker[1]
+
+    def _deployment(self, deployment_id: str) -> tuple[str, str] | str:
+        """The deployment's (model group, model) where its usage is LiteLLM's plain count, or why
+        its replay is needed."""
+        router = compat.proxy_server().llm_router
+        model_list = id(router.model_list) if router is not None else None
+        if model_list != self._deployments_of:
+            self._deployments.clear()
+            self._deployments_of = model_list
+        found = self._deployments.get(deployment_id)
+        if found is None:
+            found = self._deployments[deployment_id] = _deployment(router, deployment_id)
+        return found
+
+
+def _callback_lists() -> tuple[list[Any], ...]:
+    return (
+        litellm.callbacks,
+        litellm.input_callback,
+        litellm.success_callback,
+        litellm.failure_callback,
+        litellm._async_success_callback,
+        litellm._async_failure_callback,
+        litellm.service_callback,
+    )
+
+
+def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> str | None:
+    if proxy.prisma_client is not None:
+        return "database"
+    if litellm.cache is not None:
+        return "cache"
+    if proxy.llm_router is None or not isinstance(proxy.master_key, str):
+        return "proxy"
+    if litellm.service_callback:
+        return "service_callback"
+    if any(logging.getLogger(name).isEnabledFor(logging.INFO) for name in _LITELLM_LOGGERS):
+        return "verbose_logs"
+    inert = _inert_types()
+    for items in lists:
+        for callback in items:
+            if not _leaves_nothing(callback, inert, proxy.llm_router):
+                return f"callback:{_name(callback)}"
+    return None
+
+
+@functools.cache
+def _inert_types() -> frozenset[type]:
+    """The classes of `_INERT` and the limiter's (accounted for here), as installed."""
+    found = set()
+    for module, name in (*_INERT, _LIMITER):
+        try:
+            found.add(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):  # not in this release: never matched
+            continue
+    return frozenset(found)
+
+
+def _leaves_nothing(callback: Any, inert: frozenset[type], router: Any) -> bool:
+    from litellm_fastpath.proxy import FastpathAccelerator
+
+    if type(callback) in inert or type(callback) is FastpathAccelerator:
+        return True
+    owner = getattr(callback, "__self__", None)
+    if owner is router and getattr(callback, "__name__", None) in _ROUTER_CALLBACKS:
+        return True
+    return isinstance(callback, compat.CustomLogger) and not _overrides(callback)
+
+
+def _overrides(callback: Any) -> bool:
+    """Whether a callback object replaces any of CustomLogger's per-request methods (on its
+    class, a base between, or itself)."""
+    base = compat.CustomLogger
+    names = _hook_names(base)
+    for klass in type(callback).__mro__:
+        if klass is base or klass is object:
+            continue
+        if names & set(vars(klass)):
+            return True
+    return bool(names & set(getattr(callback, "__dict__", {})))
+
+
+@functools.cache
+def _hook_names(base: type) -> frozenset[str]:
+    """CustomLogger's methods a proxy may call per request."""
+    return frozenset(
+        name
+        for name, value in vars(base).items()
+        if not name.startswith("__")
+        and name not in _NOT_PER_REQUEST
+        and (callable(value) or isinstance(value, (staticmethod, classmethod)))
+    )
+
+
+def _name(callback: Any) -> str:
+    if isinstance(callback, str):
+        return callback
+    return getattr(callback, "__qualname__", None) or type(callback).__qualname__
+
+
+def _deployment(router: Any, deployment_id: str) -> tuple[str, str] | str:
+    """(model group, model) of a deployment whose usage the router counts in the plain way
+    only, or why its requests need their replay (as `Router._increment_deployment_usage` and
+    the limiter's default per-key limits for a group decide)."""
+    from litellm.proxy.auth import auth_utils
+    from litellm.router_utils.pre_call_checks import io_token_rate_limit_check
+
+    deployment = router.get_deployment(model_id=deployment_id)
+    if deployment is None:
+        return "deployment"
+    group = deployment.model_name
+    info = router.get_router_model_info(deployment=deployment, received_model_name=group)
+    limits = (
+        deployment.get("tpm", None),
+        deployment.get("rpm", None),
+        deployment.litellm_params.tpm,
+        deployment.litellm_params.rpm,
+        info.get("tpm", None),
+        info.get("rpm", None),
+    )
+    if any(limit is not None for limit in limits):
+        return "deployment_usage"
+    if io_token_rate_limit_check.deployment_has_io_token_limits(deployment.model_dump()):
+        return "deployment_usage"
+    if (
+        auth_utils._get_deployment_default_rpm_limit(group) is not None
+        or auth_utils._get_deployment_default_tpm_limit(group) is not None
+    ):
+        return "deployment_limits"
+    return group, deployment.litellm_params.model
+
+
+def _is_master_key(headers: list[tuple[str, str]]) -> bool:
+    master = compat.proxy_server().master_key
+    presented = [value for name, value in headers if name == "authorization"]
+    return (
+        isinstance(master, str)
+        and len(presented) == 1
+        and secrets.compare_digest(presented[0].encode(), f"Bearer {master}".encode())
+    )
+
+
+async def _count_tokens(tokens: dict[tuple[str, str], int]) -> None:
+    """The limiter's success callback for each answer: its tokens on the master key's counters
+    (LiteLLM's own op builder, from the metadata its logging would carry), summed per counter
+    into one pipeline."""
+    proxy = compat.proxy_server()
+    limiter = proxy.proxy_logging_obj.get_proxy_hook("parallel_request_limiter")
+    if type(limiter) not in _inert_types():
+        return
+    metadata = await _master_key_metadata()
+    rate_limit_type = limiter.get_rate_limit_type()
+    summed: dict[str, Any] = {}
+    for (group, usage_json), count in tokens.items():
+        kwargs = {
+            "litellm_params": {"metadata": {"model_group": group}},
+            "standard_logging_object": {"metadata": metadata},
+            "combined_usage_object": litellm.Usage(**json.loads(usage_json)),
+        }
+        for op in limiter._build_success_event_pipeline_operations(
+            kwargs=kwargs, response_obj=None, rate_limit_type=rate_limit_type
+        ):
+            total = summed.get(op["key"])
+            if total is None:
+                summed[op["key"]] = {**op, "increment_value": op["increment_value"] * count}
+            else:
+                total["increment_value"] += op["increment_value"] * count
+    await limiter.async_increment_tokens_with_ttl_preservation(
+        pipeline_operations=list(summed.values()), parent_otel_span=None
+    )
+
+
+# What LiteLLM's logging carries of the master key, by the proxy admin's name it is built with.
+_master_metadata: dict[str, dict[str, Any]] = {}
+
+
+async def _master_key_metadata() -> dict[str, Any]:
+    """The master key's auth object as LiteLLM's auth builds it, as its logging carries it."""
+    from litellm.proxy.litellm_pre_call_utils import LiteLLMProxyRequestSetup
+
+    admin = compat.proxy_server().litellm_proxy_admin_name
+    found = _master_metadata.get(admin)
+    if found is None:
+        key = await compat.return_user_api_key_auth_obj(
+            user_obj=None,
+            user_role=compat.LitellmUserRoles.PROXY_ADMIN,
+            api_key=compat.LITELLM_PROXY_MASTER_KEY_ALIAS,
+            parent_otel_span=None,
+            valid_token_dict={"user_id": admin},
+            route="/chat/completions",
+            start_time=compat.now(),
+        )
+        found = dict(LiteLLMProxyRequestSetup.get_sanitized_user_information_from_key(key))
+        _master_metadata[admin] = found
+    return found
+
+
+def counts() -> Iterable[tuple[str, int]]:
+    """`accounted` and `replay_needed:<why>`, for the lane's counts."""
+    yield "accounted", accounted
+    for why, n in replay_needed.items():
+        yield f"replay_needed:{why}", n

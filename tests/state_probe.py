@@ -1,0 +1,112 @@
+"""A proxy callback for the accounting tests: `callbacks: ["tests.state_probe.probe"]`.
+
+It overrides none of a callback's methods (so the lane may account for requests without their
+replay where it is the only callback besides LiteLLM's own) and adds routes to the proxy's app:
+
+- `GET /state-probe/state`: what LiteLLM keeps of the requests this worker answered (the
+  router's counts, its cache and the rate limiter's counters in the worker), the lane's counts,
+  and what the recording callback (once added) received;
+- `POST /state-probe/recorder`: adds a callback that records every success and failure it is
+  given, as an operator's logging callback would be (`litellm.callbacks`, at runtime).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any
+
+import litellm
+from litellm.integrations.custom_logger import CustomLogger
+from litellm.proxy import proxy_server
+
+from litellm_fastpath import _native, lane
+
+STATE_PATH = "/state-probe/state"
+RECORDER_PATH = "/state-probe/recorder"
+
+
+class _Recorder(CustomLogger):
+    """Counts each event by model group and call id (a call logged twice shows as 2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: collections.Counter[str] = collections.Counter()
+
+    async def async_log_success_event(self, kwargs: Any, *_: Any, **__: Any) -> None:
+        self._note("success", kwargs)
+
+    async def async_log_failure_event(self, kwargs: Any, *_: Any, **__: Any) -> None:
+        self._note("failure", kwargs)
+
+    def _note(self, event: str, kwargs: Any) -> None:
+        payload = kwargs.get("standard_logging_object") or {}
+        self.events[f"{event}:{payload.get('model_group')}:{kwargs.get('litellm_call_id')}"] += 1
+
+
+_recorder: list[_Recorder] = []
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return f"<{type(value).__qualname__}>"  # an object, by kind (its address differs)
+
+
+def _cache(cache: Any) -> dict[str, Any]:
+    return {str(k): _jsonable(v) for k, v in dict(cache.cache_dict).items()}
+
+
+async def _state() -> dict[str, Any]:
+    router = proxy_server.llm_router
+    limiter_cache = proxy_server.proxy_logging_obj.internal_usage_cache.dual_cache
+    events: collections.Counter[str] = collections.Counter()
+    for recorder in _recorder:
+        for name, count in recorder.events.items():
+            event, group, _ = name.split(":", 2)
+            events[f"{event}:{group}"] += 1
+            events["logged_twice"] += count > 1
+    return {
+        "router": {
+            "total_calls": dict(router.total_calls),
+            "success_calls": dict(router.success_calls),
+            "fail_calls": dict(router.fail_calls),
+            "cache": _cache(router.cache.in_memory_cache),
+        },
+        "limiter": {
+            k: v for k, v in _cache(limiter_cache.in_memory_cache).items() if k.startswith("{")
+        },
+        "lane": lane.counts() if lane.is_running() else None,
+        "lane_backlog": _native.lane_backlog() if lane.is_running() else 0,
+        "recorded": dict(events),
+    }
+
+
+async def _add_recorder() -> dict[str, bool]:
+    if not _recorder:
+        _recorder.append(_Recorder())
+        # As the proxy registers a callback from its config: in each list LiteLLM reads.
+        manager = litellm.logging_callback_manager
+        manager.add_litellm_callback(_recorder[0])
+        manager.add_litellm_async_success_callback(_recorder[0])
+        manager.add_litellm_async_failure_callback(_recorder[0])
+    return {"added": True}
+
+
+async def _after_startup() -> None:
+    while proxy_server.shared_aiohttp_session is None:
+        await asyncio.sleep(0.05)
+    proxy_server.app.add_api_route(STATE_PATH, _state, methods=["GET"])
+    proxy_server.app.add_api_route(RECORDER_PATH, _add_recorder, methods=["POST"])
+
+
+class Probe(CustomLogger):
+    pass
+
+
+_task = asyncio.get_event_loop().create_task(_after_startup())
+probe = Probe()

@@ -1,0 +1,161 @@
+"""The lane's accounting without replays (`lane/accounting.py`): where a replay would leave
+nothing but the router's and the rate limiter's counts, the lane makes those counts itself in
+batches. The same requests through a proxy with the lane and one without it must leave the same
+state (`tests.state_probe`), and anything the accounting does not cover is replayed: streams,
+and every request once a callback that records requests is added."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from devtools.deployments import PROVIDERS, deployment_kwargs, twin_models
+from devtools.polling import wait_until
+from devtools.processes import REPO_ROOT, ProxyProcess
+from devtools.upstream import RecordingUpstream
+
+HI = [{"role": "user", "content": "hi"}]
+PROBE = "tests.state_probe.probe"
+STATE_PATH = "/state-probe/state"
+RECORDER_PATH = "/state-probe/recorder"
+CLIENTS = 8
+# A deployment whose usage the router counts per minute (its rpm): its requests are replayed.
+LIMITED = "rust-limited"
+
+
+def models(upstream: RecordingUpstream) -> list[dict[str, Any]]:
+    found = [m for p in PROVIDERS for m in twin_models(p, deployment_kwargs(p, upstream.url))]
+    limited = {**deployment_kwargs("openai", upstream.url), "rust": True, "rpm": 100_000}
+    return [*found, {"model_name": LIMITED, "litellm_params": limited}]
+
+
+@pytest.fixture(scope="module")
+def arms(upstream_server: RecordingUpstream) -> Iterator[dict[str, ProxyProcess]]:
+    """A proxy with the lane and one without it, with the same models and only LiteLLM's own
+    callbacks, ours and the probe."""
+    found = {}
+    try:
+        for name, lane in (("lane", True), ("plain", False)):
+            settings: dict[str, Any] = {"callbacks": ["litellm_fastpath.proxy.accelerator", PROBE]}
+            if lane:
+                settings["fastpath_lane"] = True
+            # The probe is imported from this checkout.
+            env = {"PYTHONPATH": str(REPO_ROOT)}
+            found[name] = ProxyProcess(models(upstream_server), settings, extra_env=env)
+            found[name].__enter__()
+        for proxy in found.values():
+            wait_until(lambda p=proxy: p.get(STATE_PATH).status_code == 200, "no probe")
+        yield found
+    finally:
+        for proxy in found.values():
+            proxy.__exit__(None, None, None)
+
+
+def state(proxy: ProxyProcess) -> dict[str, Any]:
+    response = proxy.get(STATE_PATH)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def send(proxy: ProxyProcess, model: str, count: int, **body: Any) -> None:
+    def one(_: int) -> int:
+        return proxy.post("/chat/completions", json={"model": model, "messages": HI, **body})
+
+    with concurrent.futures.ThreadPoolExecutor(CLIENTS) as pool:
+        answers = list(pool.map(one, range(count)))
+    assert [a.status_code for a in answers] == [200] * count, answers[0].text
+
+
+def settled(proxy: ProxyProcess, calls: int) -> dict[str, Any]:
+    """The proxy's state once its router counted `calls` successes and the lane (if any)
+    replayed or accounted for everything it served."""
+
+    def done() -> dict[str, Any] | None:
+        found = state(proxy)
+        counted = sum(found["router"]["success_calls"].values())
+        return found if counted >= calls and not found["lane_backlog"] else None
+
+    return wait_until(done, lambda: state(proxy), timeout=30)
+
+
+def comparable(found: dict[str, Any]) -> dict[str, Any]:
+    """The router's and the limiter's state, without the lane's counts."""
+    return {"router": found["router"], "limiter": found["limiter"]}
+
+
+def differences(lane: dict[str, Any], plain: dict[str, Any]) -> dict[str, Any]:
+    """Where two states differ: {path: (lane's, plain's)}."""
+    found: dict[str, Any] = {}
+
+    def walk(path: str, a: Any, b: Any) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in a.keys() | b.keys():
+                walk(f"{path}/{key}", a.get(key), b.get(key))
+        elif a != b:
+            found[path] = (a, b)
+
+    walk("", comparable(lane), comparable(plain))
+    return found
+
+
+def test_master_key_answers_are_accounted_for_as_their_replays_would(
+    arms: dict[str, ProxyProcess],
+) -> None:
+    """Each chat provider's answers (their usage differs in shape), 8 clients at once: the
+    router's counts, its cooldown counts and the limiter's token counters are the same with
+    the lane's accounting as on LiteLLM's path; and the lane accounted for them all but the
+    ones that taught it the master key."""
+    calls = 0
+    for provider in PROVIDERS:
+        for proxy in arms.values():
+            send(proxy, f"rust-{provider}", 40)
+        calls += 40
+    found = {name: settled(proxy, calls) for name, proxy in arms.items()}
+    assert not differences(found["lane"], found["plain"])
+    lane = found["lane"]["lane"]
+    assert lane["accounted"] >= calls - CLIENTS, lane
+    assert lane["served"] == lane["accounted"] + sum(
+        n for k, n in lane.items() if k.startswith("replay_needed:")
+    )
+
+
+def test_what_the_accounting_does_not_cover_is_replayed(arms: dict[str, ProxyProcess]) -> None:
+    """A stream, and a deployment whose usage the router counts per minute (its rpm): the
+    lane replays them, and the state stays the same as LiteLLM's path leaves it."""
+    before = {name: state(proxy) for name, proxy in arms.items()}
+    calls = sum(before["plain"]["router"]["success_calls"].values())
+    for proxy in arms.values():
+        send(proxy, "rust-openai", 4, stream=True)
+        send(proxy, LIMITED, 4)
+    found = {name: settled(proxy, calls + 8) for name, proxy in arms.items()}
+    assert not differences(found["lane"], found["plain"])
+    lane, was = found["lane"]["lane"], before["lane"]["lane"]
+    assert lane["replay_needed:stream"] - was.get("replay_needed:stream", 0) == 4
+    limited = lane["replay_needed:deployment_usage"] - was.get("replay_needed:deployment_usage", 0)
+    assert limited == 4
+    assert lane["accounted"] == was["accounted"]
+
+
+def test_a_recording_callback_gets_every_request_once_added(
+    arms: dict[str, ProxyProcess],
+) -> None:
+    """Once an operator's callback that records requests is added (at runtime, as the proxy's
+    config API adds one), the lane replays every request again: the callback is given each of
+    them exactly once, as on LiteLLM's path."""
+    for proxy in arms.values():
+        assert proxy.post(RECORDER_PATH).status_code == 200
+        send(proxy, "rust-openai", 24)
+    for proxy in arms.values():
+        wait_until(
+            lambda p=proxy: state(p)["recorded"].get("success:rust-openai", 0) >= 24,
+            lambda p=proxy: state(p)["recorded"],
+            timeout=30,
+        )
+    found = {name: state(proxy) for name, proxy in arms.items()}
+    assert found["lane"]["recorded"] == found["plain"]["recorded"]
+    assert found["lane"]["recorded"].get("logged_twice", 0) == 0
+    lane = found["lane"]["lane"]
+    assert sum(n for k, n in lane.items() if k.startswith("replay_needed:callback:")) >= 24
