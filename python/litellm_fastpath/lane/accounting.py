@@ -74,6 +74,9 @@ _ROUTER_CALLBACKS = frozenset(
         "async_deployment_callback_on_failure",
     }
 )
+# Our own callback's module (the accelerator: for a served request its hook takes the ticket,
+# which the ledger does); named, not imported, as the proxy hook imports the lane.
+_ACCELERATOR_MODULE = "litellm_fastpath.proxy"
 # CustomLogger methods that are not per request (a class overriding only these records nothing).
 _NOT_PER_REQUEST = frozenset(
     {
@@ -240,9 +243,7 @@ def _inert_types() -> frozenset[type]:
 
 
 def _leaves_nothing(callback: Any, inert: frozenset[type], router: Any) -> bool:
-    from litellm_fastpath.proxy import FastpathAccelerator
-
-    if type(callback) in inert or type(callback) is FastpathAccelerator:
+    if type(callback) in inert or type(callback).__module__ == _ACCELERATOR_MODULE:
         return True
     owner = getattr(callback, "__self__", None)
     if owner is router and getattr(callback, "__name__", None) in _ROUTER_CALLBACKS:
