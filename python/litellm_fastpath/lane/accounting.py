@@ -95,7 +95,8 @@ _LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
 class _Batch:
     """What a batch's accounted requests add up to."""
 
-    served: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (path, deployment)
+    # (path, deployment id, the deployment's model)
+    served: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
     tokens: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # (group, usage)
 
 
@@ -105,8 +106,6 @@ class Ledger:
 
     def __init__(self) -> None:
         self._worker: tuple[tuple[int, ...], str | None] | None = None
-        self._deployments: dict[str, tuple[str, str] | str] = {}
-        self._deployments_of: int | None = None
         self._batch = _Batch()
 
     def replay_reason(self, path: str, headers: list[tuple[str, str]], claimed: Any) -> str | None:
@@ -137,8 +136,8 @@ class Ledger:
         global accounted
         deployment = self._deployment(claimed.deployment_id)
         assert not isinstance(deployment, str)
-        group, _ = deployment
-        self._batch.served.append((path, claimed.deployment_id))
+        group, model = deployment
+        self._batch.served.append((path, claimed.deployment_id, model))
         self._batch.tokens[(group, claimed.usage)] = (
             self._batch.tokens.get((group, claimed.usage), 0) + 1
         )
@@ -153,13 +152,11 @@ class Ledger:
 
         try:
             router = compat.proxy_server().llm_router
-            for path, deployment_id in batch.served:
+            for path, deployment_id, model in batch.served:
                 middleware.count_served(path, deployment_id)
-                deployment = self._deployments[deployment_id]
-                assert not isinstance(deployment, str)
                 router._update_usage(deployment_id, None)
-                router.total_calls[deployment[1]] += 1
-                router.success_calls[deployment[1]] += 1
+                router.total_calls[model] += 1
+                router.success_calls[model] += 1
                 track_deployment_metrics.increment_deployment_successes_for_current_minute(
                     litellm_router_instance=router, deployment_id=deployment_id
                 )
@@ -182,21 +179,26 @@ class Ledger:
         )
         if self._worker is None or self._worker[0] != fingerprint:
             self._worker = (fingerprint, _worker_reason(proxy, lists))
-            self._deployments.clear()
+            forget_deployments()
         return self._worker[1]
 
     def _deployment(self, deployment_id: str) -> tuple[str, str] | str:
         """The deployment's (model group, model) where its usage is LiteLLM's plain count, or why
         its replay is needed."""
-        router = compat.proxy_server().llm_router
-        model_list = id(router.model_list) if router is not None else None
-        if model_list != self._deployments_of:
-            self._deployments.clear()
-            self._deployments_of = model_list
-        found = self._deployments.get(deployment_id)
+        found = _deployments.get(deployment_id)
         if found is None:
-            found = self._deployments[deployment_id] = _deployment(router, deployment_id)
+            router = compat.proxy_server().llm_router
+            found = _deployments[deployment_id] = _deployment(router, deployment_id)
         return found
+
+
+# By deployment id: its (model group, model), or why its requests are replayed; forgotten
+# whenever the router's deployments change (`groups.keep_current`) or the worker's callbacks do.
+_deployments: dict[str, tuple[str, str] | str] = {}
+
+
+def forget_deployments() -> None:
+    _deployments.clear()
 
 
 def _callback_lists() -> tuple[list[Any], ...]:

@@ -18,7 +18,7 @@ import litellm
 
 from litellm_fastpath import _native, claims, compat, messages, routing, streaming
 from litellm_fastpath.declines import Decline
-from litellm_fastpath.lane import limits, middleware, prices, realtime, replay, settings
+from litellm_fastpath.lane import accounting, limits, middleware, prices, realtime, replay, settings
 from litellm_fastpath.providers import PROVIDERS
 
 logger = logging.getLogger("litellm_fastpath")
@@ -73,6 +73,7 @@ async def keep_current(litellm_settings: frozenset[str]) -> None:
             state = _router_state(router)
             if state != seen:
                 _configure(router, litellm_settings)
+                accounting.forget_deployments()
                 seen = state
             _native.lane_set_cooling(_cooling_groups(router))
             middleware.count_in_flight()
