@@ -118,6 +118,25 @@ _PRIVATE: dict[str, tuple[str, str]] = {
         "InFlightRequestsMiddleware",
     ),
     "LITELLM_PROXY_MASTER_KEY_ALIAS": ("litellm.constants", "LITELLM_PROXY_MASTER_KEY_ALIAS"),
+    # The lane's accounting without replays (`lane/accounting.py`): whether the router tracks a
+    # deployment's usage, the limiter's default per-key limits of a group, and the router's
+    # success count a cooldown weighs failures by.
+    "deployment_has_io_token_limits": (
+        "litellm.router_utils.pre_call_checks.io_token_rate_limit_check",
+        "deployment_has_io_token_limits",
+    ),
+    "deployment_default_rpm_limit": (
+        "litellm.proxy.auth.auth_utils",
+        "_get_deployment_default_rpm_limit",
+    ),
+    "deployment_default_tpm_limit": (
+        "litellm.proxy.auth.auth_utils",
+        "_get_deployment_default_tpm_limit",
+    ),
+    "increment_deployment_successes_for_current_minute": (
+        "litellm.router_utils.router_callbacks.track_deployment_metrics",
+        "increment_deployment_successes_for_current_minute",
+    ),
     "can_key_call_model": ("litellm.proxy.auth.auth_checks", "can_key_call_model"),
     "common_checks": ("litellm.proxy.auth.auth_checks", "common_checks"),
     "LiteLLM_TeamTableCachedObj": ("litellm.proxy._types", "LiteLLM_TeamTableCachedObj"),
@@ -420,6 +439,21 @@ def callbacks_configured() -> bool:
         or litellm._async_success_callback
         or litellm.failure_callback
         or litellm._async_failure_callback
+    )
+
+
+def callback_lists() -> tuple[list[Any], ...]:
+    """Every list of callbacks LiteLLM calls per request (read now: LiteLLM may rebind them)."""
+    import litellm
+
+    return (
+        litellm.callbacks,
+        litellm.input_callback,
+        litellm.success_callback,
+        litellm.failure_callback,
+        litellm._async_success_callback,
+        litellm._async_failure_callback,
+        litellm.service_callback,
     )
 
 

@@ -148,8 +148,6 @@ class Ledger:
         batch, self._batch = self._batch, _Batch()
         if not batch.served:
             return
-        from litellm.router_utils.router_callbacks import track_deployment_metrics
-
         try:
             router = compat.proxy_server().llm_router
             for path, deployment_id, model in batch.served:
@@ -157,7 +155,7 @@ class Ledger:
                 router._update_usage(deployment_id, None)
                 router.total_calls[model] += 1
                 router.success_calls[model] += 1
-                track_deployment_metrics.increment_deployment_successes_for_current_minute(
+                compat.increment_deployment_successes_for_current_minute(
                     litellm_router_instance=router, deployment_id=deployment_id
                 )
             await _count_tokens(batch.tokens)
@@ -168,7 +166,7 @@ class Ledger:
         """Why no request of this worker can skip its replay now (None: some can), worked out
         again whenever its callbacks, database, cache or router change."""
         proxy = compat.proxy_server()
-        lists = _callback_lists()
+        lists = compat.callback_lists()
         fingerprint = (
             *(id(item) for items in lists for item in items),
             *(len(items) for items in lists),
@@ -199,18 +197,6 @@ _deployments: dict[str, tuple[str, str] | str] = {}
 
 def forget_deployments() -> None:
     _deployments.clear()
-
-
-def _callback_lists() -> tuple[list[Any], ...]:
-    return (
-        litellm.callbacks,
-        litellm.input_callback,
-        litellm.success_callback,
-        litellm.failure_callback,
-        litellm._async_success_callback,
-        litellm._async_failure_callback,
-        litellm.service_callback,
-    )
 
 
 def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> str | None:
@@ -288,9 +274,6 @@ def _deployment(router: Any, deployment_id: str) -> tuple[str, str] | str:
     """(model group, model) of a deployment whose usage the router counts in the plain way
     only, or why its requests need their replay (as `Router._increment_deployment_usage` and
     the limiter's default per-key limits for a group decide)."""
-    from litellm.proxy.auth import auth_utils
-    from litellm.router_utils.pre_call_checks import io_token_rate_limit_check
-
     deployment = router.get_deployment(model_id=deployment_id)
     if deployment is None:
         return "deployment"
@@ -306,11 +289,11 @@ def _deployment(router: Any, deployment_id: str) -> tuple[str, str] | str:
     )
     if any(limit is not None for limit in limits):
         return "deployment_usage"
-    if io_token_rate_limit_check.deployment_has_io_token_limits(deployment.model_dump()):
+    if compat.deployment_has_io_token_limits(deployment.model_dump()):
         return "deployment_usage"
     if (
-        auth_utils._get_deployment_default_rpm_limit(group) is not None
-        or auth_utils._get_deployment_default_tpm_limit(group) is not None
+        compat.deployment_default_rpm_limit(group) is not None
+        or compat.deployment_default_tpm_limit(group) is not None
     ):
         return "deployment_limits"
     return group, deployment.litellm_params.model
@@ -362,8 +345,6 @@ _master_metadata: dict[str, dict[str, Any]] = {}
 
 async def _master_key_metadata() -> dict[str, Any]:
     """The master key's auth object as LiteLLM's auth builds it, as its logging carries it."""
-    from litellm.proxy.litellm_pre_call_utils import LiteLLMProxyRequestSetup
-
     admin = compat.proxy_server().litellm_proxy_admin_name
     found = _master_metadata.get(admin)
     if found is None:
@@ -376,7 +357,7 @@ async def _master_key_metadata() -> dict[str, Any]:
             route="/chat/completions",
             start_time=compat.now(),
         )
-        found = dict(LiteLLMProxyRequestSetup.get_sanitized_user_information_from_key(key))
+        found = dict(compat.LiteLLMProxyRequestSetup.get_sanitized_user_information_from_key(key))
         _master_metadata[admin] = found
     return found
 
