@@ -123,19 +123,24 @@ def test_master_key_answers_are_accounted_for_as_their_replays_would(
 
 
 def test_what_the_accounting_does_not_cover_is_replayed(arms: dict[str, ProxyProcess]) -> None:
-    """A stream, and a deployment whose usage the router counts per minute (its rpm): the
-    lane replays them, and the state stays the same as LiteLLM's path leaves it."""
+    """A stream, a deployment whose usage the router counts per minute (its rpm) and
+    `/v1/messages`: the lane replays them, and the state stays the same as LiteLLM's path
+    leaves it."""
     before = {name: state(proxy) for name, proxy in arms.items()}
     calls = sum(before["plain"]["router"]["success_calls"].values())
     for proxy in arms.values():
         send(proxy, "rust-openai", 4, stream=True)
         send(proxy, LIMITED, 4)
-    found = {name: settled(proxy, calls + 8) for name, proxy in arms.items()}
+        for _ in range(4):
+            body = {"model": "rust-anthropic", "messages": HI, "max_tokens": 8}
+            assert proxy.post("/v1/messages", json=body).status_code == 200
+    found = {name: settled(proxy, calls + 12) for name, proxy in arms.items()}
     assert not differences(found["lane"], found["plain"])
     lane, was = found["lane"]["lane"], before["lane"]["lane"]
     assert lane["replay_needed:stream"] - was.get("replay_needed:stream", 0) == 4
     limited = lane["replay_needed:deployment_usage"] - was.get("replay_needed:deployment_usage", 0)
     assert limited == 4
+    assert lane["replay_needed:route"] - was.get("replay_needed:route", 0) == 4
     assert lane["accounted"] == was["accounted"]
 
 
