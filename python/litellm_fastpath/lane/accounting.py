@@ -106,13 +106,21 @@ class Ledger:
 
     def __init__(self) -> None:
         self._worker: tuple[tuple[int, ...], str | None] | None = None
+        self._worker_why: str | None = "proxy"
         self._batch = _Batch()
+
+    def begin(self) -> None:
+        """Looks at the worker once for the batch about to be taken (its callbacks, database,
+        cache and router)."""
+        try:
+            self._worker_why = self._worker_reason()
+        except Exception as err:  # a LiteLLM change: the replays do it all
+            self._worker_why = f"error:{type(err).__name__}"
 
     def replay_reason(self, path: str, headers: list[tuple[str, str]], claimed: Any) -> str | None:
         """Why this served request needs its replay; None when `take` accounts for it."""
-        why = self._worker_reason()
-        if why is not None:
-            return why
+        if self._worker_why is not None:
+            return self._worker_why
         if path == MESSAGES_PATH:
             return "route"
         if not isinstance(claimed.call, _native.PreparedCall):

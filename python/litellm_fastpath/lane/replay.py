@@ -41,7 +41,9 @@ async def replay_served(judged: Callable[[str], bool]) -> None:
         future: asyncio.Future[list[_native.LaneReplay]] = loop.create_future()
         _native.lane_next_replays(loop, future, settle)
         taken = 0
-        for record in await future:
+        records = await future
+        ledger.begin()
+        for record in records:
             claimed = _native.lane_claim(record.ticket)
             if claimed is not None and _accountable(ledger, record, claimed):
                 ledger.take(record.path, claimed)
