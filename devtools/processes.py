@@ -34,6 +34,9 @@ _OFFLINE_ENV = {
     # Loopback must never be routed through an HTTP proxy configured in the outer environment.
     "NO_PROXY": "127.0.0.1,localhost",
     "no_proxy": "127.0.0.1,localhost",
+    # A worker that dies of a signal or a Rust abort leaves its stacks in the log.
+    "PYTHONFAULTHANDLER": "1",
+    "RUST_BACKTRACE": "1",
 }
 # A DB or Redis URL in the outer environment would make the proxy try to connect at startup.
 _DROPPED_ENV = (
@@ -54,6 +57,10 @@ _LOG_TAIL_CHARS = 6000
 
 class ProxyStartError(RuntimeError):
     pass
+
+
+class ProxyGoneError(RuntimeError):
+    """The proxy process exited while a test still talked to it."""
 
 
 def free_port(host: str = HOST) -> int:
@@ -176,7 +183,17 @@ class ProxyProcess:
         if self._client is None:
             raise RuntimeError("proxy is not running")
         merged = {"Authorization": f"Bearer {MASTER_KEY}", **(headers or {})}
-        return self._client.request(method, path, headers=merged, **kwargs)
+        try:
+            return self._client.request(method, path, headers=merged, **kwargs)
+        except httpx.ConnectError as err:
+            raise self._gone(err) from err
+
+    def _gone(self, err: httpx.ConnectError) -> Exception:
+        """A refused connection says why where the proxy has died: its exit and its log."""
+        code = None if self._proc is None else self._proc.poll()
+        if code is None:
+            return err
+        return ProxyGoneError(f"proxy exited with {code}: {err}\n{self._tail()}")
 
     def post(
         self,

@@ -129,6 +129,27 @@ def _tracked(
     return run
 
 
+def _tracked_from_call(
+    name: str, work: Callable[..., Awaitable[Any]]
+) -> Callable[..., Awaitable[Any]]:
+    """`work` that LiteLLM starts as a task (fire and forget), counted under `name` from the
+    call that creates it: counted once it runs, it could be pending and not counted yet when
+    the work that created it has finished."""
+
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await work(*args, **kwargs)
+        finally:
+            _finished[name] += 1
+
+    @functools.wraps(work)
+    def start(*args: Any, **kwargs: Any) -> Awaitable[Any]:
+        _started[name] += 1
+        return run(*args, **kwargs)
+
+    return start
+
+
 async def _reserve_and_remember(*args: Any, **kwargs: Any) -> dict[str, Any] | None:
     reservation = await _reserve(*args, **kwargs)
     if reservation is not None:
@@ -378,7 +399,7 @@ def _instrument() -> None:
     DBSpendUpdateWriter._batch_database_updates = _tracked(  # type: ignore[method-assign]
         "database_updates", DBSpendUpdateWriter._batch_database_updates
     )
-    proxy_server.update_cache = _tracked("cache_update", proxy_server.update_cache)
+    proxy_server.update_cache = _tracked_from_call("cache_update", proxy_server.update_cache)
     limiter = _PROXY_MaxParallelRequestsHandler_v3
     limiter.async_log_success_event = _tracked(  # type: ignore[method-assign]
         "rate_limiter", limiter.async_log_success_event

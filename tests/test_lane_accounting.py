@@ -22,7 +22,8 @@ PROBE = "tests.state_probe.probe"
 STATE_PATH = "/state-probe/state"
 RECORDER_PATH = "/state-probe/recorder"
 CLIENTS = 8
-# A deployment whose usage the router counts per minute (its rpm): its requests are replayed.
+# A group whose usage the router counts per minute (its rpm) and puts in its answers' headers:
+# the lane leaves it to the proxy.
 LIMITED = "rust-limited"
 
 
@@ -123,9 +124,8 @@ def test_master_key_answers_are_accounted_for_as_their_replays_would(
 
 
 def test_what_the_accounting_does_not_cover_is_replayed(arms: dict[str, ProxyProcess]) -> None:
-    """A stream, a deployment whose usage the router counts per minute (its rpm) and
-    `/v1/messages`: the lane replays them, and the state stays the same as LiteLLM's path
-    leaves it."""
+    """A stream and `/v1/messages`: the lane replays them; and a group with an rpm limit stays
+    with the proxy. The state stays the same as LiteLLM's path leaves it."""
     before = {name: state(proxy) for name, proxy in arms.items()}
     calls = sum(before["plain"]["router"]["success_calls"].values())
     for proxy in arms.values():
@@ -138,10 +138,26 @@ def test_what_the_accounting_does_not_cover_is_replayed(arms: dict[str, ProxyPro
     assert not differences(found["lane"], found["plain"])
     lane, was = found["lane"]["lane"], before["lane"]["lane"]
     assert lane["replay_needed:stream"] - was.get("replay_needed:stream", 0) == 4
-    limited = lane["replay_needed:deployment_usage"] - was.get("replay_needed:deployment_usage", 0)
-    assert limited == 4
     assert lane["replay_needed:route"] - was.get("replay_needed:route", 0) == 4
+    assert lane["lane_model"] - was.get("lane_model", 0) == 4
+    assert lane["served"] - was["served"] == 8
     assert lane["accounted"] == was["accounted"]
+
+
+def test_a_group_with_usage_in_its_headers_answers_as_the_router_does(
+    arms: dict[str, ProxyProcess],
+) -> None:
+    """The router's answers for a group with an rpm limit carry the group's requests this
+    minute, its own count of each answer included: with the lane on, they carry the same."""
+    for proxy in arms.values():
+        remaining = []
+        for _ in range(3):
+            answer = proxy.post("/chat/completions", json={"model": LIMITED, "messages": HI})
+            assert answer.status_code == 200, answer.text
+            assert answer.headers["x-ratelimit-limit-requests"] == "100000"
+            remaining.append(int(answer.headers["x-ratelimit-remaining-requests"]))
+        # Each answer counted itself (a minute's end may restart the count once).
+        assert sum(b - a == 1 for a, b in zip(remaining[1:], remaining, strict=False)) >= 1
 
 
 def test_a_recording_callback_gets_every_request_once_added(

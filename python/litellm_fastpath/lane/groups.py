@@ -351,6 +351,9 @@ def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
         if name in (getattr(router, "model_group_alias", None) or {}):
             result[name] = ("the group is a model_group_alias",)
             continue
+        if _usage_in_headers(router, name):
+            result[name] = (_USAGE_IN_HEADERS,)
+            continue
         entries = [_entry(deployment, router) for deployment in deployments]
         why_not = [entry for entry in entries if isinstance(entry, str)]
         if why_not:
@@ -378,6 +381,19 @@ def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
             )
         result[name] = served
     return result
+
+
+_USAGE_IN_HEADERS = "the group has tpm or rpm limits (its answers carry the minute's usage)"
+
+
+def _usage_in_headers(router: Any, name: str) -> bool:
+    """Whether the router's answers for the group carry its usage this minute
+    (`x-ratelimit-remaining-requests`, `-tokens`, ... of the group's tpm, rpm, itpm or otpm),
+    which only its own count of each answer keeps exact: the lane leaves the group to the proxy."""
+    info = router.get_model_group_info(name)
+    return info is not None and any(
+        getattr(info, limit, None) is not None for limit in ("tpm", "rpm", "itpm", "otpm")
+    )
 
 
 def _fallback_groups(router: Any) -> set[str]:
