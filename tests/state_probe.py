@@ -7,7 +7,9 @@ replay where it is the only callback besides LiteLLM's own) and adds routes to t
   router's counts, its cache and the rate limiter's counters in the worker), the lane's counts,
   and what the recording callback (once added) received;
 - `POST /state-probe/recorder`: adds a callback that records every success and failure it is
-  given, as an operator's logging callback would be (`litellm.callbacks`, at runtime).
+  given, as an operator's logging callback would be (`litellm.callbacks`, at runtime);
+- `GET /state-probe/payloads`: what that callback was given for each success, as JSON (its
+  `kwargs`, the standard logging payload among them, and the response object).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from litellm_fastpath import _native, lane
 
 STATE_PATH = "/state-probe/state"
 RECORDER_PATH = "/state-probe/recorder"
+PAYLOADS_PATH = "/state-probe/payloads"
 
 
 class _Recorder(CustomLogger):
@@ -32,9 +35,14 @@ class _Recorder(CustomLogger):
     def __init__(self) -> None:
         super().__init__()
         self.events: collections.Counter[str] = collections.Counter()
+        self.payloads: list[dict[str, Any]] = []
 
-    async def async_log_success_event(self, kwargs: Any, *_: Any, **__: Any) -> None:
+    async def async_log_success_event(
+        self, kwargs: Any, response_obj: Any, *_: Any, **__: Any
+    ) -> None:
         self._note("success", kwargs)
+        response = response_obj.model_dump() if hasattr(response_obj, "model_dump") else None
+        self.payloads.append({"kwargs": _jsonable(kwargs), "response": _jsonable(response)})
 
     async def async_log_failure_event(self, kwargs: Any, *_: Any, **__: Any) -> None:
         self._note("failure", kwargs)
@@ -47,11 +55,13 @@ class _Recorder(CustomLogger):
 _recorder: list[_Recorder] = []
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: Any, depth: int = 0) -> Any:
+    if depth > 12:
+        return "<deep>"
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [_jsonable(v, depth + 1) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return f"<{type(value).__qualname__}>"  # an object, by kind (its address differs)
@@ -86,6 +96,10 @@ async def _state() -> dict[str, Any]:
     }
 
 
+async def _payloads() -> list[dict[str, Any]]:
+    return [payload for recorder in _recorder for payload in recorder.payloads]
+
+
 async def _add_recorder() -> dict[str, bool]:
     if not _recorder:
         _recorder.append(_Recorder())
@@ -102,6 +116,7 @@ async def _after_startup() -> None:
         await asyncio.sleep(0.05)
     proxy_server.app.add_api_route(STATE_PATH, _state, methods=["GET"])
     proxy_server.app.add_api_route(RECORDER_PATH, _add_recorder, methods=["POST"])
+    proxy_server.app.add_api_route(PAYLOADS_PATH, _payloads, methods=["GET"])
 
 
 class Probe(CustomLogger):

@@ -2,7 +2,8 @@
 nothing but the router's and the rate limiter's counts, the lane makes those counts itself in
 batches. The same requests through a proxy with the lane and one without it must leave the same
 state (`tests.state_probe`), and anything the accounting does not cover is replayed: streams,
-and every request once a callback that records requests is added."""
+and every request once a callback that records requests is added, which is then given the same
+payloads as on LiteLLM's path."""
 
 from __future__ import annotations
 
@@ -88,18 +89,23 @@ def comparable(found: dict[str, Any]) -> dict[str, Any]:
 
 
 def differences(lane: dict[str, Any], plain: dict[str, Any]) -> dict[str, Any]:
-    """Where two states differ: {path: (lane's, plain's)}."""
-    found: dict[str, Any] = {}
+    """Where two states' router and limiter differ: {path: (lane's, plain's)}."""
+    return differences_of(comparable(lane), comparable(plain))
 
-    def walk(path: str, a: Any, b: Any) -> None:
-        if isinstance(a, dict) and isinstance(b, dict):
-            for key in a.keys() | b.keys():
-                walk(f"{path}/{key}", a.get(key), b.get(key))
-        elif a != b:
-            found[path] = (a, b)
 
-    walk("", comparable(lane), comparable(plain))
-    return found
+def differences_of(a: Any, b: Any, path: str = "") -> dict[str, Any]:
+    """Where two JSON-like values differ: {path: (a's, b's)}."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        found: dict[str, Any] = {}
+        for key in sorted(a.keys() | b.keys()):
+            found |= differences_of(a.get(key, "<absent>"), b.get(key, "<absent>"), f"{path}/{key}")
+        return found
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        found = {}
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            found |= differences_of(x, y, f"{path}/{i}")
+        return found
+    return {} if a == b else {path: (a, b)}
 
 
 def test_master_key_answers_are_accounted_for_as_their_replays_would(
@@ -180,3 +186,112 @@ def test_a_recording_callback_gets_every_request_once_added(
     assert found["lane"]["recorded"].get("logged_twice", 0) == 0
     lane = found["lane"]["lane"]
     assert sum(n for k, n in lane.items() if k.startswith("replay_needed:callback:")) >= 24
+
+
+PAYLOADS_PATH = "/state-probe/payloads"
+# What differs between any two calls, whichever path: ids and clocks.
+_IDS = frozenset(
+    {"id", "litellm_call_id", "litellm_trace_id", "trace_id", "call_id", "x-litellm-call-id"}
+)
+_CLOCKS = frozenset(
+    {
+        "created",
+        "startTime",
+        "endTime",
+        "completionStartTime",
+        "start_time",
+        "end_time",
+        "api_call_start_time",
+        "completion_start_time",
+        "response_time",
+        "response_ms",
+        "_response_ms",
+        "litellm_overhead_time_ms",
+        "queue_time_seconds",
+        "time_to_first_token",
+        "llm_api_timing_windows",
+        "arrival_time",
+        "llm_api_duration_ms",
+        "llm_provider-date",
+        "date",
+    }
+)
+
+
+def normalized(value: Any, ports: tuple[int, ...]) -> Any:
+    """A recorded payload without what differs between two calls on any path: ids, clocks,
+    and the proxy's port (in its request's headers and URLs)."""
+    if isinstance(value, dict):
+        return {
+            k: "<id>" if k in _IDS else "<clock>" if k in _CLOCKS else normalized(v, ports)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [normalized(v, ports) for v in value]
+    if isinstance(value, str):
+        for port in ports:
+            value = value.replace(f":{port}", ":<port>")
+    return value
+
+
+def recorded_by_marker(proxy: ProxyProcess) -> dict[str, Any]:
+    """The recording callback's payloads, by the marker each request carried."""
+    found = {}
+    for payload in proxy.get(PAYLOADS_PATH).json():
+        messages = payload["kwargs"].get("messages") or []
+        text = messages[0].get("content") if messages else None
+        if isinstance(text, str) and text.startswith("marker "):
+            found[text] = payload
+    return found
+
+
+def all_recorded(proxy: ProxyProcess, count: int) -> dict[str, Any] | None:
+    found = recorded_by_marker(proxy)
+    return found if len(found) == count else None
+
+
+def test_the_recording_callback_gets_the_same_payloads(arms: dict[str, ProxyProcess]) -> None:
+    """What an operator's recording callback is given for each request (its kwargs, the
+    standard logging payload among them, and the response object) is the same, field by field
+    but ids and clocks, with the lane on as on LiteLLM's path."""
+    markers = [
+        f"marker {provider} {shape} {i}"
+        for provider in PROVIDERS
+        for shape in ("chat", "stream", "messages")
+        for i in range(2)
+        if (shape, provider) != ("stream", "bedrock")
+        and (shape != "messages" or provider == "anthropic")
+    ]
+    call_ids: dict[tuple[str, str], str] = {}
+    served_before = state(arms["lane"])["lane"]["served"]
+    for name, proxy in arms.items():
+        assert proxy.post(RECORDER_PATH).status_code == 200
+        for marker in markers:
+            _, provider, shape, _ = marker.split()
+            body = {"model": f"rust-{provider}", "messages": [{"role": "user", "content": marker}]}
+            if shape == "messages":
+                answer = proxy.post("/v1/messages", json={**body, "max_tokens": 8})
+            else:
+                answer = proxy.post("/chat/completions", json={**body, "stream": shape == "stream"})
+            assert answer.status_code == 200, answer.text
+            call_ids[(name, marker)] = answer.headers["x-litellm-call-id"]
+    ports = tuple(proxy.port for proxy in arms.values())
+    found = {
+        name: wait_until(
+            lambda p=proxy: all_recorded(p, len(markers)),
+            lambda p=proxy: sorted(recorded_by_marker(p)),
+            timeout=30,
+        )
+        for name, proxy in arms.items()
+    }
+    assert state(arms["lane"])["lane"]["served"] - served_before == len(markers)
+    for (name, marker), call_id in call_ids.items():
+        # The call the client was told of is the one logged.
+        assert found[name][marker]["kwargs"]["litellm_call_id"] == call_id
+    for marker in markers:
+        lane = normalized(found["lane"][marker], ports)
+        plain = normalized(found["plain"][marker], ports)
+        found_differences = differences_of(lane, plain)
+        assert not found_differences, "\n".join(
+            f"{marker} {path}: {a!r} != {b!r}" for path, (a, b) in found_differences.items()
+        )

@@ -130,6 +130,7 @@ def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
     _lane_groups = frozenset(groups)
     replay.install_forced_pick(router)
     replay.install_admitted_budget_skip()
+    replay.install_call_ids()
     limits.configure()
     _native.lane_set_groups(groups, reservation_rates(router, groups))
     realtime.configure(router, why_off is not None, _weights)

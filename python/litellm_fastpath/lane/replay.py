@@ -6,6 +6,7 @@ lane's outcome of its provider call (a ticket) so that the provider is not calle
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import importlib
 import logging
@@ -23,6 +24,13 @@ logger = logging.getLogger("litellm_fastpath")
 # Not `x-litellm-*`: the proxy leaves those out of the headers its hooks see.
 TICKET_HEADER = "x-fastpath-lane-ticket"
 MESSAGES_PATH = "/v1/messages"
+CALL_ID_HEADER = "x-litellm-call-id"
+# Where LiteLLM's proxy resolves a request's call id (`resolve_litellm_call_id`).
+_CALL_ID_MODULE = "litellm.proxy.common_request_processing"
+# The call id the lane chose for the replayed request (the client sent none).
+_lane_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "litellm_fastpath_lane_call_id", default=None
+)
 # Replays running at once: they run the proxy's per-request Python, one at a time on its loop
 # anyway; a few in flight overlap their awaits.
 REPLAY_CONCURRENCY = 8
@@ -86,9 +94,8 @@ async def _replay(
             return
         claims.hold(claimed)
         middleware.count_served(record.path, claimed.deployment_id)
-        request = asgi_request(
-            record.path, record.headers, record.body, record.client, record.server
-        )
+        headers = _client_headers(record.headers, claimed)
+        request = asgi_request(record.path, headers, record.body, record.client, record.server)
         try:
             key = await _authenticate(request, judged)
         except Exception as err:
@@ -98,9 +105,7 @@ async def _replay(
             # meanwhile (another worker or instance spent them): the provider answered, so
             # it is billed, as LiteLLM bills a request it admitted, without a second check.
             claims.set_admitted()
-            request = asgi_request(
-                record.path, record.headers, record.body, record.client, record.server
-            )
+            request = asgi_request(record.path, headers, record.body, record.client, record.server)
             key = await _authenticate(request, judged)
         try:
             answer = await _endpoint(record.path, request, key)
@@ -112,9 +117,7 @@ async def _replay(
             # is logged and billed, counted once (by the refusal) and not refused again.
             await _release_unbound_reservation(request)
             claims.set_rate_counted()
-            request = asgi_request(
-                record.path, record.headers, record.body, record.client, record.server
-            )
+            request = asgi_request(record.path, headers, record.body, record.client, record.server)
             key = await _authenticate(request, judged)
             answer = await _endpoint(record.path, request, key)
         frames = getattr(answer, "body_iterator", None)
@@ -137,6 +140,23 @@ async def _replay(
             _native.lane_release_hold(claimed.hold)
         _native.lane_stream_tail(ticket, b"".join(tail))
         _native.lane_replayed()
+
+
+def _client_headers(
+    headers: list[tuple[str, str]], claimed: _native.LaneClaim
+) -> list[tuple[str, str]]:
+    """The client's headers. Where the lane chose the request's call id (the client sent none),
+    LiteLLM takes it from the replay's context (`install_call_ids`), not from a header the
+    client did not send, which LiteLLM would record as the client's."""
+    if not claimed.call_id_added:
+        return headers
+    kept = []
+    for name, value in headers:
+        if name == CALL_ID_HEADER:
+            _lane_call_id.set(value)
+        else:
+            kept.append((name, value))
+    return kept
 
 
 async def _endpoint(path: str, request: Any, key: Any) -> Any:
@@ -207,6 +227,25 @@ _BUDGET_SKIP_MODULES = (
     "litellm.proxy.auth.user_api_key_auth",
     "litellm.proxy.auth.fallback_budget",
 )
+
+
+def install_call_ids() -> None:
+    """A replay whose call id the lane chose goes by it: LiteLLM's proxy takes a request's call
+    id from its `x-litellm-call-id` header, or draws one; for such a replay it is the lane's."""
+    module = importlib.import_module(_CALL_ID_MODULE)
+    original = module.resolve_litellm_call_id
+    if getattr(original, "_litellm_fastpath", False):
+        return
+
+    @functools.wraps(original)
+    def resolve_litellm_call_id(client_call_id: str | None) -> str:
+        chosen = _lane_call_id.get()
+        if client_call_id is None and chosen is not None:
+            return chosen
+        return str(original(client_call_id))
+
+    resolve_litellm_call_id._litellm_fastpath = True  # type: ignore[attr-defined]
+    setattr(module, "resolve_litellm_call_id", resolve_litellm_call_id)  # noqa: B010
 
 
 def install_admitted_budget_skip() -> None:
