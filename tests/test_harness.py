@@ -106,7 +106,7 @@ def test_bedrock_converse_default(upstream: RecordingUpstream, client: httpx.Cli
 
 
 def test_unknown_path_is_404_json(upstream: RecordingUpstream, client: httpx.Client) -> None:
-    resp = client.get(f"{upstream.url}/v1/models")
+    resp = client.get(f"{upstream.url}/v1/unknown")
     assert resp.status_code == 404
     assert resp.json()["error"]["type"] == "not_found"
     assert upstream.requests[0].method == "GET"
