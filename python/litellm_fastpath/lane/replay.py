@@ -94,7 +94,8 @@ async def _replay(
             return
         claims.hold(claimed)
         middleware.count_served(record.path, claimed.deployment_id)
-        headers = _client_headers(record.headers, claimed)
+        headers, call_id = _client_headers(record.headers, claimed)
+        _lane_call_id.set(call_id)
         request = asgi_request(record.path, headers, record.body, record.client, record.server)
         try:
             key = await _authenticate(request, judged)
@@ -144,19 +145,15 @@ async def _replay(
 
 def _client_headers(
     headers: list[tuple[str, str]], claimed: _native.LaneClaim
-) -> list[tuple[str, str]]:
-    """The client's headers. Where the lane chose the request's call id (the client sent none),
-    LiteLLM takes it from the replay's context (`install_call_ids`), not from a header the
-    client did not send, which LiteLLM would record as the client's."""
+) -> tuple[list[tuple[str, str]], str | None]:
+    """The client's headers, and the call id the lane chose where the client sent none: LiteLLM
+    takes that from the replay's context (`install_call_ids`), not from a header the client did
+    not send, which LiteLLM would record as the client's."""
     if not claimed.call_id_added:
-        return headers
-    kept = []
-    for name, value in headers:
-        if name == CALL_ID_HEADER:
-            _lane_call_id.set(value)
-        else:
-            kept.append((name, value))
-    return kept
+        return headers, None
+    chosen = [value for name, value in headers if name == CALL_ID_HEADER]
+    kept = [(name, value) for name, value in headers if name != CALL_ID_HEADER]
+    return kept, chosen[0] if chosen else None
 
 
 async def _endpoint(path: str, request: Any, key: Any) -> Any:
