@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import httpx
 import pytest
 
 from devtools.polling import PROMPTLY_S
-from devtools.processes import ProxyProcess
+from devtools.processes import ProxyGoneError, ProxyProcess
 from devtools.procfs import proc_state, process_tree
 from devtools.upstream import Recorded, RecordingUpstream, Reply
 
@@ -113,6 +114,13 @@ def test_unknown_path_is_404_json(upstream: RecordingUpstream, client: httpx.Cli
 
 
 # -- scripting ---------------------------------------------------------------------------------
+
+
+def test_model_listings_are_not_recorded(upstream: RecordingUpstream, client: httpx.Client) -> None:
+    """A proxy's background `GET .../models` at startup never counts among a test's calls."""
+    assert client.get(f"{upstream.url}/v1/models").status_code == 404
+    client.post(f"{upstream.url}/v1/chat/completions", json={"model": "m", "messages": []})
+    assert [(r.method, r.path) for r in upstream.requests] == [("POST", "/v1/chat/completions")]
 
 
 def test_enqueue_is_fifo_then_falls_back(upstream: RecordingUpstream, client: httpx.Client) -> None:
@@ -387,3 +395,21 @@ def test_proxy_stop_reaps_every_worker(upstream: RecordingUpstream) -> None:
         assert resp.status_code == 200, resp.text
     survivors = [pid for pid in tree if proc_state(pid) not in (None, "Z")]
     assert survivors == [], "stop() left processes running"
+
+
+@pytest.mark.proxy
+@pytest.mark.timeout(240)
+def test_a_proxy_that_died_says_so(upstream: RecordingUpstream) -> None:
+    """A request to a proxy whose process has exited names its exit and shows its log."""
+    model = {
+        "model_name": "plain-openai",
+        "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": upstream.url, "api_key": "k"},
+    }
+    with ProxyProcess([model]) as proxy:
+        pid = proxy.pid
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while proc_state(pid) not in (None, "Z") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(ProxyGoneError, match=f"proxy exited with -{int(signal.SIGKILL)}"):
+            proxy.get("/health/liveliness")
