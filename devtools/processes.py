@@ -185,11 +185,14 @@ class ProxyProcess:
         merged = {"Authorization": f"Bearer {MASTER_KEY}", **(headers or {})}
         try:
             return self._client.request(method, path, headers=merged, **kwargs)
-        except httpx.ConnectError as err:
+        except httpx.TransportError as err:
             raise self._gone(err) from err
 
-    def _gone(self, err: httpx.ConnectError) -> Exception:
-        """A refused connection says why where the proxy has died: its exit and its log."""
+    def _gone(self, err: httpx.TransportError) -> Exception:
+        """A failed connection says why where the proxy has died: its exit and its log.
+
+        Refused for a new connection; reset or closed for one the client kept alive.
+        """
         code = None if self._proc is None else self._proc.poll()
         if code is None:
             return err
