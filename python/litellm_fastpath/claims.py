@@ -13,7 +13,7 @@ import contextvars
 import functools
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from litellm_fastpath import _native
@@ -54,6 +54,11 @@ _tokens_reserved: contextvars.ContextVar[tuple[int, list[int]] | None] = context
 # gives it back; the limiter takes none).
 _parallel_counts: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
     "litellm_fastpath_lane_parallel_counts", default=None
+)
+# Set for a replay the lane learns a request shape from (`lane.shapes`): given the arguments
+# of its chat provider call, before the call.
+_learner: contextvars.ContextVar[Callable[[dict[str, Any]], None] | None] = contextvars.ContextVar(
+    "litellm_fastpath_lane_learner", default=None
 )
 # The client header the lane passes on to `/v1/messages` calls (the one version there is).
 ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
@@ -125,6 +130,19 @@ def claimed_call() -> Any:
     """The lane's outcome for this request's provider call, once (None: call the provider)."""
     claimed = _claimed_call.get()
     return claimed.pop() if claimed else None
+
+
+def learn_from(learner: Callable[[dict[str, Any]], None]) -> None:
+    """This replay's chat provider call is shown to `learner` (once, before the call)."""
+    _learner.set(learner)
+
+
+def show_call(arguments: dict[str, Any]) -> None:
+    """A chat provider call's arguments, for the replay's learner if it has one."""
+    learner = _learner.get()
+    if learner is not None and _claimed_call.get():
+        _learner.set(None)
+        learner(arguments)
 
 
 def force_deployment(deployment_id: str) -> None:

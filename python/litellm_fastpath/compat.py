@@ -314,6 +314,27 @@ _PRIVATE: dict[str, tuple[str, str]] = {
     ),
     "Rules": ("litellm.utils", "Rules"),
     "dispatch_success_logging": ("litellm.utils", "_dispatch_success_logging"),
+    # What the router and the proxy do to an answer before their logging reads it.
+    "add_retry_headers_to_response": (
+        "litellm.router_utils.add_retry_fallback_headers",
+        "add_retry_headers_to_response",
+    ),
+    "add_fallback_headers_to_response": (
+        "litellm.router_utils.add_retry_fallback_headers",
+        "add_fallback_headers_to_response",
+    ),
+    "override_openai_response_model": (
+        "litellm.proxy.common_request_processing",
+        "_override_openai_response_model",
+    ),
+    "record_served_output_texts": (
+        "litellm.litellm_core_utils.served_output_texts",
+        "record_served_output_texts",
+    ),
+    "served_output_texts": (
+        "litellm.litellm_core_utils.served_output_texts",
+        "served_output_texts",
+    ),
     # Embeddings: the OpenAI answer -> EmbeddingResponse step, and Cohere's token count.
     "convert_to_model_response_object": (
         "litellm.litellm_core_utils.llm_response_utils.convert_dict_to_response",

@@ -208,6 +208,8 @@ def _normalize(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> di
 
 async def _call_async(kind: _Kind, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     original = _originals[kind.async_name]
+    if kind is _CHAT:
+        claims.show_call(kwargs)
     if kwargs.pop("rust", False) is not True:
         # LiteLLM's path is about to call the provider: never for a request the lane served.
         claims.refuse_second_call()

@@ -16,11 +16,21 @@ nothing but (audited against LiteLLM 1.106.12; `_INERT` lists the hooks found to
 - the billable-request middleware's counts (`middleware.count_served`).
 
 Those are made here by LiteLLM's own functions, once per batch (the limiter's counters in one
-pipeline). Every other request is replayed, counted by why (`replay_needed:<why>`).
+pipeline).
+
+Where a callback records requests through LiteLLM's logging (a CustomLogger replacing only its
+logging events), such a request's logging runs here too, in the batch, as in its replay: the
+accelerator's provider call with the lane's outcome, given the arguments the proxy and router
+would have built (learnt per request shape from two replays: `shapes`), then the router's and
+the proxy's steps on the answer that the logging reads; the success callbacks (the router's and
+the limiter's among them) then count it as the replay would.
+
+Every other request is replayed, counted by why (`replay_needed:<why>`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import functools
@@ -28,21 +38,24 @@ import importlib
 import json
 import logging
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import litellm
 
-from litellm_fastpath import _native, compat
-from litellm_fastpath.lane import middleware
+from litellm_fastpath import _native, claims, compat
+from litellm_fastpath.lane import middleware, shapes
 
 logger = logging.getLogger("litellm_fastpath")
 
 MESSAGES_PATH = "/v1/messages"
+CALL_ID_HEADER = "x-litellm-call-id"
 
-# Requests replayed rather than accounted here, by why; and those accounted here.
+# Requests replayed rather than accounted here, by why; those accounted here; and those of
+# them whose logging (run here) failed.
 replay_needed: collections.Counter[str] = collections.Counter()
 accounted = 0
+logging_failed = 0
 
 # LiteLLM's proxy hooks that leave nothing for such a request (each returns early: no limit,
 # budget, session, agent, cache control, skill or responses id is involved, or it only reads):
@@ -87,6 +100,21 @@ _NOT_PER_REQUEST = frozenset(
         "get_proxy_server_request_from_cold_storage_with_object_key",
     }
 )
+# CustomLogger methods LiteLLM's logging object calls around a provider call (not the proxy's or
+# the router's hooks): a callback replacing only these is given a served request by its logging.
+_LOGGING_EVENTS = frozenset(
+    {
+        "log_pre_api_call",
+        "log_post_api_call",
+        "log_stream_event",
+        "log_success_event",
+        "log_failure_event",
+        "async_log_pre_api_call",
+        "async_log_stream_event",
+        "async_log_success_event",
+        "async_log_failure_event",
+    }
+)
 # LiteLLM's loggers: at INFO a replay logs per request (the router's pick, its 200 OK).
 _LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
 
@@ -95,9 +123,12 @@ _LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
 class _Batch:
     """What a batch's accounted requests add up to."""
 
-    # (path, deployment id, the deployment's model)
-    served: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    # (path, deployment id, the deployment's model, whether its logging runs here)
+    served: list[tuple[str, str, str, bool]] = dataclasses.field(default_factory=list)
     tokens: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # (group, usage)
+    # Requests whose logging runs here: their claim and their provider call's arguments (their
+    # logging makes the success callbacks' counts, the router's and the limiter's among them).
+    logged: list[tuple[Any, dict[str, Any]]] = dataclasses.field(default_factory=list)
 
 
 class Ledger:
@@ -105,20 +136,26 @@ class Ledger:
     (`take`, then `settle` once per batch)."""
 
     def __init__(self) -> None:
-        self._worker: tuple[tuple[int, ...], str | None] | None = None
+        self._worker: tuple[tuple[int, ...], tuple[str | None, bool]] | None = None
         self._worker_why: str | None = "proxy"
+        # Whether a callback records requests (LiteLLM's logging then runs for each request).
+        self._logs = False
         self._batch = _Batch()
+        # The provider-call arguments of the request `replay_reason` last found loggable.
+        self._arguments: dict[str, Any] | None = None
 
     def begin(self) -> None:
         """Looks at the worker once for the batch about to be taken (its callbacks, database,
         cache and router)."""
         try:
-            self._worker_why = self._worker_reason()
+            self._worker_why, self._logs = self._worker_reason()
         except Exception as err:  # a LiteLLM change: the replays do it all
             self._worker_why = f"error:{type(err).__name__}"
 
-    def replay_reason(self, path: str, headers: list[tuple[str, str]], claimed: Any) -> str | None:
+    def replay_reason(self, record: Any, claimed: Any) -> str | None:
         """Why this served request needs its replay; None when `take` accounts for it."""
+        path, headers = record.path, record.headers
+        self._arguments = None
         if self._worker_why is not None:
             return self._worker_why
         if path == MESSAGES_PATH:
@@ -137,19 +174,42 @@ class Ledger:
         if not _is_master_key(headers):
             return "key"
         deployment = self._deployment(claimed.deployment_id)
-        return deployment if isinstance(deployment, str) else None
+        if isinstance(deployment, str):
+            return deployment
+        if not self._logs:
+            return None
+        found = shapes.shape_of(path, claimed.deployment_id, headers, record.body)
+        template = None if found is None else _shapes.template(found[0])
+        call_id = next((value for name, value in headers if name == CALL_ID_HEADER), None)
+        if found is None or template is None or call_id is None:
+            return "shape"
+        self._arguments = template.arguments(found[1], call_id, len(record.body))
+        return None
 
-    def take(self, path: str, claimed: Any) -> None:
+    def learner(self, record: Any, claimed: Any) -> Callable[[dict[str, Any]], None] | None:
+        """For a request replayed for its shape (`replay_reason`): what learns the shape from
+        its replay's provider call, if it is still being learnt."""
+        found = shapes.shape_of(record.path, claimed.deployment_id, record.headers, record.body)
+        if found is None or not _shapes.learning(found[0]):
+            return None
+        shape, messages = found
+        return functools.partial(_shapes.learn, shape, messages)
+
+    def take(self, record: Any, claimed: Any) -> None:
         """Adds a request `replay_reason` found accountable to the batch."""
         global accounted
         deployment = self._deployment(claimed.deployment_id)
         assert not isinstance(deployment, str)
         group, model = deployment
-        self._batch.served.append((path, claimed.deployment_id, model))
-        self._batch.tokens[(group, claimed.usage)] = (
-            self._batch.tokens.get((group, claimed.usage), 0) + 1
-        )
+        logged = self._arguments is not None
+        self._batch.served.append((record.path, claimed.deployment_id, model, logged))
         accounted += 1
+        if self._arguments is not None:
+            self._batch.logged.append((claimed, self._arguments))
+        else:
+            self._batch.tokens[(group, claimed.usage)] = (
+                self._batch.tokens.get((group, claimed.usage), 0) + 1
+            )
 
     async def settle(self) -> None:
         """Makes the batch's effects, as the replays would have made them."""
@@ -158,21 +218,27 @@ class Ledger:
             return
         try:
             router = compat.proxy_server().llm_router
-            for path, deployment_id, model in batch.served:
+            for path, deployment_id, model, logged in batch.served:
                 middleware.count_served(path, deployment_id)
                 router._update_usage(deployment_id, None)
                 router.total_calls[model] += 1
                 router.success_calls[model] += 1
-                compat.increment_deployment_successes_for_current_minute(
-                    litellm_router_instance=router, deployment_id=deployment_id
-                )
+                if not logged:  # the router's success callback, which its logging runs
+                    compat.increment_deployment_successes_for_current_minute(
+                        litellm_router_instance=router, deployment_id=deployment_id
+                    )
             await _count_tokens(batch.tokens)
         except Exception as err:  # never the client's problem; LiteLLM's counters lag
             logger.warning("fastpath_lane: accounting a batch failed: %s", type(err).__name__)
+        if batch.logged:
+            await asyncio.gather(
+                *(_logged(claimed, arguments) for claimed, arguments in batch.logged)
+            )
 
-    def _worker_reason(self) -> str | None:
-        """Why no request of this worker can skip its replay now (None: some can), worked out
-        again whenever its callbacks, database, cache or router change."""
+    def _worker_reason(self) -> tuple[str | None, bool]:
+        """Why no request of this worker can skip its replay now (None: some can), and whether a
+        callback records requests; worked out again whenever its callbacks, database, cache or
+        router change."""
         proxy = compat.proxy_server()
         lists = compat.callback_lists()
         fingerprint = (
@@ -203,27 +269,37 @@ class Ledger:
 _deployments: dict[str, tuple[str, str] | str] = {}
 
 
+# The request shapes whose logging runs here, learnt from their replays; forgotten with the
+# deployments (a request's arguments carry its deployment's).
+_shapes = shapes.Shapes()
+
+
 def forget_deployments() -> None:
     _deployments.clear()
+    _shapes.forget()
 
 
-def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> str | None:
+def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> tuple[str | None, bool]:
     if proxy.prisma_client is not None:
-        return "database"
+        return "database", False
     if litellm.cache is not None:
-        return "cache"
+        return "cache", False
     if proxy.llm_router is None or not isinstance(proxy.master_key, str):
-        return "proxy"
+        return "proxy", False
     if litellm.service_callback:
-        return "service_callback"
+        return "service_callback", False
     if any(logging.getLogger(name).isEnabledFor(logging.INFO) for name in _LITELLM_LOGGERS):
-        return "verbose_logs"
+        return "verbose_logs", False
     inert = _inert_types()
+    logs = False
     for items in lists:
         for callback in items:
-            if not _leaves_nothing(callback, inert, proxy.llm_router):
-                return f"callback:{_name(callback)}"
-    return None
+            if _leaves_nothing(callback, inert, proxy.llm_router):
+                continue
+            if not _only_logs(callback):
+                return f"callback:{_name(callback)}", False
+            logs = True
+    return None, logs
 
 
 @functools.cache
@@ -250,14 +326,25 @@ def _leaves_nothing(callback: Any, inert: frozenset[type], router: Any) -> bool:
 def _overrides(callback: Any) -> bool:
     """Whether a callback object replaces any of CustomLogger's per-request methods (on its
     class, a base between, or itself)."""
+    return bool(_overridden(callback))
+
+
+def _only_logs(callback: Any) -> bool:
+    """A CustomLogger that replaces only the methods LiteLLM's logging calls around a provider
+    call (which runs for a served request whose logging runs here)."""
+    return isinstance(callback, compat.CustomLogger) and _overridden(callback) <= _LOGGING_EVENTS
+
+
+def _overridden(callback: Any) -> set[str]:
+    """CustomLogger's per-request methods a callback object replaces (on its class, a base
+    between, or itself)."""
     base = compat.CustomLogger
     names = _hook_names(base)
+    found = set(names & set(getattr(callback, "__dict__", {})))
     for klass in type(callback).__mro__:
-        if klass is base or klass is object:
-            continue
-        if names & set(vars(klass)):
-            return True
-    return bool(names & set(getattr(callback, "__dict__", {})))
+        if klass is not base and klass is not object:
+            found |= names & set(vars(klass))
+    return found
 
 
 @functools.cache
@@ -305,6 +392,54 @@ def _deployment(router: Any, deployment_id: str) -> tuple[str, str] | str:
     ):
         return "deployment_limits"
     return group, deployment.litellm_params.model
+
+
+async def _logged(claimed: Any, arguments: dict[str, Any]) -> None:
+    """LiteLLM's logging of a served request, run as its replay's provider call runs it (the
+    accelerator's, given the lane's outcome): its callbacks are given what they would be."""
+    claims.hold(claimed)  # in this task's own context
+    logging_obj = arguments["litellm_logging_obj"]
+    # As the proxy defers it past its post-call steps, which the logging reads.
+    logging_obj.defer_async_logging = True
+    try:
+        response = await litellm.acompletion(**arguments)
+        response = await _after_call(response, arguments, logging_obj)
+    except Exception as err:  # the client has its answer; the logging's own failure
+        global logging_failed
+        logging_failed += 1
+        logger.warning("fastpath_lane: logging a served request failed: %s", type(err).__name__)
+        return
+    if logging_obj.enqueue_deferred_logging is not None:
+        logging_obj.enqueue_deferred_logging()
+
+
+async def _after_call(response: Any, arguments: dict[str, Any], logging_obj: Any) -> Any:
+    """What the router and the proxy do to an answer before their logging reads it (LiteLLM's
+    own steps, in their order): the router's usage count and response headers, its retry and
+    fallback headers; the proxy's post-call hooks, its answer's model, the texts it served."""
+    router = compat.proxy_server().llm_router
+    metadata = arguments.get("metadata") or {}
+    group = metadata.get("model_group")
+    request = {**arguments, "model": group}
+    await router.increment_deployment_usage_for_response(response=response, request_kwargs=request)
+    response = await router.set_response_headers(
+        response=response, model_group=group, request_kwargs=request
+    )
+    response = compat.add_retry_headers_to_response(
+        response=response, attempted_retries=0, max_retries=None
+    )
+    response = compat.add_fallback_headers_to_response(response=response, attempted_fallbacks=0)
+    body = (arguments.get("proxy_server_request") or {}).get("body") or {}
+    response = await compat.proxy_server().proxy_logging_obj.post_call_success_hook(
+        data=body, user_api_key_dict=metadata.get("user_api_key_auth"), response=response
+    )
+    compat.override_openai_response_model(
+        response_obj=response, requested_model=body.get("model"), log_context="fastpath_lane"
+    )
+    compat.record_served_output_texts(
+        logging_obj.model_call_details, compat.served_output_texts(response)
+    )
+    return response
 
 
 def _is_master_key(headers: list[tuple[str, str]]) -> bool:
@@ -373,5 +508,7 @@ async def _master_key_metadata() -> dict[str, Any]:
 def counts() -> Iterable[tuple[str, int]]:
     """`accounted` and `replay_needed:<why>`, for the lane's counts."""
     yield "accounted", accounted
+    if logging_failed:
+        yield "logging_failed", logging_failed
     for why, n in replay_needed.items():
         yield f"replay_needed:{why}", n

@@ -53,12 +53,17 @@ async def replay_served(judged: Callable[[str], bool]) -> None:
         ledger.begin()
         for record in records:
             claimed = _native.lane_claim(record.ticket)
-            if claimed is not None and _accountable(ledger, record, claimed):
-                ledger.take(record.path, claimed)
-                taken += 1
-                continue
+            learner = None
+            if claimed is not None:
+                why = _replay_reason(ledger, record, claimed)
+                if why is None:
+                    ledger.take(record, claimed)
+                    taken += 1
+                    continue
+                if why == "shape":
+                    learner = ledger.learner(record, claimed)
             await slots.acquire()
-            task = loop.create_task(_replay(record, judged, claimed))
+            task = loop.create_task(_replay(record, judged, claimed, learner))
             running.add(task)
             task.add_done_callback(running.discard)
             task.add_done_callback(lambda _: slots.release())
@@ -67,25 +72,26 @@ async def replay_served(judged: Callable[[str], bool]) -> None:
             _native.lane_replayed()
 
 
-def _accountable(
+def _replay_reason(
     ledger: accounting.Ledger, record: _native.LaneReplay, claimed: _native.LaneClaim
-) -> bool:
-    """Whether the ledger accounts for this request in the batch (else it is replayed)."""
+) -> str | None:
+    """Why this request is replayed (counted); None where the ledger accounts for it."""
     try:
-        why = ledger.replay_reason(record.path, record.headers, claimed)
+        why = ledger.replay_reason(record, claimed)
     except Exception as err:  # a LiteLLM change: the replay does it all
         why = f"error:{type(err).__name__}"
-    if why is None:
-        return True
-    accounting.replay_needed[why] += 1
-    return False
+    if why is not None:
+        accounting.replay_needed[why] += 1
+    return why
 
 
 async def _replay(
     record: _native.LaneReplay,
     judged: Callable[[str], bool],
     claimed: _native.LaneClaim | None,
+    learner: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
+    """`learner`: given the replay's provider-call arguments (see `accounting.Ledger.learner`)."""
     ticket = record.ticket
     tail: list[bytes] = []
     request = None
@@ -93,6 +99,8 @@ async def _replay(
         if claimed is None:
             return
         claims.hold(claimed)
+        if learner is not None:
+            claims.learn_from(learner)
         middleware.count_served(record.path, claimed.deployment_id)
         headers, call_id = _client_headers(record.headers, claimed)
         _lane_call_id.set(call_id)
