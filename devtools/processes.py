@@ -19,7 +19,7 @@ from typing import Any, Self
 import httpx
 import yaml  # type: ignore[import-untyped,unused-ignore]  # no stubs in the venv
 
-from devtools.procfs import group_members, proc_status, process_tree
+from devtools.procfs import group_members, proc_state, proc_status, process_tree
 
 MASTER_KEY = "sk-test-master"
 HOST = "127.0.0.1"
@@ -194,6 +194,13 @@ class ProxyProcess:
         Refused for a new connection; reset or closed for one the client kept alive.
         """
         code = None if self._proc is None else self._proc.poll()
+        if code is None and self._proc is not None and proc_state(self._proc.pid) in ("Z", None):
+            # A dead multi-threaded process shows as a zombie before it can be reaped (its
+            # other threads are still exiting).
+            try:
+                code = self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                return err
         if code is None:
             return err
         return ProxyGoneError(f"proxy exited with {code}: {err}\n{self._tail()}")
