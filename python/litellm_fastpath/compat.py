@@ -323,6 +323,18 @@ _PRIVATE: dict[str, tuple[str, str]] = {
         "litellm.router_utils.add_retry_fallback_headers",
         "add_fallback_headers_to_response",
     ),
+    "find_deployment_metadata": (
+        "litellm.router_utils.router_callbacks.track_deployment_metrics",
+        "find_deployment_metadata",
+    ),
+    "response_total_token_count": (
+        "litellm.router_utils.add_retry_fallback_headers",
+        "response_total_token_count",
+    ),
+    "ROUTER_USAGE_COUNTED_TOKENS_METADATA_KEY": (
+        "litellm.constants",
+        "ROUTER_USAGE_COUNTED_TOKENS_METADATA_KEY",
+    ),
     "override_openai_response_model": (
         "litellm.proxy.common_request_processing",
         "_override_openai_response_model",

@@ -421,7 +421,12 @@ async def _after_call(response: Any, arguments: dict[str, Any], logging_obj: Any
     metadata = arguments.get("metadata") or {}
     group = metadata.get("model_group")
     request = {**arguments, "model": group}
-    await router.increment_deployment_usage_for_response(response=response, request_kwargs=request)
+    # `increment_deployment_usage_for_response`: for a deployment the ledger takes (no tpm,
+    # rpm or token limits) the router counts nothing; what remains is its mark of the tokens.
+    found = compat.find_deployment_metadata(request)
+    if found is not None:
+        tokens = compat.response_total_token_count(response)
+        found[compat.ROUTER_USAGE_COUNTED_TOKENS_METADATA_KEY] = tokens
     response = await router.set_response_headers(
         response=response, model_group=group, request_kwargs=request
     )
