@@ -378,14 +378,19 @@ def test_proxy_routes_three_providers_to_upstream(upstream: RecordingUpstream) -
         os.kill(pid, 0)  # stopped and reaped
 
 
+def plain_openai(upstream: RecordingUpstream) -> dict[str, Any]:
+    """One plain OpenAI deployment on the recording upstream."""
+    return {
+        "model_name": "plain-openai",
+        "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": upstream.url, "api_key": "k"},
+    }
+
+
 @pytest.mark.proxy
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_proxy_stop_reaps_every_worker(upstream: RecordingUpstream) -> None:
-    model = {
-        "model_name": "plain-openai",
-        "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": upstream.url, "api_key": "k"},
-    }
+    model = plain_openai(upstream)
     with ProxyProcess([model], workers=2) as proxy:
         tree = process_tree(proxy.pid)
         print(f"\n2 workers live after {proxy.startup_s:.1f}s; tree {tree}")
@@ -401,10 +406,7 @@ def test_proxy_stop_reaps_every_worker(upstream: RecordingUpstream) -> None:
 @pytest.mark.timeout(240)
 def test_a_proxy_that_died_says_so(upstream: RecordingUpstream) -> None:
     """A request to a proxy whose process has exited names its exit and shows its log."""
-    model = {
-        "model_name": "plain-openai",
-        "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": upstream.url, "api_key": "k"},
-    }
+    model = plain_openai(upstream)
     with ProxyProcess([model]) as proxy:
         pid = proxy.pid
         os.kill(pid, signal.SIGKILL)
