@@ -5,6 +5,7 @@ benches' sink). Each runs in its own session and is killed as a whole process gr
 from __future__ import annotations
 
 import os
+import re
 import select
 import signal
 import socket
@@ -53,6 +54,11 @@ _DROPPED_ENV = (
     "all_proxy",
 )
 _LOG_TAIL_CHARS = 6000
+# How a worker's fast lane logs its first configuration (see `lane.groups._configure`), or that
+# it will never have one.
+_LANE_STATUS = re.compile(r"fastpath_lane: (off \(|serving model groups)")
+_LANE_NEVER = re.compile(r"fastpath_lane: (refresh failed|.*the lane stays off)")
+_LANE_STATUS_TIMEOUT_S = 15.0
 
 
 class ProxyStartError(RuntimeError):
@@ -121,6 +127,7 @@ class ProxyProcess:
             self._spawn()
             try:
                 self._wait_ready()
+                self._wait_lane_configured()
                 self.startup_s = time.monotonic() - started
                 break
             except ProxyStartError:
@@ -288,6 +295,20 @@ class ProxyProcess:
         raise ProxyStartError(
             f"proxy not live after {self.startup_timeout:.0f}s on {self.url}\n{self._tail()}"
         )
+
+    def _wait_lane_configured(self) -> None:
+        """With the fast lane on, until every worker's lane has had LiteLLM's router state
+        handed to it (a refresh after startup): before that it sends every request to the proxy
+        (`lane_model`), which tests counting the lane's reasons would read as theirs."""
+        if not (self.litellm_settings or {}).get("fastpath_lane"):
+            return
+        deadline = time.monotonic() + _LANE_STATUS_TIMEOUT_S
+        while time.monotonic() < deadline:
+            text = self.log_text()
+            if len(_LANE_STATUS.findall(text)) >= self.workers or _LANE_NEVER.search(text):
+                return
+            time.sleep(0.05)
+        # A proxy without a router never configures its lane: the tests see what it does.
 
     def _tail(self) -> str:
         return f"--- {self.log_path} (tail) ---\n{self.log_text()[-_LOG_TAIL_CHARS:]}"
