@@ -22,8 +22,9 @@ Where a callback records requests through LiteLLM's logging (a CustomLogger repl
 logging events), such a request's logging runs here too, in the batch, as in its replay: the
 accelerator's provider call with the lane's outcome, given the arguments the proxy and router
 would have built (learnt per request shape from two replays: `shapes`), then the router's and
-the proxy's steps on the answer that the logging reads; the success callbacks (the router's and
-the limiter's among them) then count it as the replay would.
+the proxy's steps on the answer that the logging reads. Its logging runs the recording
+callbacks only: what the others would count (the router's successes, the limiter's tokens) is
+counted once per batch as above.
 
 Every other request is replayed, counted by why (`replay_needed:<why>`).
 """
@@ -35,11 +36,12 @@ import collections
 import dataclasses
 import functools
 import importlib
+import itertools
 import json
 import logging
 import secrets
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import litellm
 
@@ -119,15 +121,21 @@ _LOGGING_EVENTS = frozenset(
 _LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
 
 
+@functools.cache
+def _litellm_loggers() -> tuple[logging.Logger, ...]:
+    return tuple(map(logging.getLogger, _LITELLM_LOGGERS))
+
+
 @dataclasses.dataclass
 class _Batch:
     """What a batch's accounted requests add up to."""
 
-    # (path, deployment id, the deployment's model, whether its logging runs here)
-    served: list[tuple[str, str, str, bool]] = dataclasses.field(default_factory=list)
+    # (path, deployment id, the deployment's model)
+    served: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
     tokens: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # (group, usage)
     # Requests whose logging runs here: their claim and their provider call's arguments (their
-    # logging makes the success callbacks' counts, the router's and the limiter's among them).
+    # logging runs the recording callbacks; what the router's and the limiter's would count is
+    # counted above, as for the others).
     logged: list[tuple[Any, dict[str, Any]]] = dataclasses.field(default_factory=list)
 
 
@@ -136,10 +144,13 @@ class Ledger:
     (`take`, then `settle` once per batch)."""
 
     def __init__(self) -> None:
-        self._worker: tuple[tuple[int, ...], tuple[str | None, bool]] | None = None
+        self._worker: tuple[tuple[int, ...], _Worker] | None = None
         self._worker_why: str | None = "proxy"
         # Whether a callback records requests (LiteLLM's logging then runs for each request).
         self._logs = False
+        # The callbacks whose work for a served request the batch does (by id): a logged
+        # request's logging leaves them out.
+        self._counted: frozenset[int] = frozenset()
         self._batch = _Batch()
         # The provider-call arguments of the request `replay_reason` last found loggable.
         self._arguments: dict[str, Any] | None = None
@@ -148,7 +159,9 @@ class Ledger:
         """Looks at the worker once for the batch about to be taken (its callbacks, database,
         cache and router)."""
         try:
-            self._worker_why, self._logs = self._worker_reason()
+            worker = self._worker_reason()
+            self._worker_why, self._counted = worker.why, worker.counted
+            self._logs = bool(worker.logs)
         except Exception as err:  # a LiteLLM change: the replays do it all
             self._worker_why = f"error:{type(err).__name__}"
 
@@ -201,15 +214,13 @@ class Ledger:
         deployment = self._deployment(claimed.deployment_id)
         assert not isinstance(deployment, str)
         group, model = deployment
-        logged = self._arguments is not None
-        self._batch.served.append((record.path, claimed.deployment_id, model, logged))
+        self._batch.served.append((record.path, claimed.deployment_id, model))
         accounted += 1
+        self._batch.tokens[(group, claimed.usage)] = (
+            self._batch.tokens.get((group, claimed.usage), 0) + 1
+        )
         if self._arguments is not None:
             self._batch.logged.append((claimed, self._arguments))
-        else:
-            self._batch.tokens[(group, claimed.usage)] = (
-                self._batch.tokens.get((group, claimed.usage), 0) + 1
-            )
 
     async def settle(self) -> None:
         """Makes the batch's effects, as the replays would have made them."""
@@ -218,36 +229,38 @@ class Ledger:
             return
         try:
             router = compat.proxy_server().llm_router
-            for path, deployment_id, model, logged in batch.served:
+            for path, deployment_id, model in batch.served:
                 middleware.count_served(path, deployment_id)
                 router._update_usage(deployment_id, None)
                 router.total_calls[model] += 1
                 router.success_calls[model] += 1
-                if not logged:  # the router's success callback, which its logging runs
-                    compat.increment_deployment_successes_for_current_minute(
-                        litellm_router_instance=router, deployment_id=deployment_id
-                    )
+                # The router's success callback.
+                compat.increment_deployment_successes_for_current_minute(
+                    litellm_router_instance=router, deployment_id=deployment_id
+                )
             await _count_tokens(batch.tokens)
         except Exception as err:  # never the client's problem; LiteLLM's counters lag
             logger.warning("fastpath_lane: accounting a batch failed: %s", type(err).__name__)
         if batch.logged:
+            counted = self._counted
             await asyncio.gather(
-                *(_logged(claimed, arguments) for claimed, arguments in batch.logged)
+                *(_logged(claimed, arguments, counted) for claimed, arguments in batch.logged)
             )
 
-    def _worker_reason(self) -> tuple[str | None, bool]:
+    def _worker_reason(self) -> _Worker:
         """Why no request of this worker can skip its replay now (None: some can), and whether a
         callback records requests; worked out again whenever its callbacks, database, cache or
         router change."""
         proxy = compat.proxy_server()
         lists = compat.callback_lists()
+        # Looked at once per batch: built with C-level iteration.
         fingerprint = (
-            *(id(item) for items in lists for item in items),
-            *(len(items) for items in lists),
+            *map(id, itertools.chain.from_iterable(lists)),
+            *map(len, lists),
             id(proxy.prisma_client),
             id(litellm.cache),
             id(proxy.llm_router),
-            *(logging.getLogger(name).getEffectiveLevel() for name in _LITELLM_LOGGERS),
+            *map(logging.Logger.getEffectiveLevel, _litellm_loggers()),
         )
         if self._worker is None or self._worker[0] != fingerprint:
             self._worker = (fingerprint, _worker_reason(proxy, lists))
@@ -277,29 +290,41 @@ _shapes = shapes.Shapes()
 def forget_deployments() -> None:
     _deployments.clear()
     _shapes.forget()
+    _token_counters.clear()
 
 
-def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> tuple[str | None, bool]:
+class _Worker(NamedTuple):
+    """What the worker's setup allows: why no request may skip its replay (None: some may),
+    the callbacks that record requests, and those whose work for a served request the batch
+    does (both by id)."""
+
+    why: str | None
+    logs: frozenset[int] = frozenset()
+    counted: frozenset[int] = frozenset()
+
+
+def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> _Worker:
     if proxy.prisma_client is not None:
-        return "database", False
+        return _Worker("database")
     if litellm.cache is not None:
-        return "cache", False
+        return _Worker("cache")
     if proxy.llm_router is None or not isinstance(proxy.master_key, str):
-        return "proxy", False
+        return _Worker("proxy")
     if litellm.service_callback:
-        return "service_callback", False
+        return _Worker("service_callback")
     if any(logging.getLogger(name).isEnabledFor(logging.INFO) for name in _LITELLM_LOGGERS):
-        return "verbose_logs", False
+        return _Worker("verbose_logs")
     inert = _inert_types()
-    logs = False
+    logs, counted = set(), set()
     for items in lists:
         for callback in items:
             if _leaves_nothing(callback, inert, proxy.llm_router):
-                continue
-            if not _only_logs(callback):
-                return f"callback:{_name(callback)}", False
-            logs = True
-    return None, logs
+                counted.add(id(callback))
+            elif _only_logs(callback):
+                logs.add(id(callback))
+            else:
+                return _Worker(f"callback:{_name(callback)}")
+    return _Worker(None, frozenset(logs), frozenset(counted))
 
 
 @functools.cache
@@ -394,13 +419,26 @@ def _deployment(router: Any, deployment_id: str) -> tuple[str, str] | str:
     return group, deployment.litellm_params.model
 
 
-async def _logged(claimed: Any, arguments: dict[str, Any]) -> None:
+async def _logged(claimed: Any, arguments: dict[str, Any], counted: frozenset[int]) -> None:
     """LiteLLM's logging of a served request, run as its replay's provider call runs it (the
-    accelerator's, given the lane's outcome): its callbacks are given what they would be."""
+    accelerator's, given the lane's outcome): its callbacks are given what they would be, but
+    those in `counted`, whose work the batch does (the router's, the limiter's)."""
     claims.hold(claimed)  # in this task's own context
     logging_obj = arguments["litellm_logging_obj"]
     # As the proxy defers it past its post-call steps, which the logging reads.
     logging_obj.defer_async_logging = True
+    should_run = logging_obj.should_run_callback
+
+    def should_run_callback(callback: Any, litellm_params: dict, event_hook: str) -> bool:
+        if id(callback) not in counted:
+            return bool(should_run(callback, litellm_params, event_hook))
+        if callable(callback) and not isinstance(callback, compat.CustomLogger):
+            # What LiteLLM's logging writes before it calls a function callback (the router's),
+            # which the callbacks after it read (`CustomLogger.async_log_event`).
+            logging_obj.model_call_details["log_event_type"] = "post_api_call"
+        return False
+
+    logging_obj.should_run_callback = should_run_callback
     try:
         response = await litellm.acompletion(**arguments)
         response = await _after_call(response, arguments, logging_obj)
@@ -469,14 +507,26 @@ async def _count_tokens(tokens: dict[tuple[str, str], int]) -> None:
     rate_limit_type = limiter.get_rate_limit_type()
     summed: dict[str, Any] = {}
     for (group, usage_json), count in tokens.items():
-        kwargs = {
-            "litellm_params": {"metadata": {"model_group": group}},
-            "standard_logging_object": {"metadata": metadata},
-            "combined_usage_object": litellm.Usage(**json.loads(usage_json)),
-        }
-        for op in limiter._build_success_event_pipeline_operations(
-            kwargs=kwargs, response_obj=None, rate_limit_type=rate_limit_type
-        ):
+        usage = _usage(usage_json)
+        # As the op builder counts an answer's tokens.
+        answer_tokens = limiter._get_total_tokens_from_usage(
+            usage=usage, rate_limit_type=rate_limit_type
+        ) or limiter._aggregate_only_total_tokens(usage=usage)
+        counters = _token_counters.get((group, rate_limit_type, id(metadata)))
+        if counters is None or answer_tokens <= 0:
+            kwargs = {
+                "litellm_params": {"metadata": {"model_group": group}},
+                "standard_logging_object": {"metadata": metadata},
+                "combined_usage_object": usage,
+            }
+            ops = limiter._build_success_event_pipeline_operations(
+                kwargs=kwargs, response_obj=None, rate_limit_type=rate_limit_type
+            )
+            if answer_tokens > 0 and all(op["increment_value"] == answer_tokens for op in ops):
+                _token_counters[(group, rate_limit_type, id(metadata))] = ops
+        else:
+            ops = [{**op, "increment_value": answer_tokens} for op in counters]
+        for op in ops:
             total = summed.get(op["key"])
             if total is None:
                 summed[op["key"]] = {**op, "increment_value": op["increment_value"] * count}
@@ -485,6 +535,18 @@ async def _count_tokens(tokens: dict[tuple[str, str], int]) -> None:
     await limiter.async_increment_tokens_with_ttl_preservation(
         pipeline_operations=list(summed.values()), parent_otel_span=None
     )
+
+
+# By (model group, the limiter's rate limit type, the master key's metadata): the counters the
+# limiter adds an answer's tokens to, where it adds each the answer's count (the op builder's
+# answer for one answer, checked so); forgotten with the deployments.
+_token_counters: dict[tuple[str, str, int], list[Any]] = {}
+
+
+@functools.lru_cache(maxsize=1024)
+def _usage(usage_json: str) -> Any:
+    """An answer's usage as LiteLLM's logging carries it (the op builder only reads it)."""
+    return litellm.Usage(**json.loads(usage_json))
 
 
 # What LiteLLM's logging carries of the master key, by the proxy admin's name it is built with.

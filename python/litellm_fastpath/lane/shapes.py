@@ -13,7 +13,9 @@ replays.
 from __future__ import annotations
 
 import datetime
+import io
 import json
+import pickle
 import time
 import uuid
 from collections.abc import Iterator
@@ -59,15 +61,26 @@ def shape_of(
 
 class Template:
     """The arguments of one shape's provider call, and which of its per-request values its two
-    replays drew anew (the rest, such as a trace id the client sent, are the shape's)."""
+    replays drew anew (the rest, such as a trace id the client sent, are the shape's).
+
+    Kept pickled, with slots for the request's own values and its objects by reference: a
+    request's copy is one `pickle` load (in C), which keeps what the capture shares shared."""
 
     def __init__(
         self, captured: dict[str, Any], logging_class: type, drawn: frozenset[str]
     ) -> None:
-        # {"arguments": the call's arguments, "logging": its logging object's attributes}
-        self._captured = captured
+        # captured: {"arguments": the call's arguments, "logging": its logging object's attributes}
         self._logging_class = logging_class
         self._drawn = drawn
+        own = (drawn & (_DRAWN_IDS | _WALL_CLOCKS | _DATETIMES)) | {
+            "litellm_call_id",
+            "content-length",
+        }
+        slotted = _copy(captured, {}, {name: _Slot(name) for name in own}, _Slot("messages"))
+        self._shared: list[Any] = []
+        file = io.BytesIO()
+        _Pickler(file, self._shared).dump(slotted)
+        self._pickled = file.getvalue()
 
     def arguments(self, messages: list[Any], call_id: str, content_length: int) -> dict[str, Any]:
         """This request's arguments: the shape's, with its messages, its call id, its length and
@@ -77,17 +90,64 @@ class Template:
             # One trace: the proxy's trace and session ids are the same draw.
             drawn = dict.fromkeys(drawn, drawn["litellm_trace_id"])
         now = datetime.datetime.now()
-        patch = {
+        own = {
             **drawn,
             **dict.fromkeys(self._drawn & _WALL_CLOCKS, time.time()),
             **dict.fromkeys(self._drawn & _DATETIMES, now),
             "litellm_call_id": call_id,
             "content-length": str(content_length),
+            "messages": messages,
         }
-        copied = _copy(self._captured, {}, patch, messages)
+        copied = _Unpickler(self._pickled, self._shared, own).load()
         logging_obj: Any = object.__new__(self._logging_class)
         vars(logging_obj).update(copied["logging"])
         return {**copied["arguments"], "litellm_logging_obj": logging_obj}
+
+
+class _Slot:
+    """Where a request's own value goes in a template (by the key it is found under)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+# Pickled by value (a request gets its own); anything else is shared with the template.
+_BY_VALUE = frozenset(
+    {dict, list, set, frozenset, tuple, str, bytes, int, float, bool, type(None), datetime.datetime}
+)
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles a template's plain values; slots and objects by reference."""
+
+    def __init__(self, file: io.BytesIO, shared: list[Any]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._shared = shared
+        self._index: dict[int, int] = {}
+
+    def persistent_id(self, obj: Any) -> Any:
+        if type(obj) in _BY_VALUE:
+            return None
+        if isinstance(obj, _Slot):
+            return ("slot", obj.name)
+        index = self._index.get(id(obj))
+        if index is None:
+            index = self._index[id(obj)] = len(self._shared)
+            self._shared.append(obj)
+        return ("shared", index)
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, shared: list[Any], own: dict[str, Any]) -> None:
+        super().__init__(io.BytesIO(data))
+        self._shared = shared
+        self._own = own
+
+    def persistent_load(self, pid: Any) -> Any:
+        kind, key = pid
+        return self._shared[key] if kind == "shared" else self._own[key]
 
 
 class Shapes:
