@@ -160,8 +160,7 @@ class Ledger:
         cache and router)."""
         try:
             worker = self._worker_reason()
-            self._worker_why, self._counted = worker.why, worker.counted
-            self._logs = bool(worker.logs)
+            self._worker_why, self._logs, self._counted = worker
         except Exception as err:  # a LiteLLM change: the replays do it all
             self._worker_why = f"error:{type(err).__name__}"
 
@@ -295,11 +294,11 @@ def forget_deployments() -> None:
 
 class _Worker(NamedTuple):
     """What the worker's setup allows: why no request may skip its replay (None: some may),
-    the callbacks that record requests, and those whose work for a served request the batch
-    does (both by id)."""
+    whether a callback records requests, and the callbacks whose work for a served request the
+    batch does (by id)."""
 
     why: str | None
-    logs: frozenset[int] = frozenset()
+    logs: bool = False
     counted: frozenset[int] = frozenset()
 
 
@@ -315,16 +314,16 @@ def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> _Worker:
     if any(logging.getLogger(name).isEnabledFor(logging.INFO) for name in _LITELLM_LOGGERS):
         return _Worker("verbose_logs")
     inert = _inert_types()
-    logs, counted = set(), set()
+    logs, counted = False, set()
     for items in lists:
         for callback in items:
             if _leaves_nothing(callback, inert, proxy.llm_router):
                 counted.add(id(callback))
             elif _only_logs(callback):
-                logs.add(id(callback))
+                logs = True
             else:
                 return _Worker(f"callback:{_name(callback)}")
-    return _Worker(None, frozenset(logs), frozenset(counted))
+    return _Worker(None, logs, frozenset(counted))
 
 
 @functools.cache
