@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from benches._common import (
     CHECKS,
     MESSAGES,
@@ -59,16 +61,45 @@ def chat_body(model: str) -> dict[str, Any]:
     return {"model": model, "messages": MESSAGES}
 
 
+# A lane step holds only if the proxy's Python was at most this far behind the lane's answers at
+# its end: the lane answers without waiting for it, and its backlog (up to 2,048) could otherwise
+# carry a rate the Python cannot keep up with through a step.
+BEHIND_BAR_S = 1.0
+
+
 def highest(run: Any, rates: list[float]) -> tuple[float, list[dict]]:
-    """The ladder up to the first rate not held (errors, p99 > 50 ms or < 95% achieved)."""
+    """The ladder up to the first rate not held (errors, p99 > 50 ms, < 95% achieved, or the
+    lane's Python more than `BEHIND_BAR_S` behind)."""
     best, steps = 0.0, []
     for rate in rates:
         steps.append(s := run(rate))
-        log(f"  {rate:>6.0f} req/s: p99 {s['lat']['p99']:.1f} ms, errors {s['errors']}")
+        behind = s.get("behind", 0)
+        log(
+            f"  {rate:>6.0f} req/s: p99 {s['lat']['p99']:.1f} ms, errors {s['errors']}"
+            + ("" if "behind" not in s else f", Python behind by {behind} requests")
+        )
         if s["errors"] or s["lat"]["p99"] > P99_BAR_MS or s["achieved_rps"] < 0.95 * rate:
+            break
+        if behind is None or behind > rate * BEHIND_BAR_S:
             break
         best = rate
     return best, steps
+
+
+def python_behind(server: Any, workers: int) -> int | None:
+    """Requests a lane proxy's workers are still to do Python work for (LiteLLM's in-flight
+    count, which includes the lane's served requests not yet replayed or accounted): the most
+    one of several reads (each reaches one worker) saw; None when a worker did not answer
+    within 10 s (its Python is further behind than that)."""
+    seen = [0]
+    for _ in range(2 * workers):
+        try:
+            answer = server.get("/health/backlog", timeout=10)
+        except httpx.TimeoutException:
+            return None
+        if answer.status_code == 200:
+            seen.append(int(answer.json().get("in_flight_requests") or 0))
+    return max(seen)
 
 
 SERVERS = {"python": "plain", "rust": "plain", "native": "native", "lane": "lane"}
@@ -117,7 +148,9 @@ class Arms:
         server = self.servers[SERVERS[arm]]
         model = self.models[arm in ("rust", "lane")]["model_name"]
         result = step(server, arm, self.body(model, **body), rate, secs, **self.kw)
-        self.lane_steps += [result] if arm == "lane" else []
+        if arm == "lane":
+            self.lane_steps.append(result)
+            result["behind"] = python_behind(server, self.workers)
         return result
 
     def callbacks(self) -> dict[str, Any] | None:
@@ -263,7 +296,9 @@ def render(data: dict[str, Any]) -> str:
             f"Lane with two workers: {at_least['lane_2_workers']}"
             f"{rates['lane_2_workers']['max']:g} req/s "
             f"({two:.2f}x one worker). Rates are the last step of the ladder that held (no "
-            "errors, p99 ≤ 50 ms, ≥ 95% achieved); ≥ when the ladder ran out.",
+            "errors, p99 ≤ 50 ms, ≥ 95% achieved and, on the lane, its proxy's Python at most "
+            f"{BEHIND_BAR_S:g} s of requests behind at the step's end, by `/health/backlog`); ≥ "
+            "when the ladder ran out.",
             "",
             cores,
             "",

@@ -47,6 +47,11 @@ class _Recorder(CustomLogger):
     async def async_log_failure_event(self, kwargs: Any, *_: Any, **__: Any) -> None:
         self._note("failure", kwargs)
 
+    async def async_post_call_failure_hook(self, request_data: Any, *_: Any, **__: Any) -> None:
+        # As operators' logging callbacks often have one: never called for an answer.
+        model = request_data.get("model") if isinstance(request_data, dict) else None
+        self.events[f"failure_hook:{model}:{id(request_data)}"] += 1
+
     def _note(self, event: str, kwargs: Any) -> None:
         payload = kwargs.get("standard_logging_object") or {}
         self.events[f"{event}:{payload.get('model_group')}:{kwargs.get('litellm_call_id')}"] += 1

@@ -4,6 +4,7 @@ private names are used only through `litellm_fastpath.compat`."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import importlib.metadata
 import logging
 import subprocess
@@ -196,3 +197,18 @@ def test_proxy_names_are_checked_where_the_proxy_runs() -> None:
             [sys.executable, "-c", code, where], check=True, timeout=120, capture_output=True
         )
         assert out.stdout.decode().split()[-1] == installed, where
+
+
+def test_the_logging_queue_length_is_litellm_s_own() -> None:
+    """The lane waits on LiteLLM's logging worker's queue (`replay.LOGGING_QUEUE_BOUND`): its
+    length is that queue's, read through the private-name table (0 before it exists)."""
+    worker = compat.GLOBAL_LOGGING_WORKER
+    kept = worker._queue
+    try:
+        worker._queue = None
+        assert compat.logging_queue_length() == 0
+        worker._queue = asyncio.Queue()
+        worker._queue.put_nowait({"coroutine": None, "context": None})
+        assert compat.logging_queue_length() == 1
+    finally:
+        worker._queue = kept

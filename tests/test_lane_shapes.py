@@ -156,6 +156,16 @@ class _Recording(CustomLogger):
         pass
 
 
+class _RecordingWithFailureHook(_Recording):
+    async def async_post_call_failure_hook(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+class _OnlyFailureHook(CustomLogger):
+    async def async_post_call_failure_hook(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
 class _Hooking(_Recording):
     async def async_post_call_success_hook(self, *args: Any, **kwargs: Any) -> Any:
         pass
@@ -168,3 +178,11 @@ def test_only_callbacks_that_only_log_let_the_logging_run_in_the_batch() -> None
     hooked.async_pre_call_hook = lambda *a, **k: None  # type: ignore[method-assign]
     assert not accounting._only_logs(hooked)
     assert not accounting._only_logs("langfuse")
+    # A hook LiteLLM never calls for an answer changes nothing: a failure hook beside logging
+    # still logs in the batch; a callback with only a failure hook leaves nothing to do.
+    assert accounting._only_logs(_RecordingWithFailureHook())
+    router = object()
+    inert = accounting._inert_types()
+    assert accounting._leaves_nothing(_OnlyFailureHook(), inert, router)
+    assert not accounting._leaves_nothing(_RecordingWithFailureHook(), inert, router)
+    assert not accounting._leaves_nothing(_Hooking(), inert, router)

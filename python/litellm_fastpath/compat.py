@@ -602,6 +602,12 @@ def logging_executor() -> Any:
     return litellm.utils.executor
 
 
+def logging_queue_length() -> int:
+    """Logging tasks waiting in LiteLLM's logging worker's queue (0 where it has none)."""
+    queue = getattr(_private("GLOBAL_LOGGING_WORKER"), "_queue", None)
+    return queue.qsize() if queue is not None else 0
+
+
 def now() -> Any:
     import datetime
 

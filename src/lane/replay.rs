@@ -23,6 +23,19 @@ use super::tickets::Issued;
 const REPLAY_QUIET: Duration = Duration::from_millis(2);
 /// The longest a replay waits for a quiet moment; under steady load the queue goes as a batch.
 const REPLAY_MAX_WAIT: Duration = Duration::from_millis(20);
+/// How long after a hand-over a queue of fewer than `REPLAY_FULL_BATCH` waits before the next:
+/// each hand-over costs the proxy's Python about half a millisecond of its own (waking its
+/// loop, the batch's checks and counts), which at a steady low rate would otherwise be paid per
+/// request. Logging and accounting then lag by at most this much; an idle lane hands a request
+/// over as before (the last hand-over is long past).
+const REPLAY_SPACING: Duration = Duration::from_millis(100);
+/// A queue this long goes as soon as it is due, spacing or not: its hand-over cost is spread
+/// already, and a longer wait would only make the backlog look busier.
+const REPLAY_FULL_BATCH: usize = 16;
+/// The most replays handed over at once (the rest stay queued, due at once): a batch is
+/// milliseconds of the proxy's Python per request, run on its loop without a break, and the
+/// proxy's own requests (health checks, routes the lane does not take) wait behind it.
+const REPLAY_MAX_BATCH: usize = 64;
 /// How long a stream waits for the proxy to write its end (a replay waits behind others).
 const TAIL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -114,8 +127,9 @@ impl Replays {
         loop {
             let due_in = {
                 let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-                match queue.due_in(Instant::now()) {
-                    Some(wait) if wait.is_zero() => return queue.take(),
+                let now = Instant::now();
+                match queue.due_in(now) {
+                    Some(wait) if wait.is_zero() => return queue.take(now),
                     due_in => due_in,
                 }
             };
@@ -179,14 +193,17 @@ impl Replays {
 }
 
 /// Served requests waiting for their replay, handed to Python together once the lane has
-/// been quiet for `REPLAY_QUIET` (or the oldest has waited `REPLAY_MAX_WAIT`), at once when a
-/// client waits for one (a stream's end that the proxy writes).
+/// been quiet for `REPLAY_QUIET` (or the oldest has waited `REPLAY_MAX_WAIT`), a short queue no
+/// sooner than `REPLAY_SPACING` after the last hand-over, and at once when a client waits for
+/// one (a stream's end that the proxy writes).
 #[derive(Default)]
 struct ReplayQueue {
     items: VecDeque<Replay>,
     oldest: Option<Instant>,
     newest: Option<Instant>,
     urgent: bool,
+    /// When the last batch was handed over.
+    taken: Option<Instant>,
 }
 
 impl ReplayQueue {
@@ -210,14 +227,30 @@ impl ReplayQueue {
         }
         let quiet = (newest + REPLAY_QUIET).saturating_duration_since(now);
         let longest = (oldest + REPLAY_MAX_WAIT).saturating_duration_since(now);
-        Some(quiet.min(longest))
+        let due = quiet.min(longest);
+        match self.taken {
+            Some(taken) if self.items.len() < REPLAY_FULL_BATCH => {
+                Some(due.max((taken + REPLAY_SPACING).saturating_duration_since(now)))
+            }
+            _ => Some(due),
+        }
     }
 
-    fn take(&mut self) -> Vec<Replay> {
-        self.oldest = None;
-        self.newest = None;
-        self.urgent = false;
-        self.items.drain(..).collect()
+    fn take(&mut self, now: Instant) -> Vec<Replay> {
+        self.taken = Some(now);
+        let batch: Vec<Replay> = self
+            .items
+            .drain(..self.items.len().min(REPLAY_MAX_BATCH))
+            .collect();
+        if self.items.is_empty() {
+            self.oldest = None;
+            self.newest = None;
+            self.urgent = false;
+        } else {
+            // What is left has waited already: due at once.
+            self.urgent = true;
+        }
+        batch
     }
 }
 
@@ -248,7 +281,7 @@ mod tests {
         queue.push(replay("b"), false, later);
         assert_eq!(queue.due_in(later), Some(REPLAY_QUIET));
         assert_eq!(queue.due_in(later + REPLAY_QUIET), Some(Duration::ZERO));
-        let tickets: Vec<_> = queue.take().into_iter().map(|r| r.ticket).collect();
+        let tickets: Vec<_> = queue.take(later).into_iter().map(|r| r.ticket).collect();
         assert_eq!(tickets, ["a", "b"]);
         assert_eq!(queue.due_in(later), None);
     }
@@ -266,12 +299,50 @@ mod tests {
     }
 
     #[test]
+    fn after_a_hand_over_a_short_queue_waits_for_the_spacing_a_full_one_does_not() {
+        let start = Instant::now();
+        let mut queue = ReplayQueue::default();
+        queue.push(replay("a"), false, start);
+        queue.take(start);
+        // One answer 10 ms later: quiet by 12 ms, but it waits until 100 ms after the take.
+        let later = start + Duration::from_millis(10);
+        queue.push(replay("b"), false, later);
+        let quiet = later + REPLAY_QUIET;
+        assert_eq!(queue.due_in(quiet), Some(REPLAY_SPACING - (quiet - start)));
+        assert_eq!(queue.due_in(start + REPLAY_SPACING), Some(Duration::ZERO));
+        // A full batch goes when quiet (or at the longest wait), spacing or not.
+        let mut now = later;
+        while queue.items.len() < REPLAY_FULL_BATCH {
+            now += Duration::from_millis(1);
+            queue.push(replay("x"), false, now);
+        }
+        assert_eq!(queue.due_in(now + REPLAY_QUIET), Some(Duration::ZERO));
+        // A stream's end that a client waits for goes at once.
+        queue.take(now);
+        queue.push(replay("tail"), true, now);
+        assert_eq!(queue.due_in(now), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_long_queue_goes_in_bounded_batches_one_after_another() {
+        let now = Instant::now();
+        let mut queue = ReplayQueue::default();
+        for _ in 0..REPLAY_MAX_BATCH + 3 {
+            queue.push(replay("x"), false, now);
+        }
+        assert_eq!(queue.take(now).len(), REPLAY_MAX_BATCH);
+        assert_eq!(queue.due_in(now), Some(Duration::ZERO));
+        assert_eq!(queue.take(now).len(), 3);
+        assert_eq!(queue.due_in(now), None);
+    }
+
+    #[test]
     fn a_replay_a_client_waits_for_goes_first_and_at_once() {
         let now = Instant::now();
         let mut queue = ReplayQueue::default();
         queue.push(replay("a"), false, now);
         queue.push(replay("tail"), true, now);
         assert_eq!(queue.due_in(now), Some(Duration::ZERO));
-        assert_eq!(queue.take()[0].ticket, "tail");
+        assert_eq!(queue.take(now)[0].ticket, "tail");
     }
 }

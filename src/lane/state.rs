@@ -20,8 +20,12 @@ use crate::runtime::Engine;
 
 /// Replays waiting for the proxy (each runs the proxy's per-request Python, so they keep logging
 /// and spend no more than this far behind); past this the lane sends new requests to the proxy.
-/// Env `LITELLM_FASTPATH_LANE_BACKLOG` overrides.
-const MAX_BACKLOG: usize = 256;
+/// About five seconds of a worker's lane at its highest rate with a recording callback here: a
+/// full collection of the proxy's heap stops its Python for about 0.7 s (LiteLLM's logging makes
+/// cyclic garbage per request), which the lane rides out; a lower bound sent the requests of
+/// such a pause to the proxy, whose Python then fell behind for seconds. Env
+/// `LITELLM_FASTPATH_LANE_BACKLOG` overrides.
+const MAX_BACKLOG: usize = 2048;
 /// With several workers on one socket: replays waiting past which this worker counts as busy
 /// (about 0.1 s of the proxy's Python). Env `LITELLM_FASTPATH_LANE_BUSY_BACKLOG` overrides.
 const BUSY_BACKLOG: usize = 32;

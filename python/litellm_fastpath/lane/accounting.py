@@ -4,9 +4,10 @@ replay's only effects are ones made here (#27, its first part).
 A replay runs the proxy's auth, hooks, router and logging for a request the lane answered (about
 3.5 ms of LiteLLM's Python). For a non-streamed chat completion sent with the master key, in a
 worker whose callbacks are ours, LiteLLM's own proxy hooks and callbacks that override none of a
-callback's methods, without a database, LiteLLM's cache, service callbacks or LiteLLM's INFO
-logs, to a deployment whose usage the router does not track, all of that checks and leaves
-nothing but (audited against LiteLLM 1.106.12; `_INERT` lists the hooks found to leave nothing):
+callback's methods called for an answer, without a database, LiteLLM's cache, service callbacks
+or LiteLLM's INFO logs, to a deployment whose usage the router does not track, all of that
+checks and leaves nothing but (audited against LiteLLM 1.106.12; `_INERT` lists the hooks found
+to leave nothing):
 
 - the router's count of the pick: the deployment's request count for the minute
   (`Router._update_usage`), `total_calls` and `success_calls` of its model, and (its success
@@ -115,6 +116,22 @@ _LOGGING_EVENTS = frozenset(
         "async_log_stream_event",
         "async_log_success_event",
         "async_log_failure_event",
+    }
+)
+# CustomLogger methods LiteLLM calls only for a failure, a fallback, a refusal or a stream: never
+# for a non-streamed answer the lane served, so overriding them changes nothing here (operators'
+# logging callbacks often add a failure hook).
+_NOT_ON_SUCCESS = frozenset(
+    {
+        "async_post_call_failure_hook",
+        "async_post_call_failure_deployment_hook",
+        "log_failure_fallback_event",
+        "log_success_fallback_event",
+        "log_model_group_rate_limit_error",
+        "async_post_call_streaming_hook",
+        "async_post_call_streaming_iterator_hook",
+        "async_post_call_streaming_deployment_hook",
+        "translate_completion_output_params_streaming",
     }
 )
 # LiteLLM's loggers: at INFO a replay logs per request (the router's pick, its 200 OK).
@@ -344,19 +361,16 @@ def _leaves_nothing(callback: Any, inert: frozenset[type], router: Any) -> bool:
     owner = getattr(callback, "__self__", None)
     if owner is router and getattr(callback, "__name__", None) in _ROUTER_CALLBACKS:
         return True
-    return isinstance(callback, compat.CustomLogger) and not _overrides(callback)
-
-
-def _overrides(callback: Any) -> bool:
-    """Whether a callback object replaces any of CustomLogger's per-request methods (on its
-    class, a base between, or itself)."""
-    return bool(_overridden(callback))
+    return isinstance(callback, compat.CustomLogger) and _overridden(callback) <= _NOT_ON_SUCCESS
 
 
 def _only_logs(callback: Any) -> bool:
     """A CustomLogger that replaces only the methods LiteLLM's logging calls around a provider
-    call (which runs for a served request whose logging runs here)."""
-    return isinstance(callback, compat.CustomLogger) and _overridden(callback) <= _LOGGING_EVENTS
+    call (which runs for a served request whose logging runs here), besides those never called
+    for a served answer."""
+    return isinstance(callback, compat.CustomLogger) and _overridden(callback) <= (
+        _LOGGING_EVENTS | _NOT_ON_SUCCESS
+    )
 
 
 def _overridden(callback: Any) -> set[str]:

@@ -34,6 +34,14 @@ _lane_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 # Replays running at once: they run the proxy's per-request Python, one at a time on its loop
 # anyway; a few in flight overlap their awaits.
 REPLAY_CONCURRENCY = 8
+# LiteLLM's success logging runs after a replay (or a batch's logging) in its logging worker,
+# queued. Past this many queued, the next batch waits: the served requests then wait in the
+# lane's backlog, which bounds them (`lane_backlog`) and which the drain at shutdown waits for,
+# instead of in LiteLLM's queue, which its shutdown gives only seconds. Measured without it: at
+# 1,000 req/s with a recording callback the lane outran the worker's logging, and a quarter of
+# the events were never logged (lost at shutdown).
+LOGGING_QUEUE_BOUND = 256
+LOGGING_QUEUE_POLL_S = 0.005
 
 
 async def replay_served(judged: Callable[[str], bool]) -> None:
@@ -46,6 +54,8 @@ async def replay_served(judged: Callable[[str], bool]) -> None:
     running: set[asyncio.Task[None]] = set()
     ledger = accounting.Ledger()
     while True:
+        while compat.logging_queue_length() > LOGGING_QUEUE_BOUND:
+            await asyncio.sleep(LOGGING_QUEUE_POLL_S)
         future: asyncio.Future[list[_native.LaneReplay]] = loop.create_future()
         _native.lane_next_replays(loop, future, settle)
         taken = 0
