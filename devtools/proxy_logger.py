@@ -154,6 +154,7 @@ class Recorder(CustomLogger):
                 "lane": _lane_counts(),
                 "realtime_pool": _realtime_pool_counts(),
                 "exception": type(exception).__name__ if exception is not None else None,
+                "payload": kwargs.get("standard_logging_object"),
             }
         )
 

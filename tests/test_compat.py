@@ -212,3 +212,22 @@ def test_the_logging_queue_length_is_litellm_s_own() -> None:
         assert compat.logging_queue_length() == 1
     finally:
         worker._queue = kept
+
+
+def test_the_logging_tasks_running_are_litellm_s_own() -> None:
+    """The drain at shutdown also waits for the logging tasks LiteLLM's worker started (its
+    shutdown cancels them): their count is that worker's."""
+
+    async def count_while_one_runs() -> tuple[int, int]:
+        worker = compat.GLOBAL_LOGGING_WORKER
+        before = compat.logging_running()
+        task = asyncio.ensure_future(asyncio.sleep(1))
+        worker._running_tasks.add(task)
+        try:
+            return before, compat.logging_running()
+        finally:
+            worker._running_tasks.discard(task)
+            task.cancel()
+
+    before, running = asyncio.run(count_while_one_runs())
+    assert running == before + 1

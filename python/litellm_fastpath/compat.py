@@ -608,6 +608,12 @@ def logging_queue_length() -> int:
     return queue.qsize() if queue is not None else 0
 
 
+def logging_running() -> int:
+    """Logging tasks LiteLLM's logging worker has started and not finished (its shutdown
+    cancels them)."""
+    return len(getattr(_private("GLOBAL_LOGGING_WORKER"), "_running_tasks", ()) or ())
+
+
 def now() -> Any:
     import datetime
 

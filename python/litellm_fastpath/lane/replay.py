@@ -10,7 +10,7 @@ import contextvars
 import functools
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import litellm
@@ -334,14 +334,36 @@ def take_ticket(data: dict[str, Any]) -> None:
     if not ticket_id:
         return
     claimed = _native.lane_claim(ticket_id)
-    for recorded in (headers, (data.get("metadata") or {}).get("headers")):
-        if isinstance(recorded, dict):
-            recorded.pop(TICKET_HEADER, None)
+    lane_headers = [TICKET_HEADER]
+    if claimed is not None and claimed.call_id_added:
+        lane_headers.append(CALL_ID_HEADER)  # LiteLLM took the call id from it already
+    for recorded in _recorded_headers(data):
+        for name in lane_headers:
+            recorded.pop(name, None)
     if claimed is None:
         # Only the lane sends tickets (it strips them from clients' requests), and each is
         # claimed once: a replay that finds none must not reach the provider.
         raise RuntimeError("fast lane replay without its outcome; not calling the provider")
     claims.hold(claimed)
+
+
+def _recorded_headers(data: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Where LiteLLM's pre-call steps recorded the client's headers (a request the lane hands
+    to the proxy carries the lane's own): the request's, its metadata's, the copy of those it
+    keeps as the requester's metadata, and its custom `x-` headers."""
+    request = data.get("proxy_server_request") or {}
+    yield from _dicts(request.get("headers"))
+    for name in ("metadata", "litellm_metadata"):
+        metadata = data.get(name)
+        if isinstance(metadata, dict):
+            yield from _dicts(metadata.get("headers"), metadata.get("requester_custom_headers"))
+            requester = metadata.get("requester_metadata")
+            if isinstance(requester, dict):
+                yield from _dicts(requester.get("headers"))
+
+
+def _dicts(*values: Any) -> Iterator[dict[str, Any]]:
+    return (value for value in values if isinstance(value, dict))
 
 
 def install_forced_pick(router: Any) -> None:

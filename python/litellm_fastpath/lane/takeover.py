@@ -151,7 +151,7 @@ def _wrap_shutdown(server: Any) -> None:
         _native.lane_stop()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + DRAIN_S
-        while _native.lane_backlog() > 0 and loop.time() < deadline:
+        while _still_logging() and loop.time() < deadline:
             await asyncio.sleep(0.02)
         # LiteLLM's own drain, next, waits for its in-flight count to reach zero.
         middleware.count_in_flight()
@@ -159,3 +159,10 @@ def _wrap_shutdown(server: Any) -> None:
         await shutdown(*args, **kwargs)
 
     server.shutdown = drained_shutdown
+
+
+def _still_logging() -> bool:
+    """Served requests not yet handed to LiteLLM, or their logging still queued or running in
+    its logging worker: its shutdown gives that queue seconds and cancels what runs, and a
+    logging callback slower than the lane may still have hundreds there."""
+    return bool(_native.lane_backlog() or compat.logging_queue_length() or compat.logging_running())
