@@ -408,7 +408,9 @@ def render_messages(data: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = arg_parser(__doc__ or "", "shorter steps")
     parser.add_argument(
-        "--route", choices=("chat", "messages", "keyed", "keyed-limits"), default="chat"
+        "--route",
+        choices=("chat", "messages", "keyed", "keyed-limits", "keyed-spend"),
+        default="chat",
     )
     parser.add_argument(
         "--provider", choices=("anthropic", "bedrock"), default="anthropic", help="messages only"
@@ -424,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         help="keyed routes: LiteLLM's counters and windows in the worker, not in Redis",
     )
     args = parser.parse_args(argv)
-    if args.route in ("keyed", "keyed-limits"):
+    if args.route in ("keyed", "keyed-limits", "keyed-spend"):
         from benches.lane_keyed import keyed
 
         keyed(args)

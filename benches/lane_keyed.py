@@ -59,6 +59,13 @@ LIMITED = {
         }
     },
 }
+# A key with a user and a team and nothing to enforce, LiteLLM's spend tracking on (its cost
+# callback, as with a database): the lane logs and bills its requests in batches (#27).
+SPEND_KEY = "sk-bench-user-team-spend"
+SPEND = {
+    **SEEDED,
+    "keys": {SPEND_KEY: {"user_id": "bench-user", "team_id": "bench-team"}},
+}
 ARMS = ("python", "lane")
 
 
@@ -70,12 +77,15 @@ RATE = 20.0
 # takes tens of milliseconds here, on the plain path and in the lane's replay.
 KEYED_PYTHON_RATES = [5, 10, 20, 30, 40, 60]
 KEYED_LANE_RATES = [10, 20, 30, 40, 60, 80, 100, 120, 150, 200]
+SPEND_LANE_RATES = [20, 40, 80, 120, 160, 200, 250, 300, 400, 500]
 
 
 def keyed(args: Any) -> None:
     secs, reps = (4.0, 1) if args.quick else (8.0, 3)
-    limits = args.route == "keyed-limits"
-    key, seeded = (LIMITED_KEY, LIMITED) if limits else (KEY, SEEDED)
+    limits, spend = args.route == "keyed-limits", args.route == "keyed-spend"
+    key, seeded = (
+        (LIMITED_KEY, LIMITED) if limits else (SPEND_KEY, SPEND) if spend else (KEY, SEEDED)
+    )
     data: dict[str, Any] = {
         "machine": machine(args.wait_quiet),
         "seeded": seeded,
@@ -91,6 +101,8 @@ def keyed(args: Any) -> None:
             models = twin_models("bench", deployment_kwargs("openai", mock.url))
             workdir = Path(tempfile.mkdtemp(prefix="lane-keyed-"))
             env = {**(redis.env() if redis else {}), seeded_keys.ENV: json.dumps(seeded)}
+            if spend:
+                env[seeded_keys.SPEND_ENV] = "1"
             # The plain model on a proxy of its own, as in `lane.py`: the lane's replays of one
             # step must not run into the next step of the other arm.
             for arm in ARMS:
@@ -120,7 +132,8 @@ def keyed(args: Any) -> None:
             # The share the lane served at that load (the ladder below overloads it on purpose).
             data["lane"] = {"sent": sent, "counts": lane_counts(workdir / "lane.jsonl")}
             data["rates"] = {}
-            for arm, ladder in {"python": KEYED_PYTHON_RATES, "lane": KEYED_LANE_RATES}.items():
+            lane_rates = SPEND_LANE_RATES if spend else KEYED_LANE_RATES
+            for arm, ladder in {"python": KEYED_PYTHON_RATES, "lane": lane_rates}.items():
                 log(f"highest rate at p99 <= 50 ms: {arm}")
                 data["rates"][arm] = highest(lambda r, a=arm: run(a, r), ladder)[0]
     finally:
@@ -129,7 +142,9 @@ def keyed(args: Any) -> None:
             proxy.__exit__(None, None, None)
         if redis is not None:
             redis.stop()
-    name = ("lane-keyed-limits" if limits else "lane-keyed") + ("-worker" if args.no_redis else "")
+    name = {"keyed-limits": "lane-keyed-limits", "keyed-spend": "lane-keyed-spend"}.get(
+        args.route, "lane-keyed"
+    ) + ("-worker" if args.no_redis else "")
     finish(args, name, render(data), data)
 
 
@@ -170,13 +185,7 @@ def render(data: dict[str, Any]) -> str:
     served = lane["counts"].get("served", 0)
     return "\n".join(
         [
-            "# The lane for a key with a user, a team, a budget and an rpm limit"
-            + (
-                ", a tpm limit and a parallel-request limit"
-                if "tpm_limit" in str(data["seeded"])
-                else ""
-            )
-            + " (`benches/lane_keyed.py`)",
+            _title(data["seeded"]) + " (`benches/lane_keyed.py`)",
             "",
             machine_line(data["machine"]),
             "",
@@ -197,3 +206,11 @@ def render(data: dict[str, Any]) -> str:
             "",
         ]
     )
+
+
+def _title(seeded: dict[str, Any]) -> str:
+    [fields] = seeded["keys"].values()
+    if "max_budget" not in fields:
+        return "# The lane for a key with a user and a team, spend tracked as with a database"
+    limits = ", a tpm limit and a parallel-request limit" if "tpm_limit" in fields else ""
+    return f"# The lane for a key with a user, a team, a budget and an rpm limit{limits}"

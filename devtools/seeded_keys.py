@@ -29,6 +29,9 @@ from litellm.proxy._types import (
 from litellm.proxy.common_utils.user_api_key_cache import team_membership_reservation_cache_key
 
 ENV = "FASTPATH_SEEDED_KEYS"
+# Set (to anything): LiteLLM's spend tracking on, as with a database (its cost callback, and a
+# spend-log queue the stand-in keeps in memory).
+SPEND_ENV = "FASTPATH_SEEDED_SPEND_TRACKING"
 _TTL_S = 24 * 3600
 
 
@@ -50,6 +53,11 @@ class _EmptyTables:
 
 class _NoDatabase:
     db = _EmptyTables()
+
+    def __init__(self) -> None:
+        # Where LiteLLM's spend writer queues spend-log rows (`enqueue_spend_logs`).
+        self.spend_log_transactions: list[Any] = []
+        self._spend_log_transactions_lock = asyncio.Lock()
 
     def __getattr__(self, name: str) -> Any:
         raise RuntimeError("no database on this machine")
@@ -81,6 +89,9 @@ async def _after_startup() -> None:
         await asyncio.sleep(0.05)
     seed(json.loads(os.environ.get(ENV, "{}")))
     proxy_server.prisma_client = _NoDatabase()
+    if SPEND_ENV in os.environ:
+        # What the proxy does at startup when it has a database.
+        proxy_server.cost_tracking()
 
 
 class Seeder(CustomLogger):

@@ -8,8 +8,10 @@ key, user and team, the spend-log rows and the database updates LiteLLM queued; 
 counts, its per-minute usage and cooldowns, the rate limiter's counters. Then SIGTERM right after
 200 more answers: each is logged exactly once before the worker exits.
 
-The lane serves the keyed requests and hands each to LiteLLM (replayed or logged in a batch,
-counted by why); with a database LiteLLM's cost callback bills each one."""
+The lane serves the requests of the groups it serves: whole chat answers of keys without a budget
+(and the master key's) are logged and billed in its batches, LiteLLM's cost callback among the
+callbacks their logging runs; streams, `/v1/messages` and the budgeted key's requests are
+replayed."""
 
 from __future__ import annotations
 
@@ -365,6 +367,17 @@ def test_the_lane_leaves_every_effect_as_litellm_does(
     # upstream failures are handled by the proxy, see deliberate difference 3 with the lane on).
     lane_groups = [i for i in indices if group(i) not in FAILING and group(i) != "effects-usage"]
     assert counts["served"] == len(lane_groups), counts
+    # Whole chat answers of keys without a budget (the master key's too) are logged and billed
+    # in the lane's batches, but the replays that learnt each key's request shapes.
+    batched = [
+        i
+        for i in lane_groups
+        if request(i)[0] == "/chat/completions"
+        and "stream" not in request(i)[1]
+        and caller(i) != "sk-effects-budget"
+    ]
+    assert counts["accounted"] + counts.get("replay_needed:shape", 0) == len(batched), counts
+    assert counts["accounted"] >= len(batched) - 8 * len(CALLERS), counts
 
 
 def test_each_answer_before_a_sigterm_is_logged_once(

@@ -129,6 +129,24 @@ def test_a_shape_whose_replays_differ_otherwise_is_not_learnt() -> None:
     assert found is not None and not learner.learning(found[0])
 
 
+def test_a_key_s_spend_between_its_replays_is_learnt_as_drawn_per_request() -> None:
+    """A virtual key's spend (and its user's and team's) moved between the two replays: the
+    shape is learnt, marked so (the ledger writes the key's part anew per request from its
+    auth object; a master-key shape so marked keeps its replays)."""
+    template = learnt(
+        shapes.Shapes(),
+        replay_arguments("one", user_api_key_spend=0.1, user_api_key_team_spend=1.0),
+        replay_arguments("two", user_api_key_spend=0.2, user_api_key_team_spend=1.1),
+    )
+    assert template is not None and template.key_state_drawn
+    same = learnt(
+        shapes.Shapes(),
+        replay_arguments("one", user_api_key_spend=0.1),
+        replay_arguments("two", user_api_key_spend=0.1),
+    )
+    assert same is not None and not same.key_state_drawn
+
+
 def test_messages_a_hook_changed_are_not_learnt() -> None:
     learner = shapes.Shapes()
     found = shapes.shape_of("/chat/completions", "d1", HEADERS, body("a"))

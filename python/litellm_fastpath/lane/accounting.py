@@ -4,10 +4,10 @@ replay's only effects are ones made here (#27, its first part).
 A replay runs the proxy's auth, hooks, router and logging for a request the lane answered (about
 3.5 ms of LiteLLM's Python). For a non-streamed chat completion sent with the master key, in a
 worker whose callbacks are ours, LiteLLM's own proxy hooks and callbacks that override none of a
-callback's methods called for an answer, without a database, LiteLLM's cache, service callbacks
-or LiteLLM's INFO logs, to a deployment whose usage the router does not track, all of that
-checks and leaves nothing but (audited against LiteLLM 1.106.12; `_INERT` lists the hooks found
-to leave nothing):
+callback's methods called for an answer, without LiteLLM's cache, service callbacks or LiteLLM's
+INFO logs, to a deployment whose usage the router does not track, all of that checks and leaves
+nothing but (audited against LiteLLM 1.106.12; `_INERT` lists the hooks found to leave
+nothing):
 
 - the router's count of the pick: the deployment's request count for the minute
   (`Router._update_usage`), `total_calls` and `success_calls` of its model, and (its success
@@ -26,6 +26,13 @@ would have built (learnt per request shape from two replays: `shapes`), then the
 the proxy's steps on the answer that the logging reads. Its logging runs the recording
 callbacks only: what the others would count (the router's successes, the limiter's tokens) is
 counted once per batch as above.
+
+With a database, LiteLLM's cost callback is such a callback: its work (the spend-log row, the
+key, user, team and member updates queued for the database, the `spend:*` counters) runs in that
+logging. A request sent with a virtual key whose verdict the worker holds (no budget or limit
+held: those are replayed) is logged so too, given its key's auth object as its replay's auth
+would build it now (`reauth`, in the batch): its part of the metadata is written anew from it,
+the rest is its shape's, learnt from that key's replays.
 
 Every other request is replayed, counted by why (`replay_needed:<why>`).
 """
@@ -149,7 +156,10 @@ class _Batch:
 
     # (path, deployment id, the deployment's model)
     served: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
-    tokens: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # (group, usage)
+    # (group, usage, virtual key or None: the master key) -> answers
+    tokens: dict[tuple[str, str, str | None], int] = dataclasses.field(default_factory=dict)
+    # What LiteLLM's logging carries of each virtual key in `tokens`.
+    callers: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     # Requests whose logging runs here: their claim and their provider call's arguments (their
     # logging runs the recording callbacks; what the router's and the limiter's would count is
     # counted above, as for the others).
@@ -169,8 +179,10 @@ class Ledger:
         # request's logging leaves them out.
         self._counted: frozenset[int] = frozenset()
         self._batch = _Batch()
-        # The provider-call arguments of the request `replay_reason` last found loggable.
+        # The provider-call arguments of the request `replay_reason` last found loggable, and
+        # whether it was sent with the master key.
         self._arguments: dict[str, Any] | None = None
+        self._master = True
 
     def begin(self) -> None:
         """Looks at the worker once for the batch about to be taken (its callbacks, database,
@@ -200,7 +212,8 @@ class Ledger:
             or claimed.tokens_reserved is not None
         ):
             return "hold"
-        if not _is_master_key(headers):
+        self._master = _is_master_key(headers)
+        if not self._master and not self._logs:
             return "key"
         deployment = self._deployment(claimed.deployment_id)
         if isinstance(deployment, str):
@@ -212,6 +225,8 @@ class Ledger:
         call_id = next((value for name, value in headers if name == CALL_ID_HEADER), None)
         if found is None or template is None or call_id is None:
             return "shape"
+        if self._master and template.key_state_drawn:
+            return "shape"  # only a virtual key's spend is written anew per request
         self._arguments = template.arguments(found[1], call_id, len(record.body))
         return None
 
@@ -224,18 +239,34 @@ class Ledger:
         shape, messages = found
         return functools.partial(_shapes.learn, shape, messages)
 
-    def take(self, record: Any, claimed: Any) -> None:
-        """Adds a request `replay_reason` found accountable to the batch."""
+    def needs_key(self, record: Any) -> bool:
+        """Whether the request `replay_reason` found accountable was sent with a virtual key,
+        whose auth object (as the replay's auth would build it now) `take` must be given."""
+        return not self._master
+
+    def take(self, record: Any, claimed: Any, key: Any = None) -> None:
+        """Adds a request `replay_reason` found accountable to the batch (`key`: its virtual
+        key's auth object, see `needs_key`)."""
         global accounted
         deployment = self._deployment(claimed.deployment_id)
         assert not isinstance(deployment, str)
         group, model = deployment
         self._batch.served.append((record.path, claimed.deployment_id, model))
         accounted += 1
-        self._batch.tokens[(group, claimed.usage)] = (
-            self._batch.tokens.get((group, claimed.usage), 0) + 1
-        )
+        caller = None if key is None else key.api_key
+        if key is not None and caller not in self._batch.callers:
+            self._batch.callers[caller] = dict(
+                compat.LiteLLMProxyRequestSetup.get_sanitized_user_information_from_key(key)
+            )
+        counted = (group, claimed.usage, caller)
+        self._batch.tokens[counted] = self._batch.tokens.get(counted, 0) + 1
         if self._arguments is not None:
+            if key is not None:
+                # The key's part of the metadata as the replay's auth would write it now (the
+                # shape's is as of the replay it was learnt from: its spend then).
+                compat.LiteLLMProxyRequestSetup.add_user_api_key_auth_to_request_metadata(
+                    data=self._arguments, user_api_key_dict=key, _metadata_variable_name="metadata"
+                )
             self._batch.logged.append((claimed, self._arguments))
 
     async def settle(self) -> None:
@@ -254,7 +285,7 @@ class Ledger:
                 compat.increment_deployment_successes_for_current_minute(
                     litellm_router_instance=router, deployment_id=deployment_id
                 )
-            await _count_tokens(batch.tokens)
+            await _count_tokens(batch.tokens, batch.callers)
         except Exception as err:  # never the client's problem; LiteLLM's counters lag
             logger.warning("fastpath_lane: accounting a batch failed: %s", type(err).__name__)
         if batch.logged:
@@ -320,8 +351,6 @@ class _Worker(NamedTuple):
 
 
 def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> _Worker:
-    if proxy.prisma_client is not None:
-        return _Worker("database")
     if litellm.cache is not None:
         return _Worker("cache")
     if proxy.llm_router is None or not isinstance(proxy.master_key, str):
@@ -508,24 +537,29 @@ def _is_master_key(headers: list[tuple[str, str]]) -> bool:
     )
 
 
-async def _count_tokens(tokens: dict[tuple[str, str], int]) -> None:
-    """The limiter's success callback for each answer: its tokens on the master key's counters
+async def _count_tokens(
+    tokens: dict[tuple[str, str, str | None], int], callers: dict[str, dict[str, Any]]
+) -> None:
+    """The limiter's success callback for each answer: its tokens on its key's counters
     (LiteLLM's own op builder, from the metadata its logging would carry), summed per counter
     into one pipeline."""
     proxy = compat.proxy_server()
     limiter = proxy.proxy_logging_obj.get_proxy_hook("parallel_request_limiter")
     if type(limiter) not in _inert_types():
         return
-    metadata = await _master_key_metadata()
+    master = await _master_key_metadata()
     rate_limit_type = limiter.get_rate_limit_type()
     summed: dict[str, Any] = {}
-    for (group, usage_json), count in tokens.items():
+    for (group, usage_json, caller), count in tokens.items():
+        metadata = master if caller is None else callers[caller]
         usage = _usage(usage_json)
         # As the op builder counts an answer's tokens.
         answer_tokens = limiter._get_total_tokens_from_usage(
             usage=usage, rate_limit_type=rate_limit_type
         ) or limiter._aggregate_only_total_tokens(usage=usage)
-        counters = _token_counters.get((group, rate_limit_type, id(metadata)))
+        counted = (group, rate_limit_type)
+        # A virtual key's ops are built each batch (its user or team may have changed).
+        counters = _token_counters.get(counted) if caller is None else None
         if counters is None or answer_tokens <= 0:
             kwargs = {
                 "litellm_params": {"metadata": {"model_group": group}},
@@ -535,8 +569,12 @@ async def _count_tokens(tokens: dict[tuple[str, str], int]) -> None:
             ops = limiter._build_success_event_pipeline_operations(
                 kwargs=kwargs, response_obj=None, rate_limit_type=rate_limit_type
             )
-            if answer_tokens > 0 and all(op["increment_value"] == answer_tokens for op in ops):
-                _token_counters[(group, rate_limit_type, id(metadata))] = ops
+            if (
+                caller is None
+                and answer_tokens > 0
+                and all(op["increment_value"] == answer_tokens for op in ops)
+            ):
+                _token_counters[counted] = ops
         else:
             ops = [{**op, "increment_value": answer_tokens} for op in counters]
         for op in ops:
@@ -550,10 +588,10 @@ async def _count_tokens(tokens: dict[tuple[str, str], int]) -> None:
     )
 
 
-# By (model group, the limiter's rate limit type, the master key's metadata): the counters the
-# limiter adds an answer's tokens to, where it adds each the answer's count (the op builder's
-# answer for one answer, checked so); forgotten with the deployments.
-_token_counters: dict[tuple[str, str, int], list[Any]] = {}
+# By (model group, the limiter's rate limit type): the counters the limiter adds the master key's
+# answer's tokens to, where it adds each the answer's count (the op builder's answer for one
+# answer, checked so); forgotten with the deployments.
+_token_counters: dict[tuple[str, str], list[Any]] = {}
 
 
 @functools.lru_cache(maxsize=1024)

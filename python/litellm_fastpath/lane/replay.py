@@ -66,8 +66,14 @@ async def replay_served(judged: Callable[[str], bool]) -> None:
             learner = None
             if claimed is not None:
                 why = _replay_reason(ledger, record, claimed)
+                key = None
+                if why is None and ledger.needs_key(record):
+                    key = await _batch_key(record, claimed, judged)
+                    why = None if key is not None else "key_auth"
+                    if why is not None:
+                        accounting.replay_needed[why] += 1
                 if why is None:
-                    ledger.take(record, claimed)
+                    ledger.take(record, claimed, key)
                     taken += 1
                     continue
                 if why == "shape":
@@ -80,6 +86,21 @@ async def replay_served(judged: Callable[[str], bool]) -> None:
         await ledger.settle()
         for _ in range(taken):
             _native.lane_replayed()
+
+
+async def _batch_key(
+    record: _native.LaneReplay, claimed: _native.LaneClaim, judged: Callable[[str], bool]
+) -> Any | None:
+    """The auth object a virtual key's replay would get (`reauth`, LiteLLM's own builders on
+    its cached key, user and team: their spend as of now), for its logging in the batch; None
+    where its replay must authenticate."""
+    headers, _ = _client_headers(record.headers, claimed)
+    request = asgi_request(record.path, headers, record.body, record.client, record.server)
+    try:
+        return await reauth.authenticate(request, judged)
+    except Exception as err:  # a LiteLLM change: the replay does it all
+        logger.debug("fastpath_lane: a batch key failed: %s", type(err).__name__)
+        return None
 
 
 def _replay_reason(

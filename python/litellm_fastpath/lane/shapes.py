@@ -34,6 +34,9 @@ _WALL_CLOCKS = frozenset({"arrival_time"})
 _DATETIMES = frozenset({"litellm_received_at", "start_time"})
 _DURATIONS = frozenset({"queue_time_seconds", "message_copy_duration_ms"})
 _PER_REQUEST = _DRAWN_IDS | _WALL_CLOCKS | _DATETIMES | _DURATIONS
+# A virtual key's spend (and its user's and team's) as of its auth: written anew per request from
+# the key's auth object (`accounting.Ledger.take`).
+KEY_STATE = frozenset({"user_api_key_spend", "user_api_key_user_spend", "user_api_key_team_spend"})
 # The request's own values.
 _OWN = frozenset({"messages", "input", "litellm_call_id", "content-length"})
 # The logging object is built anew for each call (from its own copied attributes).
@@ -72,6 +75,9 @@ class Template:
         # captured: {"arguments": the call's arguments, "logging": its logging object's attributes}
         self._logging_class = logging_class
         self._drawn = drawn
+        # Whether its key's spend changed between its two replays (its requests need their
+        # key's auth object).
+        self.key_state_drawn = bool(drawn & KEY_STATE)
         own = (drawn & (_DRAWN_IDS | _WALL_CLOCKS | _DATETIMES)) | {
             "litellm_call_id",
             "content-length",
@@ -189,7 +195,7 @@ class Shapes:
             self._seen[shape] = copied
             return
         differing = set(_differences(first, copied))
-        learnable = differing <= _PER_REQUEST | _OWN
+        learnable = differing <= _PER_REQUEST | _OWN | KEY_STATE
         self._learnt[shape] = (
             Template(copied, type(logging_obj), frozenset(differing)) if learnable else None
         )
