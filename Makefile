@@ -88,6 +88,7 @@ bench-lane: $(PY)
 	$(PY) -m benches.lane --route keyed
 	$(PY) -m benches.lane --route keyed-limits
 	$(PY) -m benches.lane --route keyed-limits --no-redis
+	$(PY) -m benches.lane --route keyed-spend
 
 bench-lane-messages: $(PY)
 	$(PY) -m benches.lane --route messages

@@ -24,7 +24,7 @@ from benches._common import (
     start_proxy,
     table,
 )
-from benches.lane import chat_body, highest, step
+from benches.lane import chat_body, highest, python_behind, step
 from devtools import seeded_keys
 from devtools.deployments import deployment_kwargs, twin_models
 from devtools.processes import ServerProcess
@@ -117,7 +117,10 @@ def keyed(args: Any) -> None:
                 body = chat_body(models[arm == "lane"]["model_name"])
                 auth = ("-H", f"Authorization: Bearer {key}")
                 result = step(proxies[arm], arm, body, rate, seconds, headers=auth)
-                sent += result["scheduled"] + WARMUP if arm == "lane" else 0
+                if arm == "lane":
+                    sent += result["scheduled"] + WARMUP
+                    # Its Python's backlog: the lane's step holds only if that kept up (`highest`).
+                    result["behind"] = python_behind(proxies[arm], 1)
                 return result
 
             for arm in ARMS:  # warm both, and teach the lane the key's verdict

@@ -183,6 +183,7 @@ class Ledger:
         # whether it was sent with the master key.
         self._arguments: dict[str, Any] | None = None
         self._master = True
+        self._shape: shapes.Shape | None = None
 
     def begin(self) -> None:
         """Looks at the worker once for the batch about to be taken (its callbacks, database,
@@ -196,7 +197,7 @@ class Ledger:
     def replay_reason(self, record: Any, claimed: Any) -> str | None:
         """Why this served request needs its replay; None when `take` accounts for it."""
         path, headers = record.path, record.headers
-        self._arguments = None
+        self._arguments = self._shape = None
         if self._worker_why is not None:
             return self._worker_why
         if path == MESSAGES_PATH:
@@ -221,6 +222,7 @@ class Ledger:
         if not self._logs:
             return None
         found = shapes.shape_of(path, claimed.deployment_id, headers, record.body)
+        self._shape = None if found is None else found[0]
         template = None if found is None else _shapes.template(found[0])
         call_id = next((value for name, value in headers if name == CALL_ID_HEADER), None)
         if found is None or template is None or call_id is None:
@@ -244,6 +246,11 @@ class Ledger:
         whose auth object (as the replay's auth would build it now) `take` must be given."""
         return not self._master
 
+    def shape(self) -> shapes.Shape | None:
+        """The shape of the request `replay_reason` found accountable (its key among its
+        headers)."""
+        return self._shape
+
     def take(self, record: Any, claimed: Any, key: Any = None) -> None:
         """Adds a request `replay_reason` found accountable to the batch (`key`: its virtual
         key's auth object, see `needs_key`)."""
@@ -253,8 +260,8 @@ class Ledger:
         group, model = deployment
         self._batch.served.append((record.path, claimed.deployment_id, model))
         accounted += 1
-        caller = None if key is None else key.api_key
-        if key is not None and caller not in self._batch.callers:
+        caller: str | None = None if key is None else key.api_key
+        if caller is not None and caller not in self._batch.callers:
             self._batch.callers[caller] = dict(
                 compat.LiteLLMProxyRequestSetup.get_sanitized_user_information_from_key(key)
             )

@@ -61,6 +61,9 @@ async def replay_served(judged: Callable[[str], bool]) -> None:
         taken = 0
         records = await future
         ledger.begin()
+        # By request shape (its key among its headers): the auth object a virtual key's requests
+        # in this batch are logged with, built once (their spend as of the batch).
+        batch_keys: dict[Any, Any] = {}
         for record in records:
             claimed = _native.lane_claim(record.ticket)
             learner = None
@@ -68,7 +71,10 @@ async def replay_served(judged: Callable[[str], bool]) -> None:
                 why = _replay_reason(ledger, record, claimed)
                 key = None
                 if why is None and ledger.needs_key(record):
-                    key = await _batch_key(record, claimed, judged)
+                    shape = ledger.shape()
+                    if shape not in batch_keys:
+                        batch_keys[shape] = await _batch_key(record, claimed, judged)
+                    key = batch_keys[shape]
                     why = None if key is not None else "key_auth"
                     if why is not None:
                         accounting.replay_needed[why] += 1
