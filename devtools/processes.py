@@ -192,6 +192,17 @@ class ProxyProcess:
         merged = {"Authorization": f"Bearer {MASTER_KEY}", **(headers or {})}
         try:
             return self._client.request(method, path, headers=merged, **kwargs)
+        except (httpx.ReadError, httpx.RemoteProtocolError) as err:
+            # A kept-alive connection the server closed as the request went out (HTTP/1.1's
+            # keep-alive race; seen once in CI on a probe's read): a GET is sent again, once,
+            # on a new connection, where the proxy is still running.
+            gone = self._gone(err)
+            if method != "GET" or gone is not err:
+                raise gone from err
+            try:
+                return self._client.request(method, path, headers=merged, **kwargs)
+            except httpx.TransportError as again:
+                raise self._gone(again) from again
         except httpx.TransportError as err:
             raise self._gone(err) from err
 
