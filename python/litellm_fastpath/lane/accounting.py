@@ -241,7 +241,7 @@ class Ledger:
         shape, messages = found
         return functools.partial(_shapes.learn, shape, messages)
 
-    def needs_key(self, record: Any) -> bool:
+    def needs_key(self) -> bool:
         """Whether the request `replay_reason` found accountable was sent with a virtual key,
         whose auth object (as the replay's auth would build it now) `take` must be given."""
         return not self._master

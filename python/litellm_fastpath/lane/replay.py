@@ -70,13 +70,13 @@ async def replay_served(judged: Callable[[str], bool]) -> None:
             if claimed is not None:
                 why = _replay_reason(ledger, record, claimed)
                 key = None
-                if why is None and ledger.needs_key(record):
+                if why is None and ledger.needs_key():
                     shape = ledger.shape()
                     if shape not in batch_keys:
                         batch_keys[shape] = await _batch_key(record, claimed, judged)
                     key = batch_keys[shape]
-                    why = None if key is not None else "key_auth"
-                    if why is not None:
+                    if key is None:
+                        why = "key_auth"
                         accounting.replay_needed[why] += 1
                 if why is None:
                     ledger.take(record, claimed, key)
