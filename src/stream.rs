@@ -197,15 +197,19 @@ pub async fn pump(
             }
         }
         if !done {
-            // Stopped early: the event being read counts if it is whole (its lines are), as
-            // LiteLLM's logging parses what it read; a broken one is dropped.
+            // Ended or stopped early: the event being read counts if it is whole (its lines
+            // are), as LiteLLM's logging parses what it read. Stopped, a broken one (cut
+            // mid-line by the stop) is dropped: the answer so far is still logged and billed.
             let finished = decoder.finish(&mut events);
             if !stopped {
                 finished?;
             }
             for event in events.drain(..) {
-                if transform.event(event, &mut chunks)? == Flow::Done {
-                    break;
+                match transform.event(event, &mut chunks) {
+                    Ok(Flow::Done) => break,
+                    Ok(Flow::More) => {}
+                    Err(_) if stopped => break,
+                    Err(err) => return Err(err),
                 }
             }
         }
