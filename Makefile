@@ -85,6 +85,7 @@ bench-lane: $(PY)
 	$(PY) -m pip install -q matplotlib
 	$(PY) -m benches.lane
 	$(PY) -m benches.lane --no-callbacks
+	$(PY) -m benches.lane --stream
 	$(PY) -m benches.lane --route keyed
 	$(PY) -m benches.lane --route keyed-limits
 	$(PY) -m benches.lane --route keyed-limits --no-redis

@@ -61,6 +61,10 @@ def chat_body(model: str) -> dict[str, Any]:
     return {"model": model, "messages": MESSAGES}
 
 
+def stream_body(model: str) -> dict[str, Any]:
+    return {"model": model, "messages": MESSAGES, "stream": True}
+
+
 # A lane step holds only if the proxy's Python was at most this far behind the lane's answers at
 # its end: the lane answers without waiting for it, and its backlog (up to 2,048) could otherwise
 # carry a rate the Python cannot keep up with through a step.
@@ -182,14 +186,16 @@ def chat(args: Any) -> None:
     secs = 4.0 if args.quick else 8.0
     reps = 1 if args.quick else 3
     recorder = not args.no_callbacks
+    body = stream_body if args.stream else chat_body
     data: dict[str, Any] = {"machine": machine(args.wait_quiet), "recorder": recorder}
+    data["stream"] = args.stream
     with ServerProcess() as mock:
         params = deployment_kwargs("openai", mock.url)
-        with Arms(params, ARMS, recorder=recorder, mock_pid=mock.pid) as arms:
+        with Arms(params, ARMS, body, recorder=recorder, mock_pid=mock.pid) as arms:
             for arm in ARMS:  # warm every arm
                 arms.step(arm, 50, 2.0)
             log(f"added latency at {LATENCY_RATE:g} req/s, {reps} interleaved repetitions")
-            direct_body = chat_body("gpt-4o-mini")
+            direct_body = body("gpt-4o-mini")
             runs = {
                 "direct": lambda: direct_step(mock.url + ROUTE, direct_body, LATENCY_RATE, secs)
             }
@@ -204,11 +210,11 @@ def chat(args: Any) -> None:
                 best, ladder_steps = highest(lambda r, a=arm: arms.step(a, r, secs), ladder)
                 data["rates"][arm] = {"max": best, "steps": ladder_steps}
         data["callbacks"] = arms.callbacks()
-        with Arms(params, ["lane"], workers=2, recorder=recorder, mock_pid=mock.pid) as two:
+        with Arms(params, ["lane"], body, 2, recorder, mock_pid=mock.pid) as two:
             log(" lane, two workers")
             best2, steps2 = highest(lambda r: two.step("lane", r, secs), LANE_RATES)
         data["rates"]["lane_2_workers"] = {"max": best2, "steps": steps2}
-    name = "lane" if recorder else "lane-no-callbacks"
+    name = ("lane" if recorder else "lane-no-callbacks") + ("-stream" if args.stream else "")
     finish(args, name, render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
 
 
@@ -287,7 +293,9 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(
         [
             "# The fast lane through the proxy (`benches/lane.py"
-            + ("`)" if data.get("recorder", True) else " --no-callbacks`)"),
+            + ("" if data.get("recorder", True) else " --no-callbacks")
+            + (" --stream" if data.get("stream") else "")
+            + "`)",
             "",
             machine_line(data["machine"]),
             "",
@@ -419,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         "--no-callbacks",
         action="store_true",
         help="chat: no logging callback on the proxies (the event recorder is one)",
+    )
+    parser.add_argument(
+        "--stream", action="store_true", help="chat: streamed requests (`stream: true`)"
     )
     parser.add_argument(
         "--no-redis",

@@ -12,12 +12,14 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
+from devtools.answers import openai_stream_events, stream_pieces
 from devtools.deployments import PROVIDERS, deployment_kwargs, twin_models
 from devtools.polling import wait_until
-from devtools.processes import REPO_ROOT, ProxyProcess
-from devtools.upstream import RecordingUpstream
+from devtools.processes import MASTER_KEY, REPO_ROOT, ProxyProcess
+from devtools.upstream import RecordingUpstream, Reply
 
 HI = [{"role": "user", "content": "hi"}]
 PROBE = "tests.state_probe.probe"
@@ -147,12 +149,13 @@ def test_master_key_answers_are_accounted_for_as_their_replays_would(
 
 
 def test_what_the_accounting_does_not_cover_is_replayed(arms: dict[str, ProxyProcess]) -> None:
-    """A stream and `/v1/messages`: the lane replays them; and a group with an rpm limit stays
-    with the proxy. The state stays the same as LiteLLM's path leaves it."""
+    """A stream whose client waits for the end the proxy writes (its usage chunk) and
+    `/v1/messages`: the lane replays them; and a group with an rpm limit stays with the proxy.
+    The state stays the same as LiteLLM's path leaves it."""
     before = {name: state(proxy) for name, proxy in arms.items()}
     calls = sum(before["plain"]["router"]["success_calls"].values())
     for proxy in arms.values():
-        send(proxy, "rust-openai", 4, stream=True)
+        send(proxy, "rust-openai", 4, stream=True, stream_options={"include_usage": True})
         send(proxy, LIMITED, 4)
         for _ in range(4):
             body = {"model": "rust-anthropic", "messages": HI, "max_tokens": 8}
@@ -160,11 +163,29 @@ def test_what_the_accounting_does_not_cover_is_replayed(arms: dict[str, ProxyPro
     found = {name: settled(proxy, calls + 12) for name, proxy in arms.items()}
     assert not differences(found["lane"], found["plain"])
     lane, was = found["lane"]["lane"], before["lane"]["lane"]
-    assert lane["replay_needed:stream"] - was.get("replay_needed:stream", 0) == 4
+    assert lane["replay_needed:stream_end"] - was.get("replay_needed:stream_end", 0) == 4
     assert lane["replay_needed:route"] - was.get("replay_needed:route", 0) == 4
     assert lane["lane_model"] - was.get("lane_model", 0) == 4
     assert lane["served"] - was["served"] == 8
     assert lane["accounted"] == was["accounted"]
+
+
+def test_streams_are_accounted_once_their_shape_is_learnt(arms: dict[str, ProxyProcess]) -> None:
+    """A stream the lane ends itself is replayed while its shape is learnt (two replays), then
+    read and logged in the batch as the proxy would (its tokens counted by the limiter's own
+    logging): the router's and the limiter's state stay as LiteLLM's path leaves them."""
+    before = {name: state(proxy) for name, proxy in arms.items()}
+    calls = sum(before["plain"]["router"]["success_calls"].values())
+    for proxy in arms.values():
+        for _ in range(2):
+            send(proxy, "rust-anthropic", 1, stream=True)
+            wait_until(lambda p=proxy: not state(p)["lane_backlog"], "replays pending")
+        send(proxy, "rust-anthropic", 16, stream=True)
+    found = {name: settled(proxy, calls + 18) for name, proxy in arms.items()}
+    assert not (found_differences := differences(found["lane"], found["plain"])), found_differences
+    lane, was = found["lane"]["lane"], before["lane"]["lane"]
+    assert lane["accounted"] - was["accounted"] == 16, lane
+    assert lane.get("logging_failed", 0) == 0, lane
 
 
 def test_a_group_with_usage_in_its_headers_answers_as_the_router_does(
@@ -282,7 +303,7 @@ def test_the_recording_callback_gets_the_same_payloads(arms: dict[str, ProxyProc
         f"marker {provider} {shape} {i}"
         for provider in PROVIDERS
         for shape in ("chat", "stream", "messages")
-        for i in range(8 if shape == "chat" else 2)
+        for i in range(8 if shape == "chat" else 4 if shape == "stream" else 2)
         if (shape, provider) != ("stream", "bedrock")
         and (shape != "messages" or provider == "anthropic")
     ]
@@ -301,7 +322,7 @@ def test_the_recording_callback_gets_the_same_payloads(arms: dict[str, ProxyProc
                 answer = proxy.post("/chat/completions", json={**body, "stream": shape == "stream"})
             assert answer.status_code == 200, answer.text
             call_ids[(name, marker)] = answer.headers["x-litellm-call-id"]
-            if marker.endswith(" chat 1"):
+            if marker.endswith((" chat 1", " stream 1")):
                 # The shape's two replays done (learnt): its next requests are logged in the
                 # batch, however soon they come.
                 wait_until(lambda p=proxy: not state(p)["lane_backlog"], "replays pending")
@@ -316,8 +337,10 @@ def test_the_recording_callback_gets_the_same_payloads(arms: dict[str, ProxyProc
     }
     lane = state(arms["lane"])["lane"]
     assert lane["served"] - before.get("served", 0) == len(markers)
-    # Past each chat shape's first replays, its requests were logged without a replay.
-    assert lane["accounted"] - before.get("accounted", 0) >= len(PROVIDERS), lane
+    # Past each chat shape's first replays, its requests were logged without a replay (streams
+    # too).
+    streamed = sum(marker.split()[2] == "stream" for marker in markers)
+    assert lane["accounted"] - before.get("accounted", 0) >= len(PROVIDERS) + streamed // 2, lane
     for (name, marker), call_id in call_ids.items():
         # The call the client was told of is the one logged.
         assert found[name][marker]["kwargs"]["litellm_call_id"] == call_id
@@ -328,3 +351,61 @@ def test_the_recording_callback_gets_the_same_payloads(arms: dict[str, ProxyProc
         assert not found_differences, "\n".join(
             f"{marker} {path}: {a!r} != {b!r}" for path, (a, b) in found_differences.items()
         )
+
+
+def test_a_stream_whose_client_left_is_logged_in_the_batch_with_what_was_streamed(
+    arms: dict[str, ProxyProcess], upstream_server: RecordingUpstream
+) -> None:
+    """Once its shape is learnt, a stream whose client leaves mid-way is logged in the batch,
+    once, with what was streamed until the client left (deliberate difference 4: LiteLLM's
+    proxy reads such a stream to its end)."""
+    proxy = arms["lane"]
+    assert proxy.post(RECORDER_PATH).status_code == 200
+
+    def body(text: str) -> dict[str, Any]:
+        return {
+            "model": "rust-openai",
+            "messages": [{"role": "user", "content": text}],
+            "stream": True,
+        }
+
+    for i in range(2):  # the shape learnt, if it was not yet
+        assert proxy.post("/chat/completions", json=body(f"learn {i}")).status_code == 200
+        wait_until(lambda: not state(proxy)["lane_backlog"], "replays pending")
+    before = state(proxy)["lane"]
+    events = openai_stream_events("gpt-4o-mini", stream_pieces(40))
+    upstream_server.enqueue(
+        Reply(
+            body=b"".join(events),
+            headers={"content-type": "text/event-stream"},
+            action="trickle",
+            pieces=len(events),
+            delay_s=0.1,
+        )
+    )
+    marker = "marker client gone"
+    with httpx.Client(timeout=5) as client:
+        headers = {"Authorization": f"Bearer {MASTER_KEY}"}
+        url = f"{proxy.url}/chat/completions"
+        with client.stream("POST", url, json=body(marker), headers=headers) as response:
+            assert response.headers["x-litellm-rust"] == "true"
+            lines = response.iter_lines()
+            while '"w1 "' not in next(lines):  # two words in, the client leaves
+                pass
+    found = wait_until(
+        lambda: recorded_by_marker(proxy).get(marker),
+        lambda: (state(proxy)["lane"], proxy.log_text()[-3000:]),
+        timeout=30,
+    )
+    content = found["response"]["choices"][0]["message"]["content"]
+    assert content.startswith("w0 w1 ") and "w39" not in content, content
+    lane = state(proxy)["lane"]
+    assert lane["accounted"] == before["accounted"] + 1, lane
+    assert lane["client_gone"] == before.get("client_gone", 0) + 1, lane
+    assert (
+        sum(
+            p["kwargs"]["litellm_call_id"] == found["kwargs"]["litellm_call_id"]
+            for p in proxy.get(PAYLOADS_PATH).json()
+        )
+        == 1
+    )

@@ -296,6 +296,7 @@ _PRIVATE: dict[str, tuple[str, str]] = {
         "claim_request_stash_for_data",
     ),
     "proxy_chat_completion": ("litellm.proxy.proxy_server", "chat_completion"),
+    "proxy_stream_frames": ("litellm.proxy.proxy_server", "async_data_generator"),
     "proxy_anthropic_response": (
         "litellm.proxy.anthropic_endpoints.endpoints",
         "anthropic_response",

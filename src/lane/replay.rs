@@ -179,6 +179,14 @@ impl Replays {
         }
     }
 
+    /// Whether a stream waits for the proxy's answer to this ticket's replay (`proxys_end`).
+    pub(super) fn awaits_tail(&self, ticket: &str) -> bool {
+        self.tails
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(ticket)
+    }
+
     /// The proxy's answer to a replay past its first chunk's frame, for a stream waiting for it.
     pub(super) fn send_tail(&self, ticket: &str, tail: Bytes) {
         let waiting = self

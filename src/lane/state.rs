@@ -164,6 +164,11 @@ impl Lane {
         self.replays.send_tail(ticket, tail);
     }
 
+    /// Whether a client waits for the end of the proxy's answer to this ticket's replay.
+    pub fn awaits_tail(&self, ticket: &str) -> bool {
+        self.replays.awaits_tail(ticket)
+    }
+
     /// Requests per outcome: `served`, `replayed`, each reason a request went to the proxy, and
     /// `lane_off` requests by what turned the lane off (`lane_off:<setting>`).
     pub fn counts(&self) -> HashMap<String, u64> {

@@ -397,7 +397,9 @@ pub fn lane_forget_group_lists() -> PyResult<()> {
 /// The outcome behind a ticket, once.
 #[pyfunction]
 pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<LaneClaim>> {
-    let Some(ticket) = running()?.claim(ticket) else {
+    let lane = running()?;
+    let awaits_tail = lane.awaits_tail(ticket);
+    let Some(ticket) = lane.claim(ticket) else {
         return Ok(None);
     };
     let usage = match &ticket.outcome {
@@ -435,6 +437,7 @@ pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<LaneClaim>> {
             .tokens_reserved
             .map(|reserved| (reserved.tokens, reserved.counts)),
         usage,
+        awaits_tail,
     }))
 }
 

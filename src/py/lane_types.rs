@@ -260,7 +260,8 @@ impl LaneReplay {
 /// Redis; None otherwise), and each parallel-request gauge's slots in flight with it where the
 /// lane took its slot, and the tokens it reserved in the key's tpm windows with each window's
 /// count; and a whole chat answer's `usage` object as JSON (None for a stream, a
-/// `/v1/messages` answer or an answer without one).
+/// `/v1/messages` answer or an answer without one); and whether a client waits for the end of
+/// the proxy's answer to its replay (a stream's usage chunk or error frame, `lane_stream_tail`).
 #[pyclass(frozen, get_all, module = "litellm_fastpath._native")]
 pub struct LaneClaim {
     pub(crate) deployment_id: String,
@@ -271,6 +272,7 @@ pub struct LaneClaim {
     pub(crate) parallel_counts: Option<Vec<u64>>,
     pub(crate) tokens_reserved: Option<(u64, Vec<u64>)>,
     pub(crate) usage: Option<String>,
+    pub(crate) awaits_tail: bool,
 }
 
 /// The lane's cost of an answer, split as the proxy's headers split it.

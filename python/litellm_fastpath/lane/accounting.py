@@ -34,6 +34,11 @@ held: those are replayed) is logged so too, given its key's auth object as its r
 would build it now (`reauth`, in the batch): its part of the metadata is written anew from it,
 the rest is its shape's, learnt from that key's replays.
 
+A stream the lane ended itself (its client waits for nothing the proxy writes) is logged so
+too, in any worker: the proxy's own reading of it (`async_data_generator`, its frames dropped)
+runs its end-of-stream logging, and the limiter's success callback counts its tokens there, as in
+its replay (the batch has no stream's usage).
+
 Every other request is replayed, counted by why (`replay_needed:<why>`).
 """
 
@@ -160,10 +165,13 @@ class _Batch:
     tokens: dict[tuple[str, str, str | None], int] = dataclasses.field(default_factory=dict)
     # What LiteLLM's logging carries of each virtual key in `tokens`.
     callers: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    # Requests whose logging runs here: their claim and their provider call's arguments (their
-    # logging runs the recording callbacks; what the router's and the limiter's would count is
-    # counted above, as for the others).
-    logged: list[tuple[Any, dict[str, Any]]] = dataclasses.field(default_factory=list)
+    # Requests whose logging runs here: their claim, their provider call's arguments and the
+    # callbacks their logging leaves out (their logging runs the recording callbacks; what the
+    # router's and the limiter's would count is counted above, as for the others, but a
+    # stream's tokens: the limiter counts those in its logging, as in its replay).
+    logged: list[tuple[Any, dict[str, Any], frozenset[int]]] = dataclasses.field(
+        default_factory=list
+    )
 
 
 class Ledger:
@@ -176,13 +184,16 @@ class Ledger:
         # Whether a callback records requests (LiteLLM's logging then runs for each request).
         self._logs = False
         # The callbacks whose work for a served request the batch does (by id): a logged
-        # request's logging leaves them out.
+        # request's logging leaves them out; and of them the limiter's (a stream's logging runs
+        # it: the batch has no stream's usage).
         self._counted: frozenset[int] = frozenset()
+        self._limiters: frozenset[int] = frozenset()
         self._batch = _Batch()
         # The provider-call arguments of the request `replay_reason` last found loggable, and
         # whether it was sent with the master key.
         self._arguments: dict[str, Any] | None = None
         self._master = True
+        self._streamed = False
         self._shape: shapes.Shape | None = None
 
     def begin(self) -> None:
@@ -190,7 +201,7 @@ class Ledger:
         cache and router)."""
         try:
             worker = self._worker_reason()
-            self._worker_why, self._logs, self._counted = worker
+            self._worker_why, self._logs, self._counted, self._limiters = worker
         except Exception as err:  # a LiteLLM change: the replays do it all
             self._worker_why = f"error:{type(err).__name__}"
 
@@ -202,9 +213,11 @@ class Ledger:
             return self._worker_why
         if path == MESSAGES_PATH:
             return "route"
-        if not isinstance(claimed.call, _native.PreparedCall):
-            return "stream"
-        if claimed.usage is None:
+        self._streamed = isinstance(claimed.call, _native.PreparedStream)
+        if self._streamed:
+            if claimed.awaits_tail:
+                return "stream_end"  # its client waits for the end the proxy writes
+        elif claimed.usage is None:
             return "usage"
         if (
             claimed.hold is not None
@@ -219,7 +232,7 @@ class Ledger:
         deployment = self._deployment(claimed.deployment_id)
         if isinstance(deployment, str):
             return deployment
-        if not self._logs:
+        if not self._logs and not self._streamed:
             return None
         found = shapes.shape_of(path, claimed.deployment_id, headers, record.body)
         self._shape = None if found is None else found[0]
@@ -265,8 +278,9 @@ class Ledger:
             self._batch.callers[caller] = dict(
                 compat.LiteLLMProxyRequestSetup.get_sanitized_user_information_from_key(key)
             )
-        counted = (group, claimed.usage, caller)
-        self._batch.tokens[counted] = self._batch.tokens.get(counted, 0) + 1
+        if not self._streamed:
+            counted = (group, claimed.usage, caller)
+            self._batch.tokens[counted] = self._batch.tokens.get(counted, 0) + 1
         if self._arguments is not None:
             if key is not None:
                 # The key's part of the metadata as the replay's auth would write it now (the
@@ -274,7 +288,8 @@ class Ledger:
                 compat.LiteLLMProxyRequestSetup.add_user_api_key_auth_to_request_metadata(
                     data=self._arguments, user_api_key_dict=key, _metadata_variable_name="metadata"
                 )
-            self._batch.logged.append((claimed, self._arguments))
+            left_out = self._counted - self._limiters if self._streamed else self._counted
+            self._batch.logged.append((claimed, self._arguments, left_out))
 
     async def settle(self) -> None:
         """Makes the batch's effects, as the replays would have made them."""
@@ -296,10 +311,7 @@ class Ledger:
         except Exception as err:  # never the client's problem; LiteLLM's counters lag
             logger.warning("fastpath_lane: accounting a batch failed: %s", type(err).__name__)
         if batch.logged:
-            counted = self._counted
-            await asyncio.gather(
-                *(_logged(claimed, arguments, counted) for claimed, arguments in batch.logged)
-            )
+            await asyncio.gather(*(_logged(*logged) for logged in batch.logged))
 
     def _worker_reason(self) -> _Worker:
         """Why no request of this worker can skip its replay now (None: some can), and whether a
@@ -355,6 +367,7 @@ class _Worker(NamedTuple):
     why: str | None
     logs: bool = False
     counted: frozenset[int] = frozenset()
+    limiters: frozenset[int] = frozenset()
 
 
 def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> _Worker:
@@ -367,16 +380,27 @@ def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> _Worker:
     if any(logging.getLogger(name).isEnabledFor(logging.INFO) for name in _LITELLM_LOGGERS):
         return _Worker("verbose_logs")
     inert = _inert_types()
-    logs, counted = False, set()
+    limiter = _limiter_type()
+    logs, counted, limiters = False, set(), set()
     for items in lists:
         for callback in items:
             if _leaves_nothing(callback, inert, proxy.llm_router):
                 counted.add(id(callback))
+                if type(callback) is limiter:
+                    limiters.add(id(callback))
             elif _only_logs(callback):
                 logs = True
             else:
                 return _Worker(f"callback:{_name(callback)}")
-    return _Worker(None, logs, frozenset(counted))
+    return _Worker(None, logs, frozenset(counted), frozenset(limiters))
+
+
+@functools.cache
+def _limiter_type() -> type | None:
+    try:
+        return getattr(importlib.import_module(_LIMITER[0]), _LIMITER[1])
+    except (ImportError, AttributeError):  # not in this release
+        return None
 
 
 @functools.cache
@@ -474,8 +498,11 @@ async def _logged(claimed: Any, arguments: dict[str, Any], counted: frozenset[in
     those in `counted`, whose work the batch does (the router's, the limiter's)."""
     claims.hold(claimed)  # in this task's own context
     logging_obj = arguments["litellm_logging_obj"]
-    # As the proxy defers it past its post-call steps, which the logging reads.
-    logging_obj.defer_async_logging = True
+    streamed = isinstance(claimed.call, _native.PreparedStream)
+    if not streamed:
+        # As the proxy defers an answer's past its post-call steps, which the logging reads (a
+        # stream's runs once the proxy read it to its end).
+        logging_obj.defer_async_logging = True
     should_run = logging_obj.should_run_callback
 
     def should_run_callback(callback: Any, litellm_params: dict, event_hook: str) -> bool:
@@ -489,8 +516,11 @@ async def _logged(claimed: Any, arguments: dict[str, Any], counted: frozenset[in
 
     logging_obj.should_run_callback = should_run_callback
     try:
-        response = await litellm.acompletion(**arguments)
-        response = await _after_call(response, arguments, logging_obj)
+        response = await _after_router(await litellm.acompletion(**arguments), arguments)
+        if streamed:
+            await _read_stream(response, arguments)
+        else:
+            await _after_call(response, arguments, logging_obj)
     except Exception as err:  # the client has its answer; the logging's own failure
         global logging_failed
         logging_failed += 1
@@ -500,16 +530,16 @@ async def _logged(claimed: Any, arguments: dict[str, Any], counted: frozenset[in
         logging_obj.enqueue_deferred_logging()
 
 
-async def _after_call(response: Any, arguments: dict[str, Any], logging_obj: Any) -> Any:
-    """What the router and the proxy do to an answer before their logging reads it (LiteLLM's
-    own steps, in their order): the router's usage count and response headers, its retry and
-    fallback headers; the proxy's post-call hooks, its answer's model, the texts it served."""
+async def _after_router(response: Any, arguments: dict[str, Any]) -> Any:
+    """What the router does to an answer or a stream before the proxy has it (LiteLLM's own
+    steps, in their order): its usage count, its response headers, its retry and fallback
+    headers."""
     router = compat.proxy_server().llm_router
-    metadata = arguments.get("metadata") or {}
-    group = metadata.get("model_group")
+    group = (arguments.get("metadata") or {}).get("model_group")
     request = {**arguments, "model": group}
-    # `increment_deployment_usage_for_response`: for a deployment the ledger takes (no tpm,
-    # rpm or token limits) the router counts nothing; what remains is its mark of the tokens.
+    # `increment_deployment_usage_for_response`: for a deployment the ledger takes (no tpm, rpm
+    # or token limits) the router counts nothing; what remains is its mark of the tokens (none
+    # yet for a stream).
     found = compat.find_deployment_metadata(request)
     if found is not None:
         tokens = compat.response_total_token_count(response)
@@ -520,7 +550,28 @@ async def _after_call(response: Any, arguments: dict[str, Any], logging_obj: Any
     response = compat.add_retry_headers_to_response(
         response=response, attempted_retries=0, max_retries=None
     )
-    response = compat.add_fallback_headers_to_response(response=response, attempted_fallbacks=0)
+    return compat.add_fallback_headers_to_response(response=response, attempted_fallbacks=0)
+
+
+async def _read_stream(stream: Any, arguments: dict[str, Any]) -> None:
+    """The proxy's reading of a stream for its client (its stream hooks, its chunks' model,
+    then the stream's logging), the frames it writes dropped: the client had the lane's."""
+    metadata = arguments.get("metadata") or {}
+    model = ((arguments.get("proxy_server_request") or {}).get("body") or {}).get("model")
+    request_data = {**arguments, "model": model, "_litellm_client_requested_model": model}
+    frames = compat.proxy_stream_frames(
+        response=stream,
+        user_api_key_dict=metadata.get("user_api_key_auth"),
+        request_data=request_data,
+    )
+    async for _ in frames:
+        pass
+
+
+async def _after_call(response: Any, arguments: dict[str, Any], logging_obj: Any) -> None:
+    """What the proxy does to an answer before its logging reads it (LiteLLM's own steps, in
+    their order): its post-call hooks, its answer's model, the texts it served."""
+    metadata = arguments.get("metadata") or {}
     body = (arguments.get("proxy_server_request") or {}).get("body") or {}
     response = await compat.proxy_server().proxy_logging_obj.post_call_success_hook(
         data=body, user_api_key_dict=metadata.get("user_api_key_auth"), response=response
@@ -531,7 +582,6 @@ async def _after_call(response: Any, arguments: dict[str, Any], logging_obj: Any
     compat.record_served_output_texts(
         logging_obj.model_call_details, compat.served_output_texts(response)
     )
-    return response
 
 
 def _is_master_key(headers: list[tuple[str, str]]) -> bool:
