@@ -367,17 +367,14 @@ def test_the_lane_leaves_every_effect_as_litellm_does(
     # upstream failures are handled by the proxy, see deliberate difference 3 with the lane on).
     lane_groups = [i for i in indices if group(i) not in FAILING and group(i) != "effects-usage"]
     assert counts["served"] == len(lane_groups), counts
-    # Chat answers and streams of keys without a budget (the master key's too) are logged and
-    # billed in the lane's batches, but the replays that learnt each key's request shapes.
-    batched = [
-        i
-        for i in lane_groups
-        if request(i)[0] == "/chat/completions" and caller(i) != "sk-effects-budget"
-    ]
+    # Requests of keys without a budget (the master key's too), answers and streams, chat and
+    # `/v1/messages`, are logged and billed in the lane's batches, but the replays that learnt
+    # each key's request shapes.
+    batched = [i for i in lane_groups if caller(i) != "sk-effects-budget"]
     assert counts["accounted"] + counts.get("replay_needed:shape", 0) == len(batched), counts
-    # Each caller's three chat shapes (two answers, a stream) are learnt from two replays each,
-    # with the few served while those were in flight.
-    assert counts["accounted"] >= len(batched) - 3 * 4 * len(CALLERS), counts
+    # Each caller's five shapes (chat: two answers, a stream; `/v1/messages`: an answer, a
+    # stream) are learnt from two replays each, with the few served while those were in flight.
+    assert counts["accounted"] >= len(batched) - 5 * 4 * len(CALLERS), counts
 
 
 def test_each_answer_before_a_sigterm_is_logged_once(

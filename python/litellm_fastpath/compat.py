@@ -297,6 +297,14 @@ _PRIVATE: dict[str, tuple[str, str]] = {
     ),
     "proxy_chat_completion": ("litellm.proxy.proxy_server", "chat_completion"),
     "proxy_stream_frames": ("litellm.proxy.proxy_server", "async_data_generator"),
+    "ProxyBaseLLMRequestProcessing": (
+        "litellm.proxy.common_request_processing",
+        "ProxyBaseLLMRequestProcessing",
+    ),
+    "should_return_raw_model_name": (
+        "litellm.proxy.common_request_processing",
+        "should_return_raw_model_name",
+    ),
     "proxy_anthropic_response": (
         "litellm.proxy.anthropic_endpoints.endpoints",
         "anthropic_response",

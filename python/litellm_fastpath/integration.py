@@ -298,6 +298,7 @@ async def anthropic_messages(*args: Any, **kwargs: Any) -> Any:
     it finds when it is built, so `install()` must run before any `Router` exists (the proxy
     imports its callbacks first)."""
     original = _originals["anthropic_messages"]
+    claims.show_call(kwargs)
     if kwargs.pop("rust", False) is not True:
         claims.refuse_second_call()
         if metrics.recorder is not None:

@@ -34,10 +34,12 @@ held: those are replayed) is logged so too, given its key's auth object as its r
 would build it now (`reauth`, in the batch): its part of the metadata is written anew from it,
 the rest is its shape's, learnt from that key's replays.
 
-A stream the lane ended itself (its client waits for nothing the proxy writes) is logged so
-too, in any worker: the proxy's own reading of it (`async_data_generator`, its frames dropped)
-runs its end-of-stream logging, and the limiter's success callback counts its tokens there, as in
-its replay (the batch has no stream's usage).
+A stream the lane ended itself (its client waits for nothing the proxy writes) and a
+`/v1/messages` answer or stream are logged so too, in any worker: a stream's end-of-stream
+logging runs in the proxy's own reading of it (`async_data_generator`, or
+`async_sse_data_generator` for `/v1/messages`; its frames dropped), and the limiter's success
+callback counts their tokens in their logging, as in their replay (the batch has no usage of
+theirs).
 
 Every other request is replayed, counted by why (`replay_needed:<why>`).
 """
@@ -165,11 +167,12 @@ class _Batch:
     tokens: dict[tuple[str, str, str | None], int] = dataclasses.field(default_factory=dict)
     # What LiteLLM's logging carries of each virtual key in `tokens`.
     callers: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    # Requests whose logging runs here: their claim, their provider call's arguments and the
-    # callbacks their logging leaves out (their logging runs the recording callbacks; what the
-    # router's and the limiter's would count is counted above, as for the others, but a
-    # stream's tokens: the limiter counts those in its logging, as in its replay).
-    logged: list[tuple[Any, dict[str, Any], frozenset[int]]] = dataclasses.field(
+    # Requests whose logging runs here: their route, their claim, their provider call's
+    # arguments and the callbacks their logging leaves out (their logging runs the recording
+    # callbacks; what the router's and the limiter's would count is counted above, as for the
+    # others, but the tokens of an answer whose usage the batch does not have: the limiter
+    # counts those in its logging, as in its replay).
+    logged: list[tuple[str, Any, dict[str, Any], frozenset[int]]] = dataclasses.field(
         default_factory=list
     )
 
@@ -193,7 +196,9 @@ class Ledger:
         # whether it was sent with the master key.
         self._arguments: dict[str, Any] | None = None
         self._master = True
-        self._streamed = False
+        # Whether the batch has its answer's usage (else the limiter counts its tokens in its
+        # logging: a stream's, a `/v1/messages` answer's).
+        self._usage_known = True
         self._shape: shapes.Shape | None = None
 
     def begin(self) -> None:
@@ -211,13 +216,11 @@ class Ledger:
         self._arguments = self._shape = None
         if self._worker_why is not None:
             return self._worker_why
-        if path == MESSAGES_PATH:
-            return "route"
-        self._streamed = isinstance(claimed.call, _native.PreparedStream)
-        if self._streamed:
-            if claimed.awaits_tail:
-                return "stream_end"  # its client waits for the end the proxy writes
-        elif claimed.usage is None:
+        streamed = isinstance(claimed.call, _native.PreparedStream)
+        if streamed and claimed.awaits_tail:
+            return "stream_end"  # its client waits for the end the proxy writes
+        self._usage_known = claimed.usage is not None
+        if not self._usage_known and not streamed and path != MESSAGES_PATH:
             return "usage"
         if (
             claimed.hold is not None
@@ -232,7 +235,7 @@ class Ledger:
         deployment = self._deployment(claimed.deployment_id)
         if isinstance(deployment, str):
             return deployment
-        if not self._logs and not self._streamed:
+        if not self._logs and self._usage_known:
             return None
         found = shapes.shape_of(path, claimed.deployment_id, headers, record.body)
         self._shape = None if found is None else found[0]
@@ -278,7 +281,7 @@ class Ledger:
             self._batch.callers[caller] = dict(
                 compat.LiteLLMProxyRequestSetup.get_sanitized_user_information_from_key(key)
             )
-        if not self._streamed:
+        if self._usage_known:
             counted = (group, claimed.usage, caller)
             self._batch.tokens[counted] = self._batch.tokens.get(counted, 0) + 1
         if self._arguments is not None:
@@ -286,10 +289,12 @@ class Ledger:
                 # The key's part of the metadata as the replay's auth would write it now (the
                 # shape's is as of the replay it was learnt from: its spend then).
                 compat.LiteLLMProxyRequestSetup.add_user_api_key_auth_to_request_metadata(
-                    data=self._arguments, user_api_key_dict=key, _metadata_variable_name="metadata"
+                    data=self._arguments,
+                    user_api_key_dict=key,
+                    _metadata_variable_name=_metadata_name(record.path),
                 )
-            left_out = self._counted - self._limiters if self._streamed else self._counted
-            self._batch.logged.append((claimed, self._arguments, left_out))
+            left_out = self._counted if self._usage_known else self._counted - self._limiters
+            self._batch.logged.append((record.path, claimed, self._arguments, left_out))
 
     async def settle(self) -> None:
         """Makes the batch's effects, as the replays would have made them."""
@@ -300,7 +305,10 @@ class Ledger:
             router = compat.proxy_server().llm_router
             for path, deployment_id, model in batch.served:
                 middleware.count_served(path, deployment_id)
-                router._update_usage(deployment_id, None)
+                if path != MESSAGES_PATH:
+                    # Chat's pick counts the deployment's requests this minute (the router's
+                    # generic calls, `/v1/messages`, do not).
+                    router._update_usage(deployment_id, None)
                 router.total_calls[model] += 1
                 router.success_calls[model] += 1
                 # The router's success callback.
@@ -492,7 +500,9 @@ def _deployment(router: Any, deployment_id: str) -> tuple[str, str] | str:
     return group, deployment.litellm_params.model
 
 
-async def _logged(claimed: Any, arguments: dict[str, Any], counted: frozenset[int]) -> None:
+async def _logged(
+    path: str, claimed: Any, arguments: dict[str, Any], counted: frozenset[int]
+) -> None:
     """LiteLLM's logging of a served request, run as its replay's provider call runs it (the
     accelerator's, given the lane's outcome): its callbacks are given what they would be, but
     those in `counted`, whose work the batch does (the router's, the limiter's)."""
@@ -515,12 +525,13 @@ async def _logged(claimed: Any, arguments: dict[str, Any], counted: frozenset[in
         return False
 
     logging_obj.should_run_callback = should_run_callback
+    call = litellm.anthropic_messages if path == MESSAGES_PATH else litellm.acompletion
     try:
-        response = await _after_router(await litellm.acompletion(**arguments), arguments)
+        response = await _after_router(await call(**arguments), arguments, path)
         if streamed:
-            await _read_stream(response, arguments)
+            await _read_stream(response, arguments, path)
         else:
-            await _after_call(response, arguments, logging_obj)
+            await _after_call(response, arguments, path, logging_obj)
     except Exception as err:  # the client has its answer; the logging's own failure
         global logging_failed
         logging_failed += 1
@@ -530,12 +541,12 @@ async def _logged(claimed: Any, arguments: dict[str, Any], counted: frozenset[in
         logging_obj.enqueue_deferred_logging()
 
 
-async def _after_router(response: Any, arguments: dict[str, Any]) -> Any:
+async def _after_router(response: Any, arguments: dict[str, Any], path: str) -> Any:
     """What the router does to an answer or a stream before the proxy has it (LiteLLM's own
     steps, in their order): its usage count, its response headers, its retry and fallback
     headers."""
     router = compat.proxy_server().llm_router
-    group = (arguments.get("metadata") or {}).get("model_group")
+    group = _metadata(arguments, path).get("model_group")
     request = {**arguments, "model": group}
     # `increment_deployment_usage_for_response`: for a deployment the ledger takes (no tpm, rpm
     # or token limits) the router counts nothing; what remains is its mark of the tokens (none
@@ -553,25 +564,35 @@ async def _after_router(response: Any, arguments: dict[str, Any]) -> Any:
     return compat.add_fallback_headers_to_response(response=response, attempted_fallbacks=0)
 
 
-async def _read_stream(stream: Any, arguments: dict[str, Any]) -> None:
+async def _read_stream(stream: Any, arguments: dict[str, Any], path: str) -> None:
     """The proxy's reading of a stream for its client (its stream hooks, its chunks' model,
     then the stream's logging), the frames it writes dropped: the client had the lane's."""
-    metadata = arguments.get("metadata") or {}
+    key = _metadata(arguments, path).get("user_api_key_auth")
     model = ((arguments.get("proxy_server_request") or {}).get("body") or {}).get("model")
     request_data = {**arguments, "model": model, "_litellm_client_requested_model": model}
-    frames = compat.proxy_stream_frames(
-        response=stream,
-        user_api_key_dict=metadata.get("user_api_key_auth"),
-        request_data=request_data,
-    )
+    if path == MESSAGES_PATH:
+        processing = compat.ProxyBaseLLMRequestProcessing
+        frames = processing.async_sse_data_generator(
+            response=stream,
+            user_api_key_dict=key,
+            request_data=request_data,
+            proxy_logging_obj=compat.proxy_server().proxy_logging_obj,
+            restamp_model=None if compat.should_return_raw_model_name(request_data) else model,
+        )
+    else:
+        frames = compat.proxy_stream_frames(
+            response=stream, user_api_key_dict=key, request_data=request_data
+        )
     async for _ in frames:
         pass
 
 
-async def _after_call(response: Any, arguments: dict[str, Any], logging_obj: Any) -> None:
+async def _after_call(
+    response: Any, arguments: dict[str, Any], path: str, logging_obj: Any
+) -> None:
     """What the proxy does to an answer before its logging reads it (LiteLLM's own steps, in
     their order): its post-call hooks, its answer's model, the texts it served."""
-    metadata = arguments.get("metadata") or {}
+    metadata = _metadata(arguments, path)
     body = (arguments.get("proxy_server_request") or {}).get("body") or {}
     response = await compat.proxy_server().proxy_logging_obj.post_call_success_hook(
         data=body, user_api_key_dict=metadata.get("user_api_key_auth"), response=response
@@ -582,6 +603,15 @@ async def _after_call(response: Any, arguments: dict[str, Any], logging_obj: Any
     compat.record_served_output_texts(
         logging_obj.model_call_details, compat.served_output_texts(response)
     )
+
+
+def _metadata_name(path: str) -> str:
+    """Where the router keeps a call's metadata (`litellm_metadata` for `/v1/messages`)."""
+    return "litellm_metadata" if path == MESSAGES_PATH else "metadata"
+
+
+def _metadata(arguments: dict[str, Any], path: str) -> dict[str, Any]:
+    return arguments.get(_metadata_name(path)) or {}
 
 
 def _is_master_key(headers: list[tuple[str, str]]) -> bool:
