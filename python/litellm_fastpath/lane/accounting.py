@@ -187,8 +187,8 @@ class Ledger:
         # Whether a callback records requests (LiteLLM's logging then runs for each request).
         self._logs = False
         # The callbacks whose work for a served request the batch does (by id): a logged
-        # request's logging leaves them out; and of them the limiter's (a stream's logging runs
-        # it: the batch has no stream's usage).
+        # request's logging leaves them out; and of them the limiter's (the logging of an
+        # answer whose usage the batch lacks runs it).
         self._counted: frozenset[int] = frozenset()
         self._limiters: frozenset[int] = frozenset()
         self._batch = _Batch()
@@ -403,24 +403,24 @@ def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> _Worker:
     return _Worker(None, logs, frozenset(counted), frozenset(limiters))
 
 
+def _class(module: str, name: str) -> type | None:
+    """A LiteLLM class as installed (None: not in this release, never matched)."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+
+
 @functools.cache
 def _limiter_type() -> type | None:
-    try:
-        return getattr(importlib.import_module(_LIMITER[0]), _LIMITER[1])
-    except (ImportError, AttributeError):  # not in this release
-        return None
+    return _class(*_LIMITER)
 
 
 @functools.cache
 def _inert_types() -> frozenset[type]:
     """The classes of `_INERT` and the limiter's (accounted for here), as installed."""
-    found = set()
-    for module, name in (*_INERT, _LIMITER):
-        try:
-            found.add(getattr(importlib.import_module(module), name))
-        except (ImportError, AttributeError):  # not in this release: never matched
-            continue
-    return frozenset(found)
+    found = (_class(module, name) for module, name in (*_INERT, _LIMITER))
+    return frozenset(klass for klass in found if klass is not None)
 
 
 def _leaves_nothing(callback: Any, inert: frozenset[type], router: Any) -> bool:
