@@ -66,6 +66,10 @@ class Reply:
 class _Server(ThreadingHTTPServer):
     # Handler threads must never keep pytest alive; stop() closes their sockets instead.
     daemon_threads = True
+    # Two proxies open their pools at once under 8 clients each: past socketserver's default
+    # backlog of 5 the kernel falls back to SYN cookies (seen in dmesg during test runs) and a
+    # connection can stall or reset, which one arm would answer as an upstream error.
+    request_queue_size = 128
     owner: RecordingUpstream
 
     def handle_error(self, request: Any, client_address: Any) -> None:

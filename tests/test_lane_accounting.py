@@ -397,7 +397,9 @@ def test_a_stream_whose_client_left_is_logged_in_the_batch_with_what_was_streame
             "stream": True,
         }
 
-    for i in range(2):  # the shape learnt, if it was not yet
+    # One at a time: the key (a worker's first request goes to the proxy) and the shape (two
+    # replays) learnt, if they were not yet.
+    for i in range(4):
         assert proxy.post("/chat/completions", json=body(f"learn {i}")).status_code == 200
         wait_until(lambda: not state(proxy)["lane_backlog"], "replays pending")
     before = state(proxy)["lane"]

@@ -215,8 +215,14 @@ def caller(index: int) -> str:
     return CALLERS[(index // len(SHAPES)) % len(CALLERS)]
 
 
+# The start of each error answer's body, by (proxy port, request index): what a status
+# mismatch between the arms shows.
+ERROR_TEXTS: dict[tuple[int, int], str] = {}
+
+
 def send_all(proxy: ProxyProcess, indices: range) -> dict[int, int]:
-    """Each request of `indices` over `CLIENTS` clients: its status by index."""
+    """Each request of `indices` over `CLIENTS` clients: its status by index (an error's body in
+    `ERROR_TEXTS`)."""
 
     def client_work(first: int) -> dict[int, int]:
         found = {}
@@ -226,11 +232,26 @@ def send_all(proxy: ProxyProcess, indices: range) -> dict[int, int]:
                 with client.stream("POST", path, json=body, headers=headers) as response:
                     response.read()  # a stream to its end
                 found[index] = response.status_code
+                if response.status_code >= 400:
+                    ERROR_TEXTS[(proxy.port, index)] = response.text[:500]
         return found
 
     with concurrent.futures.ThreadPoolExecutor(CLIENTS) as pool:
         parts = list(pool.map(client_work, range(CLIENTS)))
     return {index: status for part in parts for index, status in part.items()}
+
+
+def mismatched(arms: dict[str, Any], statuses: dict[str, dict[int, int]]) -> dict[int, Any]:
+    """Where the arms' statuses differ: each arm's status and error body, by request index."""
+    ports = {name: (arm[0] if isinstance(arm, tuple) else arm).port for name, arm in arms.items()}
+    return {
+        index: {
+            name: (found[index], ERROR_TEXTS.get((ports[name], index)))
+            for name, found in statuses.items()
+        }
+        for index in statuses["plain"]
+        if statuses["lane"].get(index) != statuses["plain"][index]
+    }
 
 
 def on_both(arms: dict[str, Any], work: Callable[[Any], Any]) -> dict[str, Any]:
@@ -319,7 +340,7 @@ def test_the_lane_leaves_every_effect_as_litellm_does(
     indices = range(REQUESTS)
     statuses = on_both(arms, lambda arm: send_all(arm[0], indices))
     # Each request answered alike on both arms: successes, and the failing group's errors.
-    assert statuses["lane"] == statuses["plain"]
+    assert statuses["lane"] == statuses["plain"], mismatched(arms, statuses)
     failing = {i for i in indices if group(i) in FAILING}
     assert {i for i, s in statuses["plain"].items() if s != 200} == failing
     events = on_both(
@@ -391,7 +412,7 @@ def test_each_answer_before_a_sigterm_is_logged_once(
         return statuses
 
     statuses = on_both(arms, answer_then_stop)
-    assert statuses["lane"] == statuses["plain"]
+    assert statuses["lane"] == statuses["plain"], mismatched(arms, statuses)
     for name, (_, log) in arms.items():
         found = events_by_marker(log)
         missing = [i for i in indices if len(found.get(i, ())) != 1]
