@@ -243,7 +243,7 @@ def send_all(proxy: ProxyProcess, indices: range) -> dict[int, int]:
 
 def mismatched(arms: dict[str, Any], statuses: dict[str, dict[int, int]]) -> dict[int, Any]:
     """Where the arms' statuses differ: each arm's status and error body, by request index."""
-    ports = {name: (arm[0] if isinstance(arm, tuple) else arm).port for name, arm in arms.items()}
+    ports = {name: proxy.port for name, (proxy, _) in arms.items()}
     return {
         index: {
             name: (found[index], ERROR_TEXTS.get((ports[name], index)))

@@ -568,7 +568,7 @@ async def _read_stream(stream: Any, arguments: dict[str, Any], path: str) -> Non
     """The proxy's reading of a stream for its client (its stream hooks, its chunks' model,
     then the stream's logging), the frames it writes dropped: the client had the lane's."""
     key = _metadata(arguments, path).get("user_api_key_auth")
-    model = ((arguments.get("proxy_server_request") or {}).get("body") or {}).get("model")
+    model = _client_body(arguments).get("model")
     request_data = {**arguments, "model": model, "_litellm_client_requested_model": model}
     if path == MESSAGES_PATH:
         processing = compat.ProxyBaseLLMRequestProcessing
@@ -593,7 +593,7 @@ async def _after_call(
     """What the proxy does to an answer before its logging reads it (LiteLLM's own steps, in
     their order): its post-call hooks, its answer's model, the texts it served."""
     metadata = _metadata(arguments, path)
-    body = (arguments.get("proxy_server_request") or {}).get("body") or {}
+    body = _client_body(arguments)
     response = await compat.proxy_server().proxy_logging_obj.post_call_success_hook(
         data=body, user_api_key_dict=metadata.get("user_api_key_auth"), response=response
     )
@@ -603,6 +603,11 @@ async def _after_call(
     compat.record_served_output_texts(
         logging_obj.model_call_details, compat.served_output_texts(response)
     )
+
+
+def _client_body(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The request's body as the proxy received it (in the call's `proxy_server_request`)."""
+    return (arguments.get("proxy_server_request") or {}).get("body") or {}
 
 
 def _metadata_name(path: str) -> str:
