@@ -101,9 +101,13 @@ def mixed(
         events_for(log, "rust-openai", 10, timeout=30)
 
         def landed() -> Series | None:
+            # The proxy counts its own calls at once; each worker folds its lane's counts every
+            # second, so the lane's reasons can land after the requests they sent on.
             series = scrape(proxy)
             fast = requests(series, "rust-openai", "lane") + requests(series, "rust-openai", "rust")
-            return series if fast == 8 else None
+            sent_on = value(series, "litellm_fastpath_lane_to_proxy_total", reason="lane_header")
+            sent_on += value(series, "litellm_fastpath_lane_to_proxy_total", reason="lane_model")
+            return series if fast >= 8 and sent_on >= 5 else None
 
         yield proxy, workers, wait_until(landed, lambda: scrape(proxy), timeout=20)
 
