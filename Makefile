@@ -90,6 +90,7 @@ bench-lane: $(PY)
 	$(PY) -m benches.lane --route keyed-limits
 	$(PY) -m benches.lane --route keyed-limits --no-redis
 	$(PY) -m benches.lane --route keyed-spend
+	$(PY) -m benches.lane --route keyed-budget
 
 bench-lane-messages: $(PY)
 	$(PY) -m benches.lane --route messages

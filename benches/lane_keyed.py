@@ -1,8 +1,9 @@
 """The fast lane for a virtual key as LiteLLM's production setup has them (#26): a user, a team, a
 key budget and an rpm limit far from spent, LiteLLM's counters and windows in Redis (with
 `--route keyed-limits`, also a tpm limit and a parallel-request limit far from spent; with
-`--no-redis`, in the worker). The same key on the plain model and on the lane, in one run
-(method and commands: benches/README.md)."""
+`--route keyed-spend`, no budget or limit and LiteLLM's spend tracking on; with `--route
+keyed-budget`, a budget and spend tracking; with `--no-redis`, in the worker). The same key on
+the plain model and on the lane, in one run (method and commands: benches/README.md)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,20 @@ SPEND = {
     **SEEDED,
     "keys": {SPEND_KEY: {"user_id": "bench-user", "team_id": "bench-team"}},
 }
+# A key with a user, a team and a budget far from spent, spend tracked: each of its requests
+# holds the budget, and the lane logs and bills them in batches, each with its own reservation.
+BUDGET_KEY = "sk-bench-user-team-budget"
+BUDGET = {
+    **SEEDED,
+    "keys": {BUDGET_KEY: {"user_id": "bench-user", "team_id": "bench-team", "max_budget": 1000.0}},
+}
+# By route: its key, what is seeded, and whether LiteLLM's spend tracking is on.
+ROUTES = {
+    "keyed": (KEY, SEEDED, False),
+    "keyed-limits": (LIMITED_KEY, LIMITED, False),
+    "keyed-spend": (SPEND_KEY, SPEND, True),
+    "keyed-budget": (BUDGET_KEY, BUDGET, True),
+}
 ARMS = ("python", "lane")
 
 
@@ -82,10 +97,7 @@ SPEND_LANE_RATES = [20, 40, 80, 120, 160, 200, 250, 300, 400, 500]
 
 def keyed(args: Any) -> None:
     secs, reps = (4.0, 1) if args.quick else (8.0, 3)
-    limits, spend = args.route == "keyed-limits", args.route == "keyed-spend"
-    key, seeded = (
-        (LIMITED_KEY, LIMITED) if limits else (SPEND_KEY, SPEND) if spend else (KEY, SEEDED)
-    )
+    key, seeded, spend = ROUTES[args.route]
     data: dict[str, Any] = {
         "machine": machine(args.wait_quiet),
         "seeded": seeded,
@@ -145,9 +157,7 @@ def keyed(args: Any) -> None:
             proxy.__exit__(None, None, None)
         if redis is not None:
             redis.stop()
-    name = {"keyed-limits": "lane-keyed-limits", "keyed-spend": "lane-keyed-spend"}.get(
-        args.route, "lane-keyed"
-    ) + ("-worker" if args.no_redis else "")
+    name = f"lane-{args.route}" + ("-worker" if args.no_redis else "")
     finish(args, name, render(data), data)
 
 
@@ -215,5 +225,10 @@ def _title(seeded: dict[str, Any]) -> str:
     [fields] = seeded["keys"].values()
     if "max_budget" not in fields:
         return "# The lane for a key with a user and a team, spend tracked as with a database"
+    if "rpm_limit" not in fields:
+        return (
+            "# The lane for a key with a user, a team and a budget, spend tracked as with a "
+            "database"
+        )
     limits = ", a tpm limit and a parallel-request limit" if "tpm_limit" in fields else ""
     return f"# The lane for a key with a user, a team, a budget and an rpm limit{limits}"

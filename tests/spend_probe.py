@@ -44,6 +44,7 @@ from litellm.proxy.hooks.proxy_track_cost_callback import _ProxyDBLogger
 from litellm.proxy.spend_tracking import budget_reservation
 
 from litellm_fastpath import _native, claims
+from litellm_fastpath.lane import accounting
 
 SEED_PATH = "/spend-probe/seed"
 SETTLEMENT_PATH = "/spend-probe/settlement"
@@ -340,6 +341,9 @@ async def snapshot(about: str = "") -> dict[str, Any]:
         "post_call_work": {
             name: {"started": _started[name], "finished": _finished[name]} for name in _WORK
         },
+        # Answers the lane's batch counted the limiter's tokens of (its success callback is
+        # left out of their logging).
+        "lane_tokens_counted": accounting.tokens_counted,
     }
 
 

@@ -251,7 +251,7 @@ def about(state: dict[str, Any]) -> dict[str, Any]:
 
 
 # Snapshot sections about the whole worker, not the keys a test names.
-WORKER_WIDE = ("all_open_reservations", "post_call_work", "gateway_requests")
+WORKER_WIDE = ("all_open_reservations", "post_call_work", "gateway_requests", "lane_tokens_counted")
 
 
 def hold_settlement(arm: Arm, hold: bool) -> None:
@@ -262,7 +262,8 @@ def hold_settlement(arm: Arm, hold: bool) -> None:
 def settled(arm: Arm, names: frozenset[str]) -> dict[str, Any]:
     """The arm's spend state about `names` once every answer's post-call work ran: no
     reservation left open, a cost callback and a rate limiter's success callback (its tpm
-    reconciliation) per answer, nothing still running."""
+    reconciliation; or the lane's batch's count of its tokens) per answer, nothing still
+    running."""
     last: list[dict[str, Any]] = []
 
     def done() -> dict[str, Any] | None:
@@ -271,7 +272,7 @@ def settled(arm: Arm, names: frozenset[str]) -> dict[str, Any]:
         finished = (
             not state["all_open_reservations"]
             and work["cost_callback"]["finished"] >= arm.successes
-            and work["rate_limiter"]["finished"] >= arm.successes
+            and work["rate_limiter"]["finished"] + state["lane_tokens_counted"] >= arm.successes
             and all(w["started"] == w["finished"] for w in work.values())
         )
         return about(state) if finished else None
@@ -1094,25 +1095,32 @@ def test_a_burst_against_a_budget_admits_as_many_on_every_arm(
     assert after.get("lane_budget", 0) > before.get("lane_budget", 0), (before, after)
 
 
+@pytest.mark.parametrize("learnt", [False, True], ids=["replayed", "batched"])
 @pytest.mark.parametrize("arms", ["memory", "redis"], indirect=True)
 def test_a_served_request_is_billed_when_its_budget_is_spent_meanwhile(
     arms: dict[str, Arm],
     per_request: dict[str, dict[str, float]],
     upstream_server: RecordingUpstream,
+    learnt: bool,
 ) -> None:
     """The lane admits a request on its headroom; while the provider works on it, the key's
     budget counter is spent (as another instance's requests spend it in a shared Redis). The
     lane's answer stands, and its replay is billed without a second budget check, as LiteLLM
     bills a request it admitted (a deliberate difference, docs/compatibility.md): nobody is
-    served unbilled."""
+    served unbilled. `learnt`: the key's request shape is learnt first, so that the request
+    would be logged in the lane's batch, whose reservation LiteLLM's counters now refuse: it is
+    replayed instead (`replay_needed:key_auth`)."""
     lane = arms["lane"]
     key = f"sk-spent-meanwhile-{len(upstream_server.requests)}"
     estimate = per_request["chat"]["reserved"]
     seed({"lane": lane}, keys={key: {"max_budget": 1.0, "spend": 1.0 - 40 * estimate}})
     names = frozenset({token_hash(key)})
-    assert send(lane, "chat", key).status == 200  # teaches the lane the key's verdict
-    settled(lane, names)
-    served_before = lane_counts(lane.log).get("served", 0)
+    # The first teaches the lane the key's verdict; two more, its request shape.
+    for _ in range(3 if learnt else 1):
+        assert send(lane, "chat", key).status == 200
+        settled(lane, names)
+    before = lane_counts(lane.log)
+    served_before = before.get("served", 0)
     upstream_server.set_default("/chat/completions", Reply(delay_s=1.0))
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -1128,6 +1136,9 @@ def test_a_served_request_is_billed_when_its_budget_is_spent_meanwhile(
     # Its cost callback ran (the replay was billed), and the key is over its budget now.
     state = settled(lane, names)
     assert state["spend_counters"][spent["key"]] > 1.0, state["spend_counters"]
+    if learnt:
+        after = lane_counts(lane.log)
+        assert after.get("replay_needed:key_auth", 0) == before.get("replay_needed:key_auth", 0) + 1
     assert send(lane, "chat", key).status >= 400
 
 

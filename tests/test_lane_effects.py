@@ -8,10 +8,10 @@ key, user and team, the spend-log rows and the database updates LiteLLM queued; 
 counts, its per-minute usage and cooldowns, the rate limiter's counters. Then SIGTERM right after
 200 more answers: each is logged exactly once before the worker exits.
 
-The lane serves the requests of the groups it serves: whole chat answers of keys without a budget
-(and the master key's) are logged and billed in its batches, LiteLLM's cost callback among the
-callbacks their logging runs; streams, `/v1/messages` and the budgeted key's requests are
-replayed."""
+The lane serves the requests of the groups it serves: chat answers and streams, `/v1/messages`
+answers and streams, of every caller (the budgeted key's with their own budget reservations) are
+logged and billed in its batches, LiteLLM's cost callback among the callbacks their logging runs,
+but the replays each shape is learnt from."""
 
 from __future__ import annotations
 
@@ -388,14 +388,13 @@ def test_the_lane_leaves_every_effect_as_litellm_does(
     # upstream failures are handled by the proxy, see deliberate difference 3 with the lane on).
     lane_groups = [i for i in indices if group(i) not in FAILING and group(i) != "effects-usage"]
     assert counts["served"] == len(lane_groups), counts
-    # Requests of keys without a budget (the master key's too), answers and streams, chat and
-    # `/v1/messages`, are logged and billed in the lane's batches, but the replays that learnt
-    # each key's request shapes.
-    batched = [i for i in lane_groups if caller(i) != "sk-effects-budget"]
-    assert counts["accounted"] + counts.get("replay_needed:shape", 0) == len(batched), counts
+    # Every caller's requests (the budgeted key's with its own reservations), answers and
+    # streams, chat and `/v1/messages`, are logged and billed in the lane's batches, but the
+    # replays that learnt each key's request shapes.
+    assert counts["accounted"] + counts.get("replay_needed:shape", 0) == len(lane_groups), counts
     # Each caller's five shapes (chat: two answers, a stream; `/v1/messages`: an answer, a
     # stream) are learnt from two replays each, with the few served while those were in flight.
-    assert counts["accounted"] >= len(batched) - 5 * 4 * len(CALLERS), counts
+    assert counts["accounted"] >= len(lane_groups) - 5 * 4 * len(CALLERS), counts
 
 
 def test_each_answer_before_a_sigterm_is_logged_once(

@@ -45,6 +45,7 @@ impl Head {
         headers: &http::HeaderMap,
         received: Instant,
     ) -> Head {
+        let rate_limited = !matches!(judged.rates, RateAdmission::None);
         Head {
             model_group,
             key_hash: judged.key_hash,
@@ -53,6 +54,7 @@ impl Head {
             hold: Mutex::new(judged.hold),
             rates: judged.rates,
             counted: RateCounted {
+                rate_limited,
                 parallel_counts: judged.slot.as_ref().map(|(_, in_flight)| in_flight.clone()),
                 ..RateCounted::default()
             },

@@ -84,6 +84,9 @@ pub struct Ticket {
 /// where it did not): the replay's limiter must not count it again.
 #[derive(Clone, Debug, Default)]
 pub struct RateCounted {
+    /// Whether the key has rate limits the lane applied (the replay's limiter counts the
+    /// request in the worker's windows, or records what the lane counted in Redis).
+    pub rate_limited: bool,
     /// Each rpm window's start and count with the request.
     pub rate_counts: Option<Vec<(u64, u64)>>,
     /// Each parallel-request gauge's slots in flight with the request's (the lane gives its

@@ -430,6 +430,7 @@ pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<LaneClaim>> {
         call_id_added: ticket.call_id_added,
         call,
         hold: ticket.hold,
+        rate_limited: ticket.counted.rate_limited,
         rate_counts: ticket.counted.rate_counts,
         parallel_counts: ticket.counted.parallel_counts,
         tokens_reserved: ticket

@@ -255,7 +255,8 @@ impl LaneReplay {
 /// The outcome behind a ticket: the deployment the lane called (the replay's router must pick
 /// it), whether the lane chose the call id, and the call that yields the provider's answer or
 /// error without calling it again (a `PreparedCall`, or for a stream a `PreparedStream`), and
-/// its hold on the key's budget and rpm windows (`lane_set_key(release=...)` releases it), and
+/// its hold on the key's budget and rpm windows (`lane_set_key(release=...)` releases it),
+/// whether the key has rate limits the lane applied (the replay's limiter counts it), and
 /// each rpm window's start and count with it where the lane counted it in LiteLLM's windows itself (in
 /// Redis; None otherwise), and each parallel-request gauge's slots in flight with it where the
 /// lane took its slot, and the tokens it reserved in the key's tpm windows with each window's
@@ -268,6 +269,7 @@ pub struct LaneClaim {
     pub(crate) call_id_added: bool,
     pub(crate) call: Py<PyAny>,
     pub(crate) hold: Option<u64>,
+    pub(crate) rate_limited: bool,
     pub(crate) rate_counts: Option<Vec<(u64, u64)>>,
     pub(crate) parallel_counts: Option<Vec<u64>>,
     pub(crate) tokens_reserved: Option<(u64, Vec<u64>)>,

@@ -29,10 +29,13 @@ counted once per batch as above.
 
 With a database, LiteLLM's cost callback is such a callback: its work (the spend-log row, the
 key, user, team and member updates queued for the database, the `spend:*` counters) runs in that
-logging. A request sent with a virtual key whose verdict the worker holds (no budget or limit
-held: those are replayed) is logged so too, given its key's auth object as its replay's auth
-would build it now (`reauth`, in the batch): its part of the metadata is written anew from it,
-the rest is its shape's, learnt from that key's replays.
+logging. A request sent with a virtual key whose verdict the worker holds (no rate limit held:
+those are replayed) is logged so too, given its key's auth object as its replay's auth would
+build it now (`reauth`, in the batch): its part of the metadata is written anew from it, the
+rest is its shape's, learnt from that key's replays. A request holding its key's budget gets
+its own auth object, with the budget reservation its replay's auth would make (in the batch,
+before its logging, which reconciles it as the replay's does); the lane's hold on the key is
+released once that reservation is in LiteLLM's counters, as in the replay.
 
 A stream the lane ended itself (its client waits for nothing the proxy writes) and a
 `/v1/messages` answer or stream are logged so too, in any worker: a stream's end-of-stream
@@ -68,10 +71,12 @@ logger = logging.getLogger("litellm_fastpath")
 MESSAGES_PATH = "/v1/messages"
 CALL_ID_HEADER = "x-litellm-call-id"
 
-# Requests replayed rather than accounted here, by why; those accounted here; and those of
-# them whose logging (run here) failed.
+# Requests replayed rather than accounted here, by why; those accounted here; those of them
+# whose tokens the batch counted on the limiter's counters (for the others the limiter's success
+# callback runs in their logging); and those whose logging (run here) failed.
 replay_needed: collections.Counter[str] = collections.Counter()
 accounted = 0
+tokens_counted = 0
 logging_failed = 0
 
 # LiteLLM's proxy hooks that leave nothing for such a request (each returns early: no limit,
@@ -222,12 +227,9 @@ class Ledger:
         self._usage_known = claimed.usage is not None
         if not self._usage_known and not streamed and path != MESSAGES_PATH:
             return "usage"
-        if (
-            claimed.hold is not None
-            or claimed.rate_counts is not None
-            or claimed.parallel_counts is not None
-            or claimed.tokens_reserved is not None
-        ):
+        if claimed.rate_limited:
+            # The key's rate limits: its replay's limiter counts it in the worker's windows, or
+            # records what the lane counted in Redis.
             return "hold"
         self._master = _is_master_key(headers)
         if not self._master and not self._logs:
@@ -270,7 +272,7 @@ class Ledger:
     def take(self, record: Any, claimed: Any, key: Any = None) -> None:
         """Adds a request `replay_reason` found accountable to the batch (`key`: its virtual
         key's auth object, see `needs_key`)."""
-        global accounted
+        global accounted, tokens_counted
         deployment = self._deployment(claimed.deployment_id)
         assert not isinstance(deployment, str)
         group, model = deployment
@@ -284,14 +286,18 @@ class Ledger:
         if self._usage_known:
             counted = (group, claimed.usage, caller)
             self._batch.tokens[counted] = self._batch.tokens.get(counted, 0) + 1
+            tokens_counted += 1
         if self._arguments is not None:
             if key is not None:
                 # The key's part of the metadata as the replay's auth would write it now (the
-                # shape's is as of the replay it was learnt from: its spend then).
+                # shape's is as of the replay it was learnt from: its spend then, and its budget
+                # reservation, reconciled already; this request's own is on `key`, or none).
+                metadata_name = _metadata_name(record.path)
+                self._arguments[metadata_name].pop(shapes.RESERVATION, None)
                 compat.LiteLLMProxyRequestSetup.add_user_api_key_auth_to_request_metadata(
                     data=self._arguments,
                     user_api_key_dict=key,
-                    _metadata_variable_name=_metadata_name(record.path),
+                    _metadata_variable_name=metadata_name,
                 )
             left_out = self._counted if self._usage_known else self._counted - self._limiters
             self._batch.logged.append((record.path, claimed, self._arguments, left_out))
@@ -716,8 +722,10 @@ async def _master_key_metadata() -> dict[str, Any]:
 
 
 def counts() -> Iterable[tuple[str, int]]:
-    """`accounted` and `replay_needed:<why>`, for the lane's counts."""
+    """`accounted` (`tokens_counted` of them), `logging_failed` and `replay_needed:<why>`, for
+    the lane's counts."""
     yield "accounted", accounted
+    yield "tokens_counted", tokens_counted
     if logging_failed:
         yield "logging_failed", logging_failed
     for why, n in replay_needed.items():

@@ -185,6 +185,16 @@ async def note_judged(user_api_key_dict: Any, data: dict[str, Any], call_type: A
             _native.lane_release_hold(hold)
 
 
+async def note_batched(user_api_key_dict: Any, hold: int) -> None:
+    """A request holding its key's budget is accounted for in the lane's batch, its budget
+    reservation made (`replay`): hand the verdict to the lane as its replay's hook would,
+    releasing the hold."""
+    try:
+        await _verdicts.note(user_api_key_dict, hold)
+    finally:
+        _native.lane_release_hold(hold)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Judged:
     """A key's verdict in this worker: the groups it may call (None: every group), when and

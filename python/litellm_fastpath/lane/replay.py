@@ -10,7 +10,7 @@ import contextvars
 import functools
 import importlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import litellm
@@ -44,11 +44,15 @@ LOGGING_QUEUE_BOUND = 256
 LOGGING_QUEUE_POLL_S = 0.005
 
 
-async def replay_served(judged: Callable[[str], bool]) -> None:
+async def replay_served(
+    judged: Callable[[str], bool], rejudged: Callable[[Any, int], Awaitable[None]]
+) -> None:
     """Takes the lane's served requests in batches and runs each through the proxy's own
-    endpoint in-process (auth, hooks, router, logging, cost and spend), with its ticket.
-    `judged(key_hash)`: whether this worker holds the key's verdict (its replays then skip
-    LiteLLM's checks, see `reauth`)."""
+    endpoint in-process (auth, hooks, router, logging, cost and spend), with its ticket, or
+    accounts for it in the batch (`accounting`). `judged(key_hash)`: whether this worker holds
+    the key's verdict (its replays then skip LiteLLM's checks, see `reauth`); `rejudged(key,
+    hold)`: hands a key's verdict to the lane again once a request's budget reservation is in
+    LiteLLM's counters, releasing the lane's hold (`keys`)."""
     loop = asyncio.get_running_loop()
     slots = asyncio.Semaphore(REPLAY_CONCURRENCY)
     running: set[asyncio.Task[None]] = set()
@@ -64,6 +68,8 @@ async def replay_served(judged: Callable[[str], bool]) -> None:
         # By request shape (its key among its headers): the auth object a virtual key's requests
         # in this batch are logged with, built once (their spend as of the batch).
         batch_keys: dict[Any, Any] = {}
+        # The batch's requests holding their key's budget: each with its own reservation.
+        reserved: list[Any] = []
         for record in records:
             claimed = _native.lane_claim(record.ticket)
             learner = None
@@ -71,10 +77,13 @@ async def replay_served(judged: Callable[[str], bool]) -> None:
                 why = _replay_reason(ledger, record, claimed)
                 key = None
                 if why is None and ledger.needs_key():
-                    shape = ledger.shape()
-                    if shape not in batch_keys:
-                        batch_keys[shape] = await _batch_key(record, claimed, judged)
-                    key = batch_keys[shape]
+                    if claimed.hold is not None:
+                        key = await _held_key(record, claimed, judged, rejudged, reserved)
+                    else:
+                        shape = ledger.shape()
+                        if shape not in batch_keys:
+                            batch_keys[shape] = await _batch_key(record, claimed, judged)
+                        key = batch_keys[shape]
                     if key is None:
                         why = "key_auth"
                         accounting.replay_needed[why] += 1
@@ -90,23 +99,61 @@ async def replay_served(judged: Callable[[str], bool]) -> None:
             task.add_done_callback(running.discard)
             task.add_done_callback(lambda _: slots.release())
         await ledger.settle()
+        for request in reserved:
+            await _release_unbound_reservation(request)
         for _ in range(taken):
             _native.lane_replayed()
 
 
 async def _batch_key(
-    record: _native.LaneReplay, claimed: _native.LaneClaim, judged: Callable[[str], bool]
+    record: _native.LaneReplay,
+    claimed: _native.LaneClaim,
+    judged: Callable[[str], bool],
+    request: Any = None,
 ) -> Any | None:
     """The auth object a virtual key's replay would get (`reauth`, LiteLLM's own builders on
     its cached key, user and team: their spend as of now), for its logging in the batch; None
     where its replay must authenticate."""
-    headers, _ = _client_headers(record.headers, claimed)
-    request = asgi_request(record.path, headers, record.body, record.client, record.server)
+    if request is None:
+        request = _batch_request(record, claimed)
     try:
         return await reauth.authenticate(request, judged)
-    except Exception as err:  # a LiteLLM change: the replay does it all
+    except Exception as err:  # a LiteLLM change, or its budget refused: the replay decides
         logger.debug("fastpath_lane: a batch key failed: %s", type(err).__name__)
         return None
+
+
+async def _held_key(
+    record: _native.LaneReplay,
+    claimed: _native.LaneClaim,
+    judged: Callable[[str], bool],
+    rejudged: Callable[[Any, int], Awaitable[None]],
+    reserved: list[Any],
+) -> Any | None:
+    """For a request holding its key's budget: its own auth object, with the reservation its
+    replay's auth would make (added to `reserved`, whose unclaimed reservations are released
+    once the batch is logged, as the proxy releases them once it answered); the key's verdict
+    handed to the lane again, releasing the lane's hold. None where its replay must
+    authenticate (a budget LiteLLM's counters refuse now among them: the replay bills it)."""
+    assert claimed.hold is not None
+    request = _batch_request(record, claimed)
+    key = await _batch_key(record, claimed, judged, request)
+    if key is None:
+        await _release_unbound_reservation(request)  # one made before a later step failed
+        return None
+    reserved.append(request)
+    try:
+        await rejudged(key, claimed.hold)
+    except Exception as err:  # the verdict is worked out again on the key's next replay
+        logger.debug("fastpath_lane: a held key's verdict failed: %s", type(err).__name__)
+    finally:
+        _native.lane_release_hold(claimed.hold)  # a no-op once released with the verdict
+    return key
+
+
+def _batch_request(record: _native.LaneReplay, claimed: _native.LaneClaim) -> Any:
+    headers, _ = _client_headers(record.headers, claimed)
+    return asgi_request(record.path, headers, record.body, record.client, record.server)
 
 
 def _replay_reason(

@@ -37,6 +37,9 @@ _PER_REQUEST = _DRAWN_IDS | _WALL_CLOCKS | _DATETIMES | _DURATIONS
 # A virtual key's spend (and its user's and team's) as of its auth: written anew per request from
 # the key's auth object (`accounting.Ledger.take`).
 KEY_STATE = frozenset({"user_api_key_spend", "user_api_key_user_spend", "user_api_key_team_spend"})
+# A budget reservation: made per request by its key's auth (the batch's, `replay`) and written
+# anew from that (`accounting.Ledger.take`); compared whole.
+RESERVATION = "user_api_key_budget_reservation"
 # The request's own values.
 _OWN = frozenset({"messages", "input", "litellm_call_id", "content-length"})
 # The logging object is built anew for each call (from its own copied attributes).
@@ -195,7 +198,7 @@ class Shapes:
             self._seen[shape] = copied
             return
         differing = set(_differences(first, copied))
-        learnable = differing <= _PER_REQUEST | _OWN | KEY_STATE
+        learnable = differing <= _PER_REQUEST | _OWN | KEY_STATE | {RESERVATION}
         self._learnt[shape] = (
             Template(copied, type(logging_obj), frozenset(differing)) if learnable else None
         )
@@ -238,7 +241,7 @@ def _copy(value: Any, memo: dict[int, Any], patch: dict[str, Any], messages: Any
 def _differences(a: Any, b: Any, name: str = "") -> Iterator[str]:
     """The names of the keys under which two captures differ (`messages` for anything within
     them); objects are compared by kind (each request has its own)."""
-    if name in ("messages", "input"):
+    if name in ("messages", "input", RESERVATION):
         if a != b:
             yield name
         return

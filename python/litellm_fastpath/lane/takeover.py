@@ -112,7 +112,7 @@ def take_over() -> None:
     claims.lane_started()
     loop = asyncio.get_running_loop()
     _background.add(loop.create_task(groups.keep_current(litellm_settings)))
-    _background.add(loop.create_task(replay.replay_served(keys.judged)))
+    _background.add(loop.create_task(replay.replay_served(keys.judged, keys.note_batched)))
     _background.add(loop.create_task(realtime.replay_relayed()))
     if metrics.recorder is not None:
         _background.add(loop.create_task(metrics.fold_lane_forever()))
