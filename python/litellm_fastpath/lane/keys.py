@@ -188,7 +188,7 @@ async def note_judged(user_api_key_dict: Any, data: dict[str, Any], call_type: A
 async def note_batched(user_api_key_dict: Any, hold: int) -> None:
     """A request holding its key's budget is accounted for in the lane's batch, its budget
     reservation made (`replay`): hand the verdict to the lane as its replay's hook would,
-    releasing the hold."""
+    releasing the hold (also when that raises)."""
     try:
         await _verdicts.note(user_api_key_dict, hold)
     finally:

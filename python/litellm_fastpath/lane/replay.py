@@ -82,7 +82,8 @@ async def replay_served(
                     else:
                         shape = ledger.shape()
                         if shape not in batch_keys:
-                            batch_keys[shape] = await _batch_key(record, claimed, judged)
+                            request = _batch_request(record, claimed)
+                            batch_keys[shape] = await _batch_key(request, judged)
                         key = batch_keys[shape]
                     if key is None:
                         why = "key_auth"
@@ -105,17 +106,10 @@ async def replay_served(
             _native.lane_replayed()
 
 
-async def _batch_key(
-    record: _native.LaneReplay,
-    claimed: _native.LaneClaim,
-    judged: Callable[[str], bool],
-    request: Any = None,
-) -> Any | None:
+async def _batch_key(request: Any, judged: Callable[[str], bool]) -> Any | None:
     """The auth object a virtual key's replay would get (`reauth`, LiteLLM's own builders on
     its cached key, user and team: their spend as of now), for its logging in the batch; None
     where its replay must authenticate."""
-    if request is None:
-        request = _batch_request(record, claimed)
     try:
         return await reauth.authenticate(request, judged)
     except Exception as err:  # a LiteLLM change, or its budget refused: the replay decides
@@ -137,21 +131,20 @@ async def _held_key(
     authenticate (a budget LiteLLM's counters refuse now among them: the replay bills it)."""
     assert claimed.hold is not None
     request = _batch_request(record, claimed)
-    key = await _batch_key(record, claimed, judged, request)
+    key = await _batch_key(request, judged)
     if key is None:
         await _release_unbound_reservation(request)  # one made before a later step failed
         return None
     reserved.append(request)
     try:
-        await rejudged(key, claimed.hold)
+        await rejudged(key, claimed.hold)  # releases the hold, whatever it raises
     except Exception as err:  # the verdict is worked out again on the key's next replay
         logger.debug("fastpath_lane: a held key's verdict failed: %s", type(err).__name__)
-    finally:
-        _native.lane_release_hold(claimed.hold)  # a no-op once released with the verdict
     return key
 
 
 def _batch_request(record: _native.LaneReplay, claimed: _native.LaneClaim) -> Any:
+    """The request as the replay's auth would read it (the client's headers)."""
     headers, _ = _client_headers(record.headers, claimed)
     return asgi_request(record.path, headers, record.body, record.client, record.server)
 
