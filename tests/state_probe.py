@@ -9,16 +9,20 @@ replay where it is the only callback besides LiteLLM's own) and adds routes to t
 - `POST /state-probe/recorder`: adds a callback that records every success and failure it is
   given, as an operator's logging callback would be (`litellm.callbacks`, at runtime);
 - `GET /state-probe/payloads`: what that callback was given for each success, as JSON (its
-  `kwargs`, the standard logging payload among them, and the response object).
+  `kwargs`, the standard logging payload among them, and the response object);
+- `POST /state-probe/settings` `{"info_logs": bool}`: sets LiteLLM's loggers to INFO (or
+  back).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 from typing import Any
 
 import litellm
+from fastapi import Request
 from litellm.integrations.custom_logger import CustomLogger
 from litellm.proxy import proxy_server
 
@@ -27,6 +31,9 @@ from litellm_fastpath import _native, lane
 STATE_PATH = "/state-probe/state"
 RECORDER_PATH = "/state-probe/recorder"
 PAYLOADS_PATH = "/state-probe/payloads"
+SETTINGS_PATH = "/state-probe/settings"
+# LiteLLM's loggers (at INFO a replay logs per request).
+LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
 
 
 class _Recorder(CustomLogger):
@@ -116,12 +123,29 @@ async def _add_recorder() -> dict[str, bool]:
     return {"added": True}
 
 
+_levels: dict[str, int] = {}
+
+
+async def _settings(request: Request) -> dict[str, bool]:
+    body = await request.json()
+    if "info_logs" in body:
+        for name in LITELLM_LOGGERS:
+            found = logging.getLogger(name)
+            if body["info_logs"]:
+                _levels.setdefault(name, found.level)
+                found.setLevel(logging.INFO)
+            elif name in _levels:
+                found.setLevel(_levels.pop(name))
+    return {key: bool(value) for key, value in body.items()}
+
+
 async def _after_startup() -> None:
     while proxy_server.shared_aiohttp_session is None:
         await asyncio.sleep(0.05)
     proxy_server.app.add_api_route(STATE_PATH, _state, methods=["GET"])
     proxy_server.app.add_api_route(RECORDER_PATH, _add_recorder, methods=["POST"])
     proxy_server.app.add_api_route(PAYLOADS_PATH, _payloads, methods=["GET"])
+    proxy_server.app.add_api_route(SETTINGS_PATH, _settings, methods=["POST"])
 
 
 class Probe(CustomLogger):

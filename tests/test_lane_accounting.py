@@ -27,6 +27,7 @@ STATE_PATH = "/state-probe/state"
 # The minute in the router's usage keys (`global_router:<id>:<model>:tpm:14-05`, ...).
 MINUTE = re.compile(r":\d{2}-\d{2}(?=:|$)")
 RECORDER_PATH = "/state-probe/recorder"
+SETTINGS_PATH = "/state-probe/settings"
 CLIENTS = 8
 # A group whose usage the router counts per minute (its rpm) and puts in its answers' headers:
 # the lane leaves it to the proxy.
@@ -379,6 +380,28 @@ def test_the_recording_callback_gets_the_same_payloads(arms: dict[str, ProxyProc
         assert not found_differences, "\n".join(
             f"{marker} {path}: {a!r} != {b!r}" for path, (a, b) in found_differences.items()
         )
+
+
+def test_litellm_s_info_logs_keep_the_replays(arms: dict[str, ProxyProcess]) -> None:
+    """With LiteLLM's loggers at INFO (a replay logs per request there: the router's pick, its
+    200 OK) the lane replays each request it serves (`verbose_logs`), and the router's and the
+    limiter's state stay as LiteLLM's path leaves them."""
+    before = {name: state(proxy) for name, proxy in arms.items()}
+    calls = sum(before["plain"]["router"]["success_calls"].values())
+    try:
+        for proxy in arms.values():
+            assert proxy.post(SETTINGS_PATH, json={"info_logs": True}).status_code == 200
+            send(proxy, "rust-openai", 8)
+        found = {name: settled(proxy, calls + 8) for name, proxy in arms.items()}
+    finally:
+        for proxy in arms.values():
+            proxy.post(SETTINGS_PATH, json={"info_logs": False})
+    assert not (found_differences := differences(found["lane"], found["plain"])), found_differences
+    lane, was = found["lane"]["lane"], before["lane"]["lane"]
+    assert lane["served"] - was["served"] == 8, lane
+    replayed = lane.get("replay_needed:verbose_logs", 0) - was.get("replay_needed:verbose_logs", 0)
+    assert replayed == 8, lane
+    assert lane["accounted"] == was["accounted"]
 
 
 def test_a_stream_whose_client_left_is_logged_in_the_batch_with_what_was_streamed(
