@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from litellm.caching import redis_batch
 from litellm.integrations.custom_logger import CustomLogger
 from litellm.proxy import proxy_server
 from litellm.proxy._types import (
@@ -284,6 +285,16 @@ def _about(value: Any, names: frozenset[str]) -> Any:
     return value
 
 
+def _post_call_writes_pending() -> int:
+    """Redis writes LiteLLM's post-call work declared and has not sent yet: its request's
+    post-call pipeline goes out once every success callback ran, or on a deadline."""
+    return sum(
+        batch.pending
+        for batches in tuple(redis_batch._open_post_call)
+        for batch in batches._post_call.values()
+    )
+
+
 async def snapshot(about: str = "") -> dict[str, Any]:
     """LiteLLM's spend state in this worker, about the keys (hashes), users and teams named in
     `about` (comma-separated): their spend in the auth cache; the `spend:*` budget counters;
@@ -304,6 +315,9 @@ async def snapshot(about: str = "") -> dict[str, Any]:
     limiter_cache = proxy_server.proxy_logging_obj.internal_usage_cache.dual_cache
     async with _database._spend_log_transactions_lock:
         rows = [row for row in _database.spend_log_transactions if _mentions(dict(row), names)]
+    # Taken with the worker's copies below, no await between: a post-call pipeline that lands
+    # later rewrites those copies (from what Redis answers) after the cost callback finished.
+    post_call_writes = _post_call_writes_pending()
     _reservations[:] = [r for r in _reservations if r.get("finalized") is not True]
     open_reservations = [
         {
@@ -334,6 +348,7 @@ async def snapshot(about: str = "") -> dict[str, Any]:
     return {
         **{section: _about(value, names) for section, value in state.items()},
         "all_open_reservations": len(open_reservations),
+        "post_call_writes_pending": post_call_writes,
         "gateway_requests": {
             f"{key.category} {key.route}": [counts.successful_requests, counts.failed_requests]
             for key, counts in proxy_server.gateway_request_accumulator._counts.items()

@@ -251,7 +251,13 @@ def about(state: dict[str, Any]) -> dict[str, Any]:
 
 
 # Snapshot sections about the whole worker, not the keys a test names.
-WORKER_WIDE = ("all_open_reservations", "post_call_work", "gateway_requests", "lane_tokens_counted")
+WORKER_WIDE = (
+    "all_open_reservations",
+    "post_call_writes_pending",
+    "post_call_work",
+    "gateway_requests",
+    "lane_tokens_counted",
+)
 
 
 def hold_settlement(arm: Arm, hold: bool) -> None:
@@ -261,9 +267,9 @@ def hold_settlement(arm: Arm, hold: bool) -> None:
 
 def settled(arm: Arm, names: frozenset[str]) -> dict[str, Any]:
     """The arm's spend state about `names` once every answer's post-call work ran: no
-    reservation left open, a cost callback and a rate limiter's success callback (its tpm
-    reconciliation; or the lane's batch's count of its tokens) per answer, nothing still
-    running."""
+    reservation left open, no post-call Redis write waiting for its pipeline, a cost callback
+    and a rate limiter's success callback (its tpm reconciliation; or the lane's batch's count
+    of its tokens) per answer, nothing still running."""
     last: list[dict[str, Any]] = []
 
     def done() -> dict[str, Any] | None:
@@ -271,6 +277,7 @@ def settled(arm: Arm, names: frozenset[str]) -> dict[str, Any]:
         work = state["post_call_work"]
         finished = (
             not state["all_open_reservations"]
+            and not state["post_call_writes_pending"]
             and work["cost_callback"]["finished"] >= arm.successes
             and work["rate_limiter"]["finished"] + state["lane_tokens_counted"] >= arm.successes
             and all(w["started"] == w["finished"] for w in work.values())

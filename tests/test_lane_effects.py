@@ -324,6 +324,7 @@ def settled(proxy: ProxyProcess) -> tuple[dict[str, Any], dict[str, Any]]:
         work = found[0]["post_call_work"]
         quiet = (
             not found[0]["all_open_reservations"]
+            and not found[0]["post_call_writes_pending"]
             and not state["lane_backlog"]
             and all(w["started"] == w["finished"] for w in work.values())
         )
