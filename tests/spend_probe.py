@@ -286,10 +286,11 @@ def _about(value: Any, names: frozenset[str]) -> Any:
 
 
 def _post_call_writes_pending() -> int:
-    """Redis writes LiteLLM's post-call work declared and has not sent yet: its request's
-    post-call pipeline goes out once every success callback ran, or on a deadline."""
+    """Redis writes LiteLLM's post-call work declared and has not seen land yet (a pipeline in
+    flight counts as one): its request's post-call pipeline goes out once every success
+    callback ran, or on a deadline, and its answers then rewrite the worker's copies."""
     return sum(
-        batch.pending
+        batch.pending + batch._lock.locked()
         for batches in tuple(redis_batch._open_post_call)
         for batch in batches._post_call.values()
     )
