@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import re
 import socket
 import threading
@@ -29,6 +30,7 @@ from devtools.proxy_logger import (
     wait_for_events,
 )
 from devtools.upstream import RecordingUpstream, Reply
+from tests.answer_hooks import STAMP
 from tests.conftest import VOLATILE_HEADERS as BASE_VOLATILE
 from tests.conftest import stable_headers
 from tests.test_tools import (
@@ -850,6 +852,56 @@ def test_settings_the_lane_does_not_reproduce_keep_it_off(
                 assert lane_counts(log).get("served", 0) == 0
     assert answers[0] == answers[1]
     assert any(status == 200 for status, _ in answers[0])
+
+
+def _said(response: httpx.Response) -> str:
+    """What the client was told: an answer's content, or a stream's content deltas joined."""
+    if not response.headers.get("content-type", "").startswith("text/event-stream"):
+        return str(response.json()["choices"][0]["message"]["content"])
+    said = []
+    for line in response.text.splitlines():
+        if line.startswith("data: {"):
+            for choice in json.loads(line[len("data: ") :]).get("choices") or []:
+                said.append((choice.get("delta") or {}).get("content") or "")
+    return "".join(said)
+
+
+@pytest.mark.parametrize(
+    ("callback", "stream"),
+    [("deployment_stamp", False), ("stream_stamp", True)],
+    ids=["deployment-success-hook", "streaming-iterator-hook"],
+)
+def test_a_callback_that_changes_answers_keeps_the_lane_off(
+    upstream: RecordingUpstream, tmp_path: Path, callback: str, stream: bool
+) -> None:
+    """An operator's hook that edits answers after the provider call (LiteLLM's per-deployment
+    success hook, the proxy's streaming iterator hook): lane on, the client gets the edited
+    answer as with the lane off, and the lane serves nothing, saying why."""
+    sse = openai_stream_events("gpt-4o-mini", stream_pieces(3), include_usage=True)
+    upstream.set_default(
+        "/chat/completions",
+        Reply(body=b"".join(sse), headers={"Content-Type": "text/event-stream"})
+        if stream
+        else None,
+    )
+    said: list[str] = []
+    for lane in (True, False):
+        log = tmp_path / f"events-{lane}.jsonl"
+        log.touch()
+        models = twin_models("openai", deployment_kwargs("openai", upstream.url))
+        settings = {"fastpath_lane": True} if lane else {}
+        with logged_proxy(
+            models, log, callbacks=(f"tests.answer_hooks.{callback}",), **settings
+        ) as proxy:
+            body = {"model": "rust-openai", "messages": HI, "stream": stream}
+            said += [_said(proxy.post("/chat/completions", json=body)) for _ in range(2)]
+            if lane:
+                name = {"deployment_stamp": "DeploymentStamp", "stream_stamp": "StreamStamp"}
+                reason = f"lane_off:callback.{name[callback]}"
+                assert wait_for_count(log, reason, 2)[reason] >= 2
+                assert lane_counts(log).get("served", 0) == 0
+    assert len(set(said)) == 1, said
+    assert STAMP in said[0]
 
 
 @pytest.mark.parametrize(

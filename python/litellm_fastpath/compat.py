@@ -440,6 +440,7 @@ _PRIVATE: dict[str, tuple[str, str]] = {
     "EndpointType": ("litellm.types.passthrough_endpoints.pass_through_endpoints", "EndpointType"),
     # The proxy hook's base class.
     "CustomLogger": ("litellm.integrations.custom_logger", "CustomLogger"),
+    "CustomGuardrail": ("litellm.integrations.custom_guardrail", "CustomGuardrail"),
 }
 
 # Private attributes of the `litellm` module, read at call time (LiteLLM may rebind them).

@@ -24,6 +24,7 @@ from litellm_fastpath import (
     claims,
     compat,
     errors,
+    hooks,
     messages,
     metrics,
     providers,
@@ -67,7 +68,8 @@ def uninstall() -> None:
 def _admit_chat(kwargs: dict[str, Any]) -> tuple[routing.Route, Prepared] | None:
     """The routing decision and Rust's admission; None means "LiteLLM's Python path". Raises
     on malformed input."""
-    return calls.admitted(routing.route(kwargs), functools.partial(_prepare_chat, kwargs))
+    decision = hooks.client_hook_decline(kwargs) or routing.route(kwargs)
+    return calls.admitted(decision, functools.partial(_prepare_chat, kwargs))
 
 
 def _prepare_chat(kwargs: dict[str, Any], route: routing.Route) -> Prepared | _native.Declined:
@@ -93,7 +95,8 @@ def _prepare_chat(kwargs: dict[str, Any], route: routing.Route) -> Prepared | _n
 def _admit_transcription(
     kwargs: dict[str, Any],
 ) -> tuple[routing.TranscriptionRoute, _native.PreparedCall] | None:
-    return calls.admitted(routing.route_transcription(kwargs), _prepare_transcription)
+    decision = hooks.client_hook_decline(kwargs) or routing.route_transcription(kwargs)
+    return calls.admitted(decision, _prepare_transcription)
 
 
 def _prepare_transcription(route: routing.TranscriptionRoute) -> _native.PreparedCall:
@@ -128,7 +131,8 @@ def _prepare_transcription(route: routing.TranscriptionRoute) -> _native.Prepare
 def _admit_embedding(
     kwargs: dict[str, Any],
 ) -> tuple[routing.EmbeddingRoute, _native.PreparedCall] | None:
-    return calls.admitted(routing.route_embedding(kwargs), _prepare_embedding)
+    decision = hooks.client_hook_decline(kwargs) or routing.route_embedding(kwargs)
+    return calls.admitted(decision, _prepare_embedding)
 
 
 def _prepare_embedding(route: routing.EmbeddingRoute) -> _native.PreparedCall | _native.Declined:

@@ -23,7 +23,7 @@ from typing import Any, cast
 import httpx
 import litellm
 
-from litellm_fastpath import _native, calls, claims, compat, errors, routing
+from litellm_fastpath import _native, calls, claims, compat, errors, hooks, routing
 from litellm_fastpath.bridge import settle
 from litellm_fastpath.declines import Decline
 from litellm_fastpath.providers import PROVIDERS, Messages
@@ -83,23 +83,8 @@ _PARTIAL_LOGS: set[asyncio.Future[None]] = set()
 _FASTPATH_HEADERS = {"x-litellm-rust": "true", "x-litellm-fastpath": _native.__version__}
 
 
-def _overrides(callback: Any, name: str) -> bool:
-    base = getattr(compat.CustomLogger, name, None)
-    own = getattr(type(callback), name, base)
-    return getattr(own, "__func__", own) is not getattr(base, "__func__", base)
-
-
-def _skills_hook_idle(kwargs: Mapping[str, Any]) -> bool:
-    """The proxy's `SkillsInjectionHook` acts after the call only when its pre-call hook
-    switched code execution on (requests with `container.skills`, which decline)."""
-    return not any(
-        (kwargs.get(name) or {}).get("_litellm_code_execution_enabled")
-        for name in ("litellm_metadata", "metadata")
-    )
-
-
 # Hooks LiteLLM's proxy installs itself, and when they leave a request alone.
-_IDLE_HOOKS = {"SkillsInjectionHook": _skills_hook_idle}
+_IDLE_HOOKS: dict[str, hooks.Idle] = {"SkillsInjectionHook": hooks.skills_hook_idle}
 
 
 def _hook_decline(kwargs: Mapping[str, Any]) -> Decline | None:
@@ -110,15 +95,10 @@ def _hook_decline(kwargs: Mapping[str, Any]) -> Decline | None:
         litellm, "enable_prompt_caching", False
     ):
         return Decline("messages_hook", "prompt caching injection is on")
-    for callback in litellm.callbacks:
-        if not isinstance(callback, compat.CustomLogger):
-            continue
-        idle = _IDLE_HOOKS.get(type(callback).__name__)
-        if idle is not None and idle(kwargs):
-            continue
-        if any(_overrides(callback, name) for name in _REQUEST_HOOKS):
-            return Decline("messages_hook", f"{type(callback).__name__} hook")
-    return None
+    name = hooks.acting(
+        kwargs, _REQUEST_HOOKS, lambda callback: _IDLE_HOOKS.get(type(callback).__name__)
+    )
+    return None if name is None else Decline("messages_hook", f"{name} hook")
 
 
 def _caller_headers(kwargs: Mapping[str, Any], provider: str) -> dict[str, str] | Decline:

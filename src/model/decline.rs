@@ -64,6 +64,9 @@ named_reasons! {
         Caching => "caching",
         Cache => "cache",
         LitellmOption => "litellm_option",
+        /// A configured callback's per-deployment hook LiteLLM runs around the provider call
+        /// (chat, embeddings, transcription).
+        DeploymentHook => "deployment_hook",
         /// A param this provider's allowlist does not hold.
         UnsupportedParam => "unsupported_param",
         /// An allowed param with a JSON type LiteLLM coerces, drops or forwards per provider.

@@ -124,7 +124,7 @@ _NOT_PER_REQUEST = frozenset(
 )
 # CustomLogger methods LiteLLM's logging object calls around a provider call (not the proxy's or
 # the router's hooks): a callback replacing only these is given a served request by its logging.
-_LOGGING_EVENTS = frozenset(
+LOGGING_EVENTS = frozenset(
     {
         "log_pre_api_call",
         "log_post_api_call",
@@ -435,19 +435,22 @@ def _leaves_nothing(callback: Any, inert: frozenset[type], router: Any) -> bool:
     owner = getattr(callback, "__self__", None)
     if owner is router and getattr(callback, "__name__", None) in _ROUTER_CALLBACKS:
         return True
-    return isinstance(callback, compat.CustomLogger) and _overridden(callback) <= _NOT_ON_SUCCESS
+    return (
+        isinstance(callback, compat.CustomLogger)
+        and overridden_methods(callback) <= _NOT_ON_SUCCESS
+    )
 
 
 def _only_logs(callback: Any) -> bool:
     """A CustomLogger that replaces only the methods LiteLLM's logging calls around a provider
     call (which runs for a served request whose logging runs here), besides those never called
     for a served answer."""
-    return isinstance(callback, compat.CustomLogger) and _overridden(callback) <= (
-        _LOGGING_EVENTS | _NOT_ON_SUCCESS
+    return isinstance(callback, compat.CustomLogger) and overridden_methods(callback) <= (
+        LOGGING_EVENTS | _NOT_ON_SUCCESS
     )
 
 
-def _overridden(callback: Any) -> set[str]:
+def overridden_methods(callback: Any) -> set[str]:
     """CustomLogger's per-request methods a callback object replaces (on its class, a base
     between, or itself)."""
     base = compat.CustomLogger

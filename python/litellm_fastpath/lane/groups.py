@@ -259,6 +259,9 @@ _IDLE_CALLBACKS = frozenset(
         # lane), and the others act on routes or fields the lane does not take.
         "_PROXY_MaxParallelRequestsHandler_v3",
         "_PROXY_MaxParallelRequestsHandler",
+        # Its deployment filter passes every deployment on; it counts spend per model only for
+        # keys with model budgets, which stay with the proxy (`keys`).
+        "_PROXY_VirtualKeyModelMaxBudgetLimiter",
         "_PROXY_CacheControlCheck",
         "ResponsesIDSecurity",
         "_PROXY_LiteLLMManagedFiles",
@@ -278,14 +281,39 @@ _IDLE_CALLBACKS = frozenset(
         "AutoRouterBaselineCache",
     }
 )
-_HOOKS = (
-    "async_pre_call_hook",
-    "async_moderation_hook",
-    "async_post_call_success_hook",
-    "async_pre_call_deployment_hook",
-    "async_post_call_response_headers_hook",
-    "async_logging_hook",
-    "async_pre_routing_hook",
+# CustomLogger methods that can change neither a request the lane serves nor its answer: a
+# callback replacing only these leaves the lane on; any other, one LiteLLM adds later too,
+# turns it off (`lane_off:callback.<class>`). The logging events and what shapes the logged
+# payload (the batch's or the replay's logging runs them), those LiteLLM calls only for a
+# failure, a fallback or a refusal (the proxy answers those; not the per-deployment failure
+# hook, which sends the fast path's calls to LiteLLM's Python path), and hooks of other routes.
+_SERVE_IDLE_METHODS = accounting.LOGGING_EVENTS | frozenset(
+    {
+        "log_input_event",
+        "async_log_input_event",
+        "log_event",
+        "async_log_event",
+        "async_dataset_hook",
+        "redact_standard_logging_payload_from_model_call_details",
+        "redacts_messages_itself",
+        "truncate_standard_logging_payload_content",
+        "_process_messages",
+        "_redact_base64",
+        "_select_metadata_field",
+        "_should_keep_content",
+        "_strip_base64_from_messages",
+        "_strip_base64_from_messages_sync",
+        "_truncate_field",
+        "_truncate_text",
+        "async_post_call_failure_hook",
+        "log_failure_fallback_event",
+        "log_success_fallback_event",
+        "log_model_group_rate_limit_error",
+        "async_post_mcp_tool_call_hook",
+        # LiteLLM calls these on its adapters' own translation objects, never on a callback.
+        "translate_completion_input_params",
+        "translate_completion_output_params",
+    }
 )
 
 
@@ -294,10 +322,9 @@ def _idle_hook(callback: Any) -> bool:
         return True  # a named logging integration: it logs, after the fact
     if type(callback).__name__ in _IDLE_CALLBACKS:
         return True
-    base = compat.CustomLogger
-    if not isinstance(callback, base):
+    if not isinstance(callback, compat.CustomLogger):
         return False
-    return all(getattr(type(callback), hook, None) is getattr(base, hook, None) for hook in _HOOKS)
+    return accounting.overridden_methods(callback) <= _SERVE_IDLE_METHODS
 
 
 class _Served(NamedTuple):
