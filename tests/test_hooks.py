@@ -237,3 +237,71 @@ def test_a_callback_replacing_only_logging_or_failure_hooks_leaves_the_lane_on(
 def test_the_lanes_idle_methods_are_customloggers() -> None:
     """A name LiteLLM renamed or dropped would be a verdict about nothing."""
     assert groups._SERVE_IDLE_METHODS <= accounting._hook_names(compat.CustomLogger)
+
+
+# -- LiteLLM's call rules ----------------------------------------------------------------------
+
+
+def _refuse(text: str) -> bool:
+    return False
+
+
+SCHEMA = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "answer",
+        "schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+    },
+}
+
+
+@ON_ONE_LOOP
+@pytest.mark.parametrize(
+    ("setting", "value", "extra"),
+    [
+        ("pre_call_rules", [_refuse], {}),
+        ("post_call_rules", [_refuse], {}),
+        ("enable_json_schema_validation", True, {"response_format": SCHEMA}),
+    ],
+    ids=["pre-call-rules", "post-call-rules", "json-schema-validation"],
+)
+async def test_litellms_call_rules_send_the_call_to_python(
+    upstream: RecordingUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+    setting: str,
+    value: Any,
+    extra: dict[str, Any],
+) -> None:
+    """Each refuses the call or its answer ("Hello from upstream" is no JSON object): the same
+    error on both arms."""
+    monkeypatch.setattr(litellm, setting, value)
+    kwargs = {**deployment_kwargs("openai", upstream.url), "messages": HELLO, **extra}
+    raised = []
+    for rust in (True, False):
+        with pytest.raises(litellm.APIResponseValidationError) as err:
+            await litellm.acompletion(**kwargs, rust=rust)
+        raised.append(str(err.value))
+    assert raised[0] == raised[1]
+    assert litellm_fastpath.decline_counts() == {"call_rules": 1}
+
+
+def test_json_schema_validation_keeps_the_lane_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(litellm, "enable_json_schema_validation", True)
+    why = groups.off_reasons(None, frozenset(), {}, "sk-m", [], premium=False)
+    assert "litellm.enable_json_schema_validation" in why
+
+
+@ON_ONE_LOOP
+async def test_pre_call_rules_send_a_messages_call_to_python(
+    upstream: RecordingUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(litellm, "pre_call_rules", [_refuse])
+    kwargs = {**deployment_kwargs("anthropic", upstream.url), "messages": HELLO, "max_tokens": 64}
+    raised = []
+    for rust in (True, False):
+        with pytest.raises(litellm.APIResponseValidationError) as err:
+            await litellm.anthropic_messages(**kwargs, rust=rust)
+        raised.append(str(err.value))
+    assert raised[0] == raised[1]
+    assert litellm_fastpath.decline_counts() == {"call_rules": 1}
+    assert not upstream.requests

@@ -68,7 +68,11 @@ def uninstall() -> None:
 def _admit_chat(kwargs: dict[str, Any]) -> tuple[routing.Route, Prepared] | None:
     """The routing decision and Rust's admission; None means "LiteLLM's Python path". Raises
     on malformed input."""
-    decision = hooks.client_hook_decline(kwargs) or routing.route(kwargs)
+    decision = (
+        hooks.client_hook_decline(kwargs)
+        or hooks.rules_decline(kwargs, answer_checked=True)
+        or routing.route(kwargs)
+    )
     return calls.admitted(decision, functools.partial(_prepare_chat, kwargs))
 
 

@@ -236,6 +236,7 @@ def off_reasons(
         "post_call_rules",
         "pre_call_rules",
         "modify_params",
+        "enable_json_schema_validation",
     ):
         if getattr(litellm, name, None):
             reasons.append(f"litellm.{name}")
