@@ -282,7 +282,7 @@ async def test_litellms_call_rules_send_the_call_to_python(
             await litellm.acompletion(**kwargs, rust=rust)
         raised.append(str(err.value))
     assert raised[0] == raised[1]
-    assert litellm_fastpath.decline_counts() == {"call_rules": 1}
+    assert litellm_fastpath.decline_counts() == {"client_checks": 1}
 
 
 def test_json_schema_validation_keeps_the_lane_off(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -303,5 +303,36 @@ async def test_pre_call_rules_send_a_messages_call_to_python(
             await litellm.anthropic_messages(**kwargs, rust=rust)
         raised.append(str(err.value))
     assert raised[0] == raised[1]
-    assert litellm_fastpath.decline_counts() == {"call_rules": 1}
+    assert litellm_fastpath.decline_counts() == {"client_checks": 1}
     assert not upstream.requests
+
+
+@ON_ONE_LOOP
+async def test_a_global_budget_sends_the_call_to_python(
+    upstream: RecordingUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(litellm, "max_budget", 1e-9)
+    monkeypatch.setattr(litellm, "_current_cost", 1.0)
+    kwargs = {**deployment_kwargs("openai", upstream.url), "messages": HELLO}
+    for rust in (True, False):
+        with pytest.raises(litellm.BudgetExceededError):
+            await litellm.acompletion(**kwargs, rust=rust)
+    assert litellm_fastpath.decline_counts() == {"client_checks": 1}
+    assert not upstream.requests
+
+
+@ON_ONE_LOOP
+@pytest.mark.parametrize("provider", ["anthropic", "bedrock"])
+async def test_modify_params_sends_chat_to_python(
+    upstream: RecordingUpstream, monkeypatch: pytest.MonkeyPatch, provider: str
+) -> None:
+    """LiteLLM then rewrites conversations per provider (for Bedrock here it opens one that
+    starts with the assistant with a placeholder user turn; Rust would send it as given)."""
+    monkeypatch.setattr(litellm, "modify_params", True)
+    messages = [{"role": "assistant", "content": "Hi, how can I help?"}, *HELLO]
+    kwargs = {**deployment_kwargs(provider, upstream.url), "messages": messages}
+    fast, slow = await both_arms(litellm.acompletion, kwargs)
+    assert not served_by_rust(fast)
+    assert litellm_fastpath.decline_counts() == {"litellm_option": 1}
+    sent = [r.json() for r in upstream.requests]
+    assert sent[0] == sent[1]

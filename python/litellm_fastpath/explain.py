@@ -224,24 +224,24 @@ def _why(decision: Any) -> str | None:
 
 
 def _decide_chat(kwargs: dict[str, Any]) -> str | None:
-    from litellm_fastpath import integration, routing
+    from litellm_fastpath import integration
 
-    route = routing.route(kwargs)
+    route = integration.chat_decision(kwargs)
     return _why(route) or _why(integration._prepare_chat(kwargs, route))  # type: ignore[arg-type]
 
 
 def _decide_embedding(kwargs: dict[str, Any]) -> str | None:
-    from litellm_fastpath import integration, routing
+    from litellm_fastpath import integration
 
-    route = routing.route_embedding({**kwargs, "input": ["hi"]})
+    route = integration.embedding_decision({**kwargs, "input": ["hi"]})
     return _why(route) or _why(integration._prepare_embedding(route))  # type: ignore[arg-type]
 
 
 def _decide_transcription(kwargs: dict[str, Any]) -> str | None:
-    from litellm_fastpath import routing
+    from litellm_fastpath import integration
 
     audio = ("a.wav", b"RIFF0000WAVE", "audio/wav")
-    return _why(routing.route_transcription({**kwargs, "file": audio}))
+    return _why(integration.transcription_decision({**kwargs, "file": audio}))
 
 
 def _decide_messages(kwargs: dict[str, Any]) -> str | None:

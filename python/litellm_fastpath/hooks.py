@@ -97,19 +97,21 @@ def client_hook_decline(kwargs: Mapping[str, Any]) -> Decline | None:
     return None if name is None else Decline("deployment_hook", f"{name} hook")
 
 
-def rules_decline(kwargs: Mapping[str, Any], *, answer_checked: bool) -> Decline | None:
-    """The decline of a call LiteLLM's `client` wrapper checks in Python: its pre-call rules
-    (chat and `/v1/messages`) and, where `answer_checked` (chat), its post-call rules and JSON
-    schema validation of the answer."""
+def client_checks_decline(kwargs: Mapping[str, Any], *, answer_checked: bool) -> Decline | None:
+    """The decline of a call LiteLLM's `client` wrapper checks in Python: its global budget
+    and pre-call rules (chat and `/v1/messages`) and, where `answer_checked` (chat), its
+    post-call rules and JSON schema validation of the answer."""
+    if litellm.max_budget:
+        return Decline("client_checks", "max_budget")
     if litellm.pre_call_rules:
-        return Decline("call_rules", "pre_call_rules")
+        return Decline("client_checks", "pre_call_rules")
     if not answer_checked:
         return None
     if litellm.post_call_rules:
-        return Decline("call_rules", "post_call_rules")
+        return Decline("client_checks", "post_call_rules")
     validates = kwargs.get("enable_json_schema_validation")
     if validates is None:
         validates = litellm.enable_json_schema_validation
     if validates is True and kwargs.get("response_format") is not None:
-        return Decline("call_rules", "enable_json_schema_validation")
+        return Decline("client_checks", "enable_json_schema_validation")
     return None

@@ -65,15 +65,28 @@ def uninstall() -> None:
         del _originals[name]
 
 
+def chat_decision(kwargs: Mapping[str, Any]) -> routing.Route | Decline:
+    """Whether a chat call can take the fast path: no hook or check LiteLLM's `client` wrapper
+    runs in Python may act on it, and routing admits it."""
+    return (
+        hooks.client_hook_decline(kwargs)
+        or hooks.client_checks_decline(kwargs, answer_checked=True)
+        or routing.route(kwargs)
+    )
+
+
+def embedding_decision(kwargs: Mapping[str, Any]) -> routing.EmbeddingRoute | Decline:
+    return hooks.client_hook_decline(kwargs) or routing.route_embedding(kwargs)
+
+
+def transcription_decision(kwargs: Mapping[str, Any]) -> routing.TranscriptionRoute | Decline:
+    return hooks.client_hook_decline(kwargs) or routing.route_transcription(kwargs)
+
+
 def _admit_chat(kwargs: dict[str, Any]) -> tuple[routing.Route, Prepared] | None:
     """The routing decision and Rust's admission; None means "LiteLLM's Python path". Raises
     on malformed input."""
-    decision = (
-        hooks.client_hook_decline(kwargs)
-        or hooks.rules_decline(kwargs, answer_checked=True)
-        or routing.route(kwargs)
-    )
-    return calls.admitted(decision, functools.partial(_prepare_chat, kwargs))
+    return calls.admitted(chat_decision(kwargs), functools.partial(_prepare_chat, kwargs))
 
 
 def _prepare_chat(kwargs: dict[str, Any], route: routing.Route) -> Prepared | _native.Declined:
@@ -99,8 +112,7 @@ def _prepare_chat(kwargs: dict[str, Any], route: routing.Route) -> Prepared | _n
 def _admit_transcription(
     kwargs: dict[str, Any],
 ) -> tuple[routing.TranscriptionRoute, _native.PreparedCall] | None:
-    decision = hooks.client_hook_decline(kwargs) or routing.route_transcription(kwargs)
-    return calls.admitted(decision, _prepare_transcription)
+    return calls.admitted(transcription_decision(kwargs), _prepare_transcription)
 
 
 def _prepare_transcription(route: routing.TranscriptionRoute) -> _native.PreparedCall:
@@ -135,8 +147,7 @@ def _prepare_transcription(route: routing.TranscriptionRoute) -> _native.Prepare
 def _admit_embedding(
     kwargs: dict[str, Any],
 ) -> tuple[routing.EmbeddingRoute, _native.PreparedCall] | None:
-    decision = hooks.client_hook_decline(kwargs) or routing.route_embedding(kwargs)
-    return calls.admitted(decision, _prepare_embedding)
+    return calls.admitted(embedding_decision(kwargs), _prepare_embedding)
 
 
 def _prepare_embedding(route: routing.EmbeddingRoute) -> _native.PreparedCall | _native.Declined:

@@ -215,7 +215,7 @@ def route_messages(kwargs: Mapping[str, Any]) -> routing.MessagesRoute | Decline
     if isinstance(split, Decline):
         return split
     provider, upstream_model = split
-    hook = _hook_decline(kwargs) or hooks.rules_decline(kwargs, answer_checked=False)
+    hook = _hook_decline(kwargs) or hooks.client_checks_decline(kwargs, answer_checked=False)
     if hook is not None:
         return hook
     for name, value in kwargs.items():

@@ -347,6 +347,11 @@ def _structured_output_decline(
 
 def route(kwargs: Mapping[str, Any]) -> Route | Decline:
     """Decides whether a call's kwargs (already without `rust`) can take the fast path."""
+    import litellm
+
+    if litellm.modify_params:
+        # LiteLLM then rewrites messages per provider (placeholders, merged or added turns).
+        return Decline("litellm_option", "litellm.modify_params")
     split = provider_and_model(kwargs, None, "model {model!r} has no supported provider prefix")
     if isinstance(split, Decline):
         return split
@@ -357,8 +362,6 @@ def route(kwargs: Mapping[str, Any]) -> Route | Decline:
     if streamed:
         if entry is None or not entry.chat.streams:
             return Decline("stream", f"streaming from {provider}")
-        import litellm
-
         if litellm.post_call_rules:
             return Decline("stream", "post_call_rules see every streamed chunk in Python")
     stream_options = _stream_options(kwargs) if streamed else None

@@ -67,8 +67,9 @@ named_reasons! {
         /// A configured callback's per-deployment hook LiteLLM runs around the provider call
         /// (chat, embeddings, transcription).
         DeploymentHook => "deployment_hook",
-        /// LiteLLM's pre- or post-call rules, or its JSON schema validation of the answer.
-        CallRules => "call_rules",
+        /// A check LiteLLM's `client` wrapper makes in Python: its global budget, pre- or
+        /// post-call rules, JSON schema validation of the answer.
+        ClientChecks => "client_checks",
         /// A param this provider's allowlist does not hold.
         UnsupportedParam => "unsupported_param",
         /// An allowed param with a JSON type LiteLLM coerces, drops or forwards per provider.
