@@ -331,7 +331,7 @@ async def test_modify_params_sends_chat_to_python(
     monkeypatch.setattr(litellm, "modify_params", True)
     messages = [{"role": "assistant", "content": "Hi, how can I help?"}, *HELLO]
     kwargs = {**deployment_kwargs(provider, upstream.url), "messages": messages}
-    fast, slow = await both_arms(litellm.acompletion, kwargs)
+    fast, _ = await both_arms(litellm.acompletion, kwargs)
     assert not served_by_rust(fast)
     assert litellm_fastpath.decline_counts() == {"litellm_option": 1}
     sent = [r.json() for r in upstream.requests]
