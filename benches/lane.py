@@ -43,7 +43,7 @@ PYTHON_RATES = [40, 60, 80, 100, 120, 140, 160, 200, 250, 300]
 # Streams (`--stream`, 8 chunks each): LiteLLM's path spends about 1 ms of the worker per chunk.
 STREAM_LATENCY_RATE = 20.0
 STREAM_PYTHON_RATES = [10, 15, 20, 25, 30, 40, 50, 60]
-LANE_RATES = [100, 150, 200, 250, 300, 350, 400, 500, 600, 800, 1000, 1200, 1600]
+LANE_RATES = [100, 150, 200, 250, 300, 350, 400, 500, 600, 800, 1000, 1200, 1400, 1600, 2000]
 MESSAGES_ROUTE = "/v1/messages"
 SDK_HEADERS = ("-H", f"x-api-key: {MASTER_KEY}", "-H", "anthropic-version: 2023-06-01")
 MESSAGE_ARMS = ("python", "native", "rust", "lane")

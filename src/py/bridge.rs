@@ -1,6 +1,6 @@
 //! Running prepared calls: on the tokio runtime for asyncio callers (the GIL thread hands the
-//! result back with `loop.call_soon_threadsafe`), or blocking with the GIL released for sync
-//! callers.
+//! result back with `loop.call_soon_threadsafe`; an outcome the fast lane already has is handed
+//! back at once with `loop.call_soon`), or blocking with the GIL released for sync callers.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -106,14 +106,27 @@ impl PreparedCall {
     }
 
     /// Starts the call; when it ends, `settle(future, ok, value)` runs on `event_loop`.
-    /// `value` is `(completion_dict, provider_headers)` or the exception to raise.
+    /// `value` is `(completion_dict, provider_headers)` or the exception to raise. Called on
+    /// the loop's thread.
     fn start(
         &self,
+        py: Python<'_>,
         event_loop: Py<PyAny>,
         future: Py<PyAny>,
         settle: Py<PyAny>,
     ) -> PyResult<CallHandle> {
         let work = self.take()?;
+        if let Work::Done(outcome) = work {
+            // The lane's outcome is here already: hand it over on this thread (`call_soon`),
+            // without a runtime task and a GIL-thread handoff per request. Its batches replay
+            // hundreds a second, and each handoff made the GIL thread contend with the loop.
+            let (ok, value) = match *outcome {
+                Ok(completion) => (true, completion_to_py(py, completion)?),
+                Err(err) => (false, call_error_to_py(py, err).into_value(py).into_any()),
+            };
+            event_loop.call_method1(py, "call_soon", (settle, future, ok, value))?;
+            return Ok(CallHandle { abort: None });
+        }
         let engine = runtime::engine().map_err(transport_error_to_py)?;
         let task_engine = Arc::clone(&engine);
         let task = engine.runtime.spawn(async move {
@@ -128,7 +141,7 @@ impl PreparedCall {
             });
         });
         Ok(CallHandle {
-            abort: task.abort_handle(),
+            abort: Some(task.abort_handle()),
         })
     }
 
@@ -152,16 +165,19 @@ impl PreparedCall {
 /// Cancels a started call: the upload stops and its buffers are released.
 #[pyclass(frozen, module = "litellm_fastpath._native")]
 pub struct CallHandle {
-    abort: tokio::task::AbortHandle,
+    /// The call's task on the runtime; None when its outcome was known at the start.
+    abort: Option<tokio::task::AbortHandle>,
 }
 
 #[pymethods]
 impl CallHandle {
     fn cancel(&self) {
-        self.abort.abort();
+        if let Some(abort) = &self.abort {
+            abort.abort();
+        }
     }
 
     fn done(&self) -> bool {
-        self.abort.is_finished()
+        self.abort.as_ref().is_none_or(|abort| abort.is_finished())
     }
 }
