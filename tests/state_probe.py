@@ -11,7 +11,8 @@ replay where it is the only callback besides LiteLLM's own) and adds routes to t
 - `GET /state-probe/payloads`: what that callback was given for each success, as JSON (its
   `kwargs`, the standard logging payload among them, and the response object);
 - `POST /state-probe/settings` `{"info_logs": bool}`: sets LiteLLM's loggers to INFO (or
-  back).
+  back); `{"redactor": bool}` adds (or removes) a callback with its own redaction of the payloads
+  it is given.
 """
 
 from __future__ import annotations
@@ -67,6 +68,47 @@ class _Recorder(CustomLogger):
 _recorder: list[_Recorder] = []
 
 
+class _Redactor(CustomLogger):
+    """An operator's logging callback that hides the messages from its own view of each payload
+    (LiteLLM's per-callback redaction hook, which the lane's batch does not run): counts each
+    success by model group and the messages it was shown."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: collections.Counter[str] = collections.Counter()
+
+    def redact_standard_logging_payload_from_model_call_details(
+        self, model_call_details: dict
+    ) -> dict:
+        payload = model_call_details.get("standard_logging_object") or {}
+        return {
+            **model_call_details,
+            "standard_logging_object": {**payload, "messages": "<hidden>"},
+        }
+
+    async def async_log_success_event(
+        self, kwargs: Any, response_obj: Any, *_: Any, **__: Any
+    ) -> None:
+        payload = kwargs.get("standard_logging_object") or {}
+        self.events[f"{payload.get('model_group')}:{payload.get('messages')}"] += 1
+
+
+_redactor = _Redactor()
+# Where the proxy registers a callback from its config, and (removing) every list LiteLLM may
+# have copied it to on a request's way.
+_REGISTERED = ("callbacks", "_async_success_callback", "_async_failure_callback")
+_COPIED = ("input_callback", "success_callback", "failure_callback")
+
+
+def _set_redactor(on: bool) -> None:
+    for name in _REGISTERED if on else _REGISTERED + _COPIED:
+        listed = getattr(litellm, name)
+        while not on and _redactor in listed:
+            listed.remove(_redactor)
+        if on and _redactor not in listed:
+            listed.append(_redactor)
+
+
 def _jsonable(value: Any, depth: int = 0) -> Any:
     if depth > 12:
         return "<deep>"
@@ -105,6 +147,7 @@ async def _state() -> dict[str, Any]:
         "lane": lane.counts() if lane.is_running() else None,
         "lane_backlog": _native.lane_backlog() if lane.is_running() else 0,
         "recorded": dict(events),
+        "redacted": dict(_redactor.events),
     }
 
 
@@ -136,6 +179,8 @@ async def _settings(request: Request) -> dict[str, bool]:
                 found.setLevel(logging.INFO)
             elif name in _levels:
                 found.setLevel(_levels.pop(name))
+    if "redactor" in body:
+        _set_redactor(bool(body["redactor"]))
     return {key: bool(value) for key, value in body.items()}
 
 

@@ -404,6 +404,54 @@ def test_litellm_s_info_logs_keep_the_replays(arms: dict[str, ProxyProcess]) -> 
     assert lane["accounted"] == was["accounted"]
 
 
+def test_a_callback_with_its_own_redaction_keeps_the_replays(
+    arms: dict[str, ProxyProcess],
+) -> None:
+    """A logging callback that replaces LiteLLM's per-callback redaction hook leaves the lane on,
+    and the lane replays each request it serves while the callback is there
+    (`callback:_Redactor`: the batch does not run that hook): the callback is shown each request
+    once, redacted its way, as on LiteLLM's path, and the router's and the limiter's state stay
+    the same. Once it is removed the batch takes the requests again (its shapes learnt anew)."""
+    calls = sum(state(arms["plain"])["router"]["success_calls"].values())
+    warming = 0
+
+    def served() -> bool:  # a worker's first requests go to the proxy: it learns the key
+        nonlocal warming
+        warming += 1
+        for proxy in arms.values():  # as many to each arm: their router's counts stay alike
+            send(proxy, "rust-openai", 1)
+        return bool(state(arms["lane"])["lane"].get("served"))
+
+    wait_until(served, "the lane serves no request")
+    calls += warming
+    before = {name: settled(proxy, calls) for name, proxy in arms.items()}
+    reason = "replay_needed:callback:_Redactor"
+    try:
+        for proxy in arms.values():
+            assert proxy.post(SETTINGS_PATH, json={"redactor": True}).status_code == 200
+            send(proxy, "rust-openai", 16)
+        found = {name: settled(proxy, calls + 16) for name, proxy in arms.items()}
+    finally:
+        for proxy in arms.values():
+            proxy.post(SETTINGS_PATH, json={"redactor": False})
+    assert not (found_differences := differences(found["lane"], found["plain"])), found_differences
+    redacted = {name: found[name]["redacted"] for name in arms}
+    assert redacted["lane"] == redacted["plain"] == {"rust-openai:<hidden>": 16}, redacted
+    lane, was = found["lane"]["lane"], before["lane"]["lane"]
+    assert lane["served"] - was.get("served", 0) == 16, lane
+    assert lane.get(reason, 0) - was.get(reason, 0) == 16, lane
+    assert lane["accounted"] == was["accounted"]
+    for proxy in arms.values():
+        send(proxy, "rust-openai", 8)
+    found = {name: settled(proxy, calls + 24) for name, proxy in arms.items()}
+    assert not (found_differences := differences(found["lane"], found["plain"])), found_differences
+    after = found["lane"]["lane"]
+    assert after.get(reason, 0) == lane.get(reason, 0), after
+    # The worker's callbacks changed: its request shapes are learnt anew from two replays.
+    learnt = after.get("replay_needed:shape", 0) - lane.get("replay_needed:shape", 0)
+    assert after["accounted"] - lane["accounted"] + learnt == 8, after
+
+
 def test_a_stream_whose_client_left_is_logged_in_the_batch_with_what_was_streamed(
     arms: dict[str, ProxyProcess], upstream_server: RecordingUpstream
 ) -> None:
