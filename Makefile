@@ -91,6 +91,7 @@ bench-lane: $(PY)
 	$(PY) -m benches.lane --route keyed-limits --no-redis
 	$(PY) -m benches.lane --route keyed-spend
 	$(PY) -m benches.lane --route keyed-budget
+	$(PY) -m benches.lane --route keyed-limits-spend
 
 bench-lane-messages: $(PY)
 	$(PY) -m benches.lane --route messages

@@ -418,7 +418,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = arg_parser(__doc__ or "", "shorter steps")
     parser.add_argument(
         "--route",
-        choices=("chat", "messages", "keyed", "keyed-limits", "keyed-spend", "keyed-budget"),
+        choices=(
+            "chat",
+            "messages",
+            "keyed",
+            "keyed-limits",
+            "keyed-spend",
+            "keyed-budget",
+            "keyed-limits-spend",
+        ),
         default="chat",
     )
     parser.add_argument(

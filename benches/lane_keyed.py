@@ -2,7 +2,8 @@
 key budget and an rpm limit far from spent, LiteLLM's counters and windows in Redis (with
 `--route keyed-limits`, also a tpm limit and a parallel-request limit far from spent; with
 `--route keyed-spend`, no budget or limit and LiteLLM's spend tracking on; with `--route
-keyed-budget`, a budget and spend tracking; with `--no-redis`, in the worker). The same key on
+keyed-budget`, a budget and spend tracking; with `--route keyed-limits-spend`, every limit and
+spend tracking: LiteLLM's production setup; with `--no-redis`, in the worker). The same key on
 the plain model and on the lane, in one run (method and commands: benches/README.md)."""
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ ROUTES = {
     "keyed-limits": (LIMITED_KEY, LIMITED, False),
     "keyed-spend": (SPEND_KEY, SPEND, True),
     "keyed-budget": (BUDGET_KEY, BUDGET, True),
+    "keyed-limits-spend": (LIMITED_KEY, LIMITED, True),
 }
 ARMS = ("python", "lane")
 
@@ -103,6 +105,7 @@ def keyed(args: Any) -> None:
         "seeded": seeded,
         "rate": RATE,
         "redis": not args.no_redis,
+        "spend": spend,
     }
     redis = None if args.no_redis else RedisServer()
     proxies: dict[str, Any] = {}
@@ -198,7 +201,7 @@ def render(data: dict[str, Any]) -> str:
     served = lane["counts"].get("served", 0)
     return "\n".join(
         [
-            _title(data["seeded"]) + " (`benches/lane_keyed.py`)",
+            _title(data["seeded"], data.get("spend", False)) + " (`benches/lane_keyed.py`)",
             "",
             machine_line(data["machine"]),
             "",
@@ -221,7 +224,7 @@ def render(data: dict[str, Any]) -> str:
     )
 
 
-def _title(seeded: dict[str, Any]) -> str:
+def _title(seeded: dict[str, Any], spend: bool) -> str:
     [fields] = seeded["keys"].values()
     if "max_budget" not in fields:
         return "# The lane for a key with a user and a team, spend tracked as with a database"
@@ -231,4 +234,5 @@ def _title(seeded: dict[str, Any]) -> str:
             "database"
         )
     limits = ", a tpm limit and a parallel-request limit" if "tpm_limit" in fields else ""
-    return f"# The lane for a key with a user, a team, a budget and an rpm limit{limits}"
+    tracked = ", spend tracked as with a database" if spend else ""
+    return f"# The lane for a key with a user, a team, a budget and an rpm limit{limits}{tracked}"

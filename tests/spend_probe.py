@@ -13,6 +13,9 @@ the proxy's app:
   that settles a request's budget reservation) before it starts, or lets it run: the state
   between an answer and its settlement, where a callback still running leaves it, can be looked
   at and tried.
+- `POST /spend-probe/counter`, `/spend-probe/window`, `/spend-probe/rate-counter`: a budget
+  counter, a rate limiter window's end, a rate limiter counter set, as another instance or path
+  would move them.
 - `GET /spend-probe/snapshot`: LiteLLM's spend state in this worker (see `snapshot`).
 """
 
@@ -51,6 +54,7 @@ SEED_PATH = "/spend-probe/seed"
 SETTLEMENT_PATH = "/spend-probe/settlement"
 COUNTER_PATH = "/spend-probe/counter"
 WINDOW_PATH = "/spend-probe/window"
+RATE_COUNTER_PATH = "/spend-probe/rate-counter"
 SNAPSHOT_PATH = "/spend-probe/snapshot"
 
 # Fields that differ on every request (ids, clocks, durations) or by proxy (its own address),
@@ -401,6 +405,17 @@ async def _window_route(body: dict[str, Any]) -> dict[str, float]:
     return {"start": float(start)}
 
 
+async def _rate_counter_route(body: dict[str, Any]) -> dict[str, int]:
+    """Sets a rate limiter counter in its current window (`{team:…}:requests`…), as requests of
+    another path counted there meanwhile would (in the worker and in Redis)."""
+    limiter = proxy_server.proxy_logging_obj.get_proxy_hook("parallel_request_limiter")
+    cache = proxy_server.proxy_logging_obj.internal_usage_cache.dual_cache
+    await cache.async_set_cache(
+        key=body["key"], value=int(body["value"]), ttl=int(limiter.window_size)
+    )
+    return {"set": int(body["value"])}
+
+
 # The post-call work a request's accounting waits for, wrapped to be counted.
 _WORK = (
     "cost_callback",
@@ -448,6 +463,7 @@ async def _after_startup() -> None:
     proxy_server.app.add_api_route(SETTLEMENT_PATH, _settlement_route, methods=["POST"])
     proxy_server.app.add_api_route(COUNTER_PATH, _counter_route, methods=["POST"])
     proxy_server.app.add_api_route(WINDOW_PATH, _window_route, methods=["POST"])
+    proxy_server.app.add_api_route(RATE_COUNTER_PATH, _rate_counter_route, methods=["POST"])
     proxy_server.app.add_api_route(SNAPSHOT_PATH, snapshot, methods=["GET"])
 
 

@@ -84,6 +84,7 @@ SETTLEMENT_PATH = "/spend-probe/settlement"
 SNAPSHOT_PATH = "/spend-probe/snapshot"
 COUNTER_PATH = "/spend-probe/counter"
 WINDOW_PATH = "/spend-probe/window"
+RATE_COUNTER_PATH = "/spend-probe/rate-counter"
 
 
 @dataclass
@@ -700,10 +701,11 @@ def test_keys_with_rpm_limits_far_from_the_limit_take_the_lane(
         assert remaining == ["49", "48", "47", "46"], remaining
     assert_alike(sequence, route)
     assert lane_counts(arms["lane"].log).get("served", 0) >= served_before + 3
-    # Each served one is replayed, not logged in the lane's batch: the replay's limiter counts
-    # it in the worker's windows, or records what the lane counted in Redis.
-    held = before.get("replay_needed:hold", 0) + 3
-    wait_for_count(arms["lane"].log, "replay_needed:hold", held)
+    # The served ones after the key's shape was learnt (its first two) are logged in the lane's
+    # batch, the limiter's pre-call hook run for each there (it counts it in the worker's
+    # windows, or records what the lane counted in Redis): none is replayed for its limits.
+    after = wait_for_count(arms["lane"].log, "accounted", before.get("accounted", 0) + 1)
+    assert after.get("replay_needed:hold", 0) == before.get("replay_needed:hold", 0), after
 
 
 @pytest.mark.parametrize(("arms", "route"), cases(("chat", "messages")), indirect=["arms"])
@@ -1152,6 +1154,60 @@ def test_a_served_request_is_billed_when_its_budget_is_spent_meanwhile(
         after = lane_counts(lane.log)
         assert after.get("replay_needed:key_auth", 0) == before.get("replay_needed:key_auth", 0) + 1
     assert send(lane, "chat", key).status >= 400
+
+
+@pytest.mark.parametrize("learnt", [False, True], ids=["replayed", "batched"])
+@pytest.mark.parametrize("arms", ["memory"], indirect=True)
+def test_a_served_request_is_logged_when_its_rpm_window_fills_meanwhile(
+    arms: dict[str, Arm], upstream_server: RecordingUpstream, learnt: bool
+) -> None:
+    """Without Redis the lane admits a request on the limiter's window as last read; while the
+    provider works on it, the team's window fills (as requests of another key of the team that
+    the proxy counts meanwhile would fill it). The lane's answer stands; the limiter, run for it
+    after the answer, refuses it and leaves it counted, and the request is logged and billed past
+    the limiter (deliberate difference 13), in its replay (where the proxy logs the refusal too,
+    as a failed request) or, with `learnt` (the key's request shape learnt first), in the lane's
+    batch (the answer alone). The key's next request is the proxy's 429."""
+    lane = arms["lane"]
+    key = f"sk-window-filled-{len(upstream_server.requests)}"
+    names = rpm_limited({"lane": lane}, key, "team", 50)
+    counter = f"{{team:team-{key}}}:requests"
+    # The first teaches the lane the key's verdict; two more, its request shape.
+    for _ in range(3 if learnt else 1):
+        assert send(lane, "chat", key).status == 200
+        settled(lane, names)
+    before = lane_counts(lane.log)
+    rows_before = refusal_rows(settled(lane, names))
+    upstream_server.set_default("/chat/completions", Reply(delay_s=1.0))
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            calls_before = len(upstream_server.requests)
+            on_lane = pool.submit(send, lane, "chat", key)
+            wait_until(lambda: len(upstream_server.requests) > calls_before, "not called")
+            full = {"key": counter, "value": 50}
+            assert lane.proxy.post(RATE_COUNTER_PATH, json=full).status_code == 200
+            assert on_lane.result().status == 200
+    finally:
+        upstream_server.set_default("/chat/completions", None)
+    after = wait_for_count(lane.log, "served", before.get("served", 0) + 1)
+    state = settled(lane, names)
+    # Logged and billed once as answered, and counted by the refusal.
+    answered, refused_rows = refusal_rows(state)
+    assert (answered, refused_rows) == (rows_before[0] + 1, rows_before[1] + (not learnt))
+    assert state["rate_limit_counters"][counter] == 51, state["rate_limit_counters"]
+    assert after.get("logging_failed", 0) == before.get("logging_failed", 0)
+    if learnt:
+        after = wait_for_count(lane.log, "accounted", before.get("accounted", 0) + 1)
+        assert after.get("replay_needed:hold", 0) == before.get("replay_needed:hold", 0)
+    refused = send(lane, "chat", key)
+    assert refused.status == 429, refused
+
+
+def refusal_rows(state: dict[str, Any]) -> tuple[int, int]:
+    """The spend-log rows of answered requests, and of refused ones (with the limiter's error)."""
+    rows = state["spend_logs"]
+    refused = [r for r in rows if (r.get("metadata") or {}).get("error_information")]
+    return len(rows) - len(refused), len(refused)
 
 
 @pytest.mark.parametrize("arms", ["memory"], indirect=True)

@@ -110,14 +110,15 @@ def settled(proxy: ProxyProcess, calls: int) -> dict[str, Any]:
 def comparable(found: dict[str, Any]) -> dict[str, Any]:
     """The router's and the limiter's state, without the lane's counts; the router's counts per
     minute summed over the minutes (the arms run one after the other, a minute may turn between
-    them)."""
+    them); the limiter's windows without their starts (clocks)."""
     router = found["router"]
     per_key: dict[str, Any] = {}
     for key, value in router["cache"].items():
         key = MINUTE.sub(":<minute>", key)
         both_counts = isinstance(value, int) and isinstance(per_key.get(key, 0), int)
         per_key[key] = per_key.get(key, 0) + value if both_counts else value
-    return {"router": {**router, "cache": per_key}, "limiter": found["limiter"]}
+    limiter = {k: v for k, v in found["limiter"].items() if not k.endswith(":window")}
+    return {"router": {**router, "cache": per_key}, "limiter": limiter}
 
 
 def differences(lane: dict[str, Any], plain: dict[str, Any]) -> dict[str, Any]:

@@ -1,15 +1,18 @@
 """#27's combined differential: a proxy with the lane against one without it, everything on at
 once. 1,000 requests over 8 clients, with a recording `CustomLogger`, LiteLLM's spend tracking
-(seeded keys of users and teams, one with a budget, and the master key), a group whose usage the
+(seeded keys of users and teams, one with a budget, one with rpm, tpm and parallel-request
+limits, and the master key), a group whose usage the
 router counts per minute, streams, `/v1/messages`, and a group whose upstream fails (500 and 429).
 Both proxies must answer each request alike and be left alike: what the recording callback was
 given for each request (field by field, ids and clocks aside), exactly once; the spend of each
 key, user and team, the spend-log rows and the database updates LiteLLM queued; the router's
-counts, its per-minute usage and cooldowns, the rate limiter's counters. Then SIGTERM right after
+counts, its per-minute usage and cooldowns, the rate limiter's counters (the limited key's windows
+among them). Then SIGTERM right after
 200 more answers: each is logged exactly once before the worker exits.
 
 The lane serves the requests of the groups it serves: chat answers and streams, `/v1/messages`
-answers and streams, of every caller (the budgeted key's with their own budget reservations) are
+answers and streams, of every caller (the budgeted key's with their own budget reservations, the
+limited key's each counted by LiteLLM's rate limiter in the batch) are
 logged and billed in its batches, LiteLLM's cost callback among the callbacks their logging runs,
 but the replays each shape is learnt from."""
 
@@ -40,13 +43,25 @@ REQUESTS = 1000
 AT_SHUTDOWN = 200
 CLIENTS = 8
 # Seeded into both proxies' auth caches (`tests.spend_probe`): keys of users in teams, one with
-# a budget far from its limit (LiteLLM reserves for each of its requests).
+# a budget far from its limit (LiteLLM reserves for each of its requests), one with rate limits
+# far from theirs (LiteLLM's limiter counts each request, reserves its tokens and holds a slot).
 KEYS = {
     "sk-effects-a": {"user_id": "effects-user-a", "team_id": "effects-team-1"},
     "sk-effects-b": {"user_id": "effects-user-b", "team_id": "effects-team-1"},
     "sk-effects-budget": {"team_id": "effects-team-2", "max_budget": 1000.0, "spend": 1.0},
+    "sk-effects-limited": {
+        "user_id": "effects-user-c",
+        "team_id": "effects-team-1",
+        "rpm_limit": 1_000_000,
+        "tpm_limit": 100_000_000,
+        "max_parallel_requests": 64,
+    },
 }
-USERS: dict[str, dict[str, Any]] = {"effects-user-a": {}, "effects-user-b": {}}
+USERS: dict[str, dict[str, Any]] = {
+    "effects-user-a": {},
+    "effects-user-b": {},
+    "effects-user-c": {},
+}
 TEAMS: dict[str, dict[str, Any]] = {"effects-team-1": {}, "effects-team-2": {}}
 # Where the database would hold them: a key's user's membership of its team.
 MEMBERSHIPS = [
@@ -62,6 +77,9 @@ FAILING = {
     "effects-failing": ("/effects-failing", 500, "server_error"),
     "effects-throttled": ("/effects-throttled", 429, "rate_limit_error"),
 }
+# The rate limiter's windows outlast the module, so that both arms' counts are whole (a 60 s
+# window could end between the warm-up and the end of either arm's requests).
+LIMITER_ENV = {"LITELLM_RATE_LIMIT_WINDOW_SIZE": "3600"}
 SPEND_SEED_PATH = "/spend-probe/seed"
 SPEND_SNAPSHOT_PATH = "/spend-probe/snapshot"
 # Where the upstream answers `/v1/messages` as a stream (the recording upstream's default
@@ -101,10 +119,16 @@ AS_OF_A_MOMENT = frozenset(
 )
 
 
+def as_of_a_moment(name: str) -> bool:
+    """A count as of a moment (`AS_OF_A_MOMENT`), or what the rate limiter had left of a limit
+    when it counted the request (`x-ratelimit-{descriptor}-remaining-…`)."""
+    return name in AS_OF_A_MOMENT or (name.startswith("x-ratelimit-") and "-remaining-" in name)
+
+
 def without_moments(value: Any) -> Any:
     if isinstance(value, dict):
         return {
-            k: "<as of>" if k in AS_OF_A_MOMENT and v is not None else without_moments(v)
+            k: "<as of>" if as_of_a_moment(k) and v is not None else without_moments(v)
             for k, v in value.items()
         }
     if isinstance(value, list):
@@ -158,6 +182,7 @@ def arms(
                 models(upstream_server),
                 log,
                 callbacks=("tests.spend_probe.probe", "tests.state_probe.probe"),
+                env=LIMITER_ENV,
                 **settings,
             )
             started[name] = (proxy.start(), log)

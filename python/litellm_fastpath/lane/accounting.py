@@ -29,13 +29,17 @@ counted once per batch as above.
 
 With a database, LiteLLM's cost callback is such a callback: its work (the spend-log row, the
 key, user, team and member updates queued for the database, the `spend:*` counters) runs in that
-logging. A request sent with a virtual key whose verdict the worker holds (no rate limit held:
-those are replayed) is logged so too, given its key's auth object as its replay's auth would
-build it now (`reauth`, in the batch): its part of the metadata is written anew from it, the
-rest is its shape's, learnt from that key's replays. A request holding its key's budget gets
-its own auth object, with the budget reservation its replay's auth would make (in the batch,
-before its logging, which reconciles it as the replay's does); the lane's hold on the key is
-released once that reservation is in LiteLLM's counters, as in the replay.
+logging. A request sent with a virtual key whose verdict the worker holds is logged so too,
+given its key's auth object as its replay's auth would build it now (`reauth`, in the batch):
+its part of the metadata is written anew from it, the rest is its shape's, learnt from that
+key's replays. A request holding its key's budget gets its own auth object, with the budget
+reservation its replay's auth would make (in the batch, before its logging, which reconciles it
+as the replay's does); the lane's hold on the key is released once that reservation is in
+LiteLLM's counters, as in the replay. A rate-limited key's request has the limiter's pre-call
+hook run for it before its logging, in its own task (`limits.count_batched`: it counts the
+request or records the lane's counts, stashes its token reservation and hands the key's verdict
+over, releasing the hold), and the limiter's success callback runs in its logging, reconciling
+that reservation, as in its replay.
 
 A stream the lane ended itself (its client waits for nothing the proxy writes) and a
 `/v1/messages` answer or stream are logged so too, in any worker: a stream's end-of-stream
@@ -64,7 +68,7 @@ from typing import Any, NamedTuple
 import litellm
 
 from litellm_fastpath import _native, claims, compat
-from litellm_fastpath.lane import middleware, shapes
+from litellm_fastpath.lane import limits, middleware, shapes
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -201,9 +205,11 @@ class Ledger:
         # whether it was sent with the master key.
         self._arguments: dict[str, Any] | None = None
         self._master = True
-        # Whether the batch has its answer's usage (else the limiter counts its tokens in its
-        # logging: a stream's, a `/v1/messages` answer's).
+        # Whether the batch counts its answer's tokens on the limiter's counters (else the
+        # limiter counts them in its logging: a stream's, a `/v1/messages` answer's, and a
+        # rate-limited key's, whose reservation its logging reconciles).
         self._usage_known = True
+        self._rate_limited = False
         self._shape: shapes.Shape | None = None
 
     def begin(self) -> None:
@@ -227,7 +233,8 @@ class Ledger:
         self._usage_known = claimed.usage is not None
         if not self._usage_known and not streamed and path != MESSAGES_PATH:
             return "usage"
-        if claimed.rate_limited:
+        self._rate_limited = claimed.rate_limited
+        if self._rate_limited and not limits.hooked():
             # The key's rate limits: its replay's limiter counts it in the worker's windows, or
             # records what the lane counted in Redis.
             return "hold"
@@ -237,7 +244,7 @@ class Ledger:
         deployment = self._deployment(claimed.deployment_id)
         if isinstance(deployment, str):
             return deployment
-        if not self._logs and self._usage_known:
+        if not self._logs and self._usage_known and not self._rate_limited:
             return None
         found = shapes.shape_of(path, claimed.deployment_id, headers, record.body)
         self._shape = None if found is None else found[0]
@@ -283,7 +290,8 @@ class Ledger:
             self._batch.callers[caller] = dict(
                 compat.LiteLLMProxyRequestSetup.get_sanitized_user_information_from_key(key)
             )
-        if self._usage_known:
+        counts_tokens = self._usage_known and not self._rate_limited
+        if counts_tokens:
             counted = (group, claimed.usage, caller)
             self._batch.tokens[counted] = self._batch.tokens.get(counted, 0) + 1
             tokens_counted += 1
@@ -299,7 +307,7 @@ class Ledger:
                     user_api_key_dict=key,
                     _metadata_variable_name=metadata_name,
                 )
-            left_out = self._counted if self._usage_known else self._counted - self._limiters
+            left_out = self._counted if counts_tokens else self._counted - self._limiters
             self._batch.logged.append((record.path, claimed, self._arguments, left_out))
 
     async def settle(self) -> None:
@@ -516,6 +524,14 @@ async def _logged(
     accelerator's, given the lane's outcome): its callbacks are given what they would be, but
     those in `counted`, whose work the batch does (the router's, the limiter's)."""
     claims.hold(claimed)  # in this task's own context
+    if claimed.rate_limited:
+        try:
+            await _count_in_limiter(path, arguments)
+        except Exception as err:  # the hold goes; the logging still runs, as in a replay
+            logger.warning("fastpath_lane: the limiter's count failed: %s", type(err).__name__)
+        finally:
+            if claimed.hold is not None:
+                _native.lane_release_hold(claimed.hold)  # released already, but on a failure
     logging_obj = arguments["litellm_logging_obj"]
     streamed = isinstance(claimed.call, _native.PreparedStream)
     if not streamed:
@@ -548,6 +564,21 @@ async def _logged(
         return
     if logging_obj.enqueue_deferred_logging is not None:
         logging_obj.enqueue_deferred_logging()
+
+
+async def _count_in_limiter(path: str, arguments: dict[str, Any]) -> None:
+    """The rate limiter's pre-call hook for a rate-limited key's request, given what the proxy
+    gives it (the request as received, its metadata and call id): see `limits.count_batched`.
+    Its stash, in this task's context, is the one its logging's callbacks then read."""
+    metadata_name = _metadata_name(path)
+    metadata = arguments[metadata_name]
+    data = {
+        **_client_body(arguments),
+        metadata_name: metadata,
+        "litellm_call_id": arguments["litellm_call_id"],
+    }
+    call_type = "anthropic_messages" if path == MESSAGES_PATH else "acompletion"
+    await limits.count_batched(metadata["user_api_key_auth"], data, call_type)
 
 
 async def _after_router(response: Any, arguments: dict[str, Any], path: str) -> Any:

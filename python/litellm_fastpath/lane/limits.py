@@ -277,6 +277,31 @@ def known_limits(key: Any) -> Limits:
     return keys.limits_held(key) or limits_of(key) or Limits()
 
 
+async def count_batched(key: Any, data: dict[str, Any], call_type: str) -> None:
+    """A rate-limited request the lane's batch logs (its claim held in this task's context):
+    the limiter's pre-call hook, as its replay's proxy runs it before the provider call, so
+    that the request is counted in the worker's windows (or what the lane counted in Redis is
+    recorded), its token reservation is in the stash its logging's callbacks reconcile, and
+    the key's verdict goes to the lane, releasing its hold. A refusal (a window another path
+    filled meanwhile) leaves the request counted, and it is recorded past the limiter as its
+    replay is run again: the provider answered, so it is logged and billed."""
+    rate_limiter = limiter()
+    assert rate_limiter is not None and hooked()
+    cache = compat.proxy_server().user_api_key_cache
+    try:
+        await rate_limiter.async_pre_call_hook(key, cache, data, call_type)
+    except Exception as err:
+        if not refused(err):
+            raise
+        claims.set_rate_counted()
+        await rate_limiter.async_pre_call_hook(key, cache, data, call_type)
+
+
+def refused(err: Exception) -> bool:
+    """LiteLLM's rate limiter refusing (its 429, as the proxy raises it)."""
+    return getattr(err, "code", None) in (429, "429") or getattr(err, "status_code", None) == 429
+
+
 def _install_limiter_hook(rate_limiter: Any) -> None:
     """Wraps the limiter's pre-call hook: a replay the lane counted in Redis is not counted
     again (the limiter's stash records the lane's counts for the callbacks, as the limiter

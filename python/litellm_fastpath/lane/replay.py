@@ -17,7 +17,7 @@ import litellm
 
 from litellm_fastpath import _native, claims, compat
 from litellm_fastpath.bridge import settle
-from litellm_fastpath.lane import accounting, middleware, reauth
+from litellm_fastpath.lane import accounting, limits, middleware, reauth
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -124,10 +124,11 @@ async def _held_key(
     rejudged: Callable[[Any, int], Awaitable[None]],
     reserved: list[Any],
 ) -> Any | None:
-    """For a request holding its key's budget: its own auth object, with the reservation its
-    replay's auth would make (added to `reserved`, whose unclaimed reservations are released
-    once the batch is logged, as the proxy releases them once it answered); the key's verdict
-    handed to the lane again, releasing the lane's hold. None where its replay must
+    """For a request holding its key's budget or rpm windows: its own auth object, with the
+    reservation its replay's auth would make (added to `reserved`, whose unclaimed reservations
+    are released once the batch is logged, as the proxy releases them once it answered); the
+    key's verdict handed to the lane again, releasing the lane's hold (for a rate-limited key,
+    once its logging's limiter counted it). None where its replay must
     authenticate (a budget LiteLLM's counters refuse now among them: the replay bills it)."""
     assert claimed.hold is not None
     request = _batch_request(record, claimed)
@@ -136,6 +137,10 @@ async def _held_key(
         await _release_unbound_reservation(request)  # one made before a later step failed
         return None
     reserved.append(request)
+    if claimed.rate_limited:
+        # Its hold is on the key's rpm windows too: the limiter's hook, run in its logging,
+        # counts it there, then hands the verdict over, releasing it (as in its replay).
+        return key
     try:
         await rejudged(key, claimed.hold)  # releases the hold, whatever it raises
     except Exception as err:  # the verdict is worked out again on the key's next replay
@@ -196,7 +201,7 @@ async def _replay(
         try:
             answer = await _endpoint(record.path, request, key)
         except Exception as err:
-            if claimed.hold is None or not _refused_for_rate_limit(err):
+            if claimed.hold is None or not limits.refused(err):
                 raise
             # The lane admitted it on the windows' counts, and the limiter refused it meanwhile
             # (other requests counted on a shared window first): the provider answered, so it
@@ -295,11 +300,6 @@ def _refused_for_budget(err: Exception) -> bool:
     return getattr(kind, "value", kind) == "budget_exceeded" or isinstance(
         err, litellm.BudgetExceededError
     )
-
-
-def _refused_for_rate_limit(err: Exception) -> bool:
-    """LiteLLM's rate limiter refusing (its 429, as the proxy raises it)."""
-    return getattr(err, "code", None) in (429, "429") or getattr(err, "status_code", None) == 429
 
 
 # The modules that name LiteLLM's zero-cost predicate, with which its auth skips every budget
