@@ -69,6 +69,11 @@ def stream_body(model: str) -> dict[str, Any]:
     return {"model": model, "messages": MESSAGES, "stream": True}
 
 
+def stream_usage_body(model: str) -> dict[str, Any]:
+    """A stream whose client asks for its usage chunk (the proxy writes it: LiteLLM's usage)."""
+    return {**stream_body(model), "stream_options": {"include_usage": True}}
+
+
 # A lane step holds only if the proxy's Python was at most this far behind the lane's answers at
 # its end: the lane answers without waiting for it, and its backlog (up to 2,048) could otherwise
 # carry a rate the Python cannot keep up with through a step.
@@ -190,11 +195,13 @@ def chat(args: Any) -> None:
     secs = 4.0 if args.quick else 8.0
     reps = 1 if args.quick else 3
     recorder = not args.no_callbacks
-    body = stream_body if args.stream else chat_body
-    rate = STREAM_LATENCY_RATE if args.stream else LATENCY_RATE
-    python_rates = STREAM_PYTHON_RATES if args.stream else PYTHON_RATES
+    streamed = args.stream or args.stream_usage
+    body = stream_usage_body if args.stream_usage else stream_body if streamed else chat_body
+    rate = STREAM_LATENCY_RATE if streamed else LATENCY_RATE
+    python_rates = STREAM_PYTHON_RATES if streamed else PYTHON_RATES
     data: dict[str, Any] = {"machine": machine(args.wait_quiet), "recorder": recorder}
-    data |= {"stream": args.stream, "rate": rate, "ladder_ends": [python_rates[-1], LANE_RATES[-1]]}
+    data |= {"stream": streamed, "stream_usage": args.stream_usage, "rate": rate}
+    data["ladder_ends"] = [python_rates[-1], LANE_RATES[-1]]
     with ServerProcess() as mock:
         params = deployment_kwargs("openai", mock.url)
         with Arms(params, ARMS, body, recorder=recorder, mock_pid=mock.pid) as arms:
@@ -218,7 +225,8 @@ def chat(args: Any) -> None:
             log(" lane, two workers")
             best2, steps2 = highest(lambda r: two.step("lane", r, secs), LANE_RATES)
         data["rates"]["lane_2_workers"] = {"max": best2, "steps": steps2}
-    name = ("lane" if recorder else "lane-no-callbacks") + ("-stream" if args.stream else "")
+    kind = "-stream-usage" if args.stream_usage else "-stream" if streamed else ""
+    name = ("lane" if recorder else "lane-no-callbacks") + kind
     finish(args, name, render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
 
 
@@ -295,7 +303,13 @@ def render(data: dict[str, Any]) -> str:
         [
             "# The fast lane through the proxy (`benches/lane.py"
             + ("" if data.get("recorder", True) else " --no-callbacks")
-            + (" --stream" if data.get("stream") else "")
+            + (
+                " --stream-usage"
+                if data.get("stream_usage")
+                else " --stream"
+                if data.get("stream")
+                else ""
+            )
             + "`)",
             "",
             machine_line(data["machine"]),
@@ -439,6 +453,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--stream", action="store_true", help="chat: streamed requests (`stream: true`)"
+    )
+    parser.add_argument(
+        "--stream-usage",
+        action="store_true",
+        help="chat: streamed requests asking for the usage chunk (`stream_options.include_usage`)",
     )
     parser.add_argument(
         "--no-redis",

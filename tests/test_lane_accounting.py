@@ -162,33 +162,57 @@ def test_master_key_answers_are_accounted_for_as_their_replays_would(
     )
 
 
-def test_what_the_accounting_does_not_cover_is_replayed(arms: dict[str, ProxyProcess]) -> None:
-    """A stream whose client waits for the end the proxy writes (its usage chunk): the lane
-    replays it; and a group with an rpm limit stays with the proxy. The state stays the same
-    as LiteLLM's path leaves it."""
+def test_what_the_accounting_does_not_cover_is_replayed(
+    arms: dict[str, ProxyProcess], upstream_server: RecordingUpstream
+) -> None:
+    """A stream that fails mid-way (its error frame, failure logging and the router's failure
+    callbacks are the proxy's): the lane replays it; and a group with an rpm limit stays with
+    the proxy. The client gets the same bytes, and the state stays the same as LiteLLM's path
+    leaves it."""
     before = {name: state(proxy) for name, proxy in arms.items()}
     calls = sum(before["plain"]["router"]["success_calls"].values())
+    first = openai_stream_events("gpt-4o-mini", stream_pieces(1))[0]
+    error = b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n'
+    failing = Reply(body=first + error, headers={"Content-Type": "text/event-stream"})
+    bodies = {}
+    upstream_server.set_default("/chat/completions", failing)
+    try:
+        for name, proxy in arms.items():
+            body = {"model": "rust-openai", "messages": HI, "stream": True}
+            bodies[name] = [proxy.post("/chat/completions", json=body) for _ in range(2)]
+    finally:
+        upstream_server.set_default("/chat/completions", None)
+    assert [a.status_code for a in bodies["lane"]] == [200, 200], bodies["lane"][0].text
+    assert list(map(stream_bytes, bodies["lane"])) == list(map(stream_bytes, bodies["plain"]))
+    assert b'"error"' in bodies["lane"][0].content
     for proxy in arms.values():
-        send(proxy, "rust-openai", 4, stream=True, stream_options={"include_usage": True})
         send(proxy, LIMITED, 4)
-    found = {name: settled(proxy, calls + 8) for name, proxy in arms.items()}
+    found = {name: settled(proxy, calls + 4) for name, proxy in arms.items()}
     assert not differences(found["lane"], found["plain"])
     lane, was = found["lane"]["lane"], before["lane"]["lane"]
-    assert lane["replay_needed:stream_end"] - was.get("replay_needed:stream_end", 0) == 4
+    assert lane["replay_needed:stream_failed"] - was.get("replay_needed:stream_failed", 0) == 2
     assert lane["lane_model"] - was.get("lane_model", 0) == 4
-    assert lane["served"] - was["served"] == 4
+    assert lane["served"] - was["served"] == 2
     assert lane["accounted"] == was["accounted"]
 
 
-@pytest.mark.parametrize("route", ["stream", "messages", "messages-stream"])
+def stream_bytes(response: httpx.Response) -> bytes:
+    """A stream's bytes as the client read them, but what differs per stream (its id, the
+    proxy's clock at its first chunk)."""
+    found = re.sub(rb'"created":\s*\d+', b"", response.content)
+    return re.sub(rb'"id":\s*"[^"]*"', b"", found)
+
+
+@pytest.mark.parametrize("route", ["stream", "stream-usage", "messages", "messages-stream"])
 def test_streams_and_messages_are_accounted_once_their_shape_is_learnt(
     arms: dict[str, ProxyProcess], route: str
 ) -> None:
-    """A stream the lane ends itself and a `/v1/messages` answer or stream are replayed while
-    their shape is learnt (two replays), then logged in the batch as the proxy would (a stream
-    read by the proxy's own reader; their tokens counted by the limiter's own logging, as the
-    batch has no usage of theirs): the router's and the limiter's state stay as LiteLLM's path
-    leaves them."""
+    """A stream and a `/v1/messages` answer or stream are replayed while their shape is learnt
+    (two replays), then logged in the batch as the proxy would (a stream read by the proxy's own
+    reader; their tokens counted by the limiter's own logging, as the batch has no usage of
+    theirs): the router's and the limiter's state stay as LiteLLM's path leaves them. A stream
+    whose client asked for its usage (`stream-usage`) gets the proxy's usage chunk from that
+    reader in the batch: its client reads the same bytes as without the lane."""
     before = {name: state(proxy) for name, proxy in arms.items()}
     calls = sum(before["plain"]["router"]["success_calls"].values())
     group = MESSAGES_STREAM if route == "messages-stream" else "rust-anthropic"
@@ -197,20 +221,28 @@ def test_streams_and_messages_are_accounted_once_their_shape_is_learnt(
         body["max_tokens"] = 8
     if route != "messages":
         body["stream"] = True
-    path = "/chat/completions" if route == "stream" else "/v1/messages"
+    if route == "stream-usage":
+        body["stream_options"] = {"include_usage": True}
+    path = "/chat/completions" if route.startswith("stream") else "/v1/messages"
+    read: dict[str, list[bytes]] = {}
 
-    def send_route(proxy: ProxyProcess, count: int) -> None:
+    def send_route(proxy: ProxyProcess, count: int) -> list[bytes]:
         with concurrent.futures.ThreadPoolExecutor(CLIENTS) as pool:
             answers = list(pool.map(lambda _: proxy.post(path, json=body), range(count)))
         assert [a.status_code for a in answers] == [200] * count, answers[0].text
+        return [stream_bytes(a) for a in answers]
 
-    for proxy in arms.values():
+    for name, proxy in arms.items():
         # One at a time: the key (a worker's first request goes to the proxy) and the shape
         # (two replays) learnt.
         for _ in range(4):
             send_route(proxy, 1)
             wait_until(lambda p=proxy: not state(p)["lane_backlog"], "replays pending")
-        send_route(proxy, 16)
+        read[name] = send_route(proxy, 16)
+    if route.startswith("stream"):
+        assert read["lane"] == read["plain"], (read["lane"][0], read["plain"][0])
+    if route == "stream-usage":
+        assert all(b'"usage"' in answer for answer in read["lane"]), read["lane"][0]
     found = {name: settled(proxy, calls + 20) for name, proxy in arms.items()}
     assert not (found_differences := differences(found["lane"], found["plain"])), found_differences
     lane, was = found["lane"]["lane"], before["lane"]["lane"]

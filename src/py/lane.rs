@@ -22,6 +22,7 @@ use crate::lane::ratelimit::tokens::{self, TokenScope};
 use crate::lane::{self, App, Group, Lane, Settings, Verdict};
 use crate::model::LaneReason;
 use crate::runtime;
+use crate::stream::Piece;
 
 struct Running {
     pid: u32,
@@ -402,6 +403,13 @@ pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<LaneClaim>> {
     let Some(ticket) = lane.claim(ticket) else {
         return Ok(None);
     };
+    let stream_failed = match &ticket.outcome {
+        lane::Outcome::Stream(outcome) => outcome
+            .pieces
+            .iter()
+            .any(|piece| matches!(piece, Piece::Failed(_))),
+        lane::Outcome::Call(_) => false,
+    };
     let usage = match &ticket.outcome {
         lane::Outcome::Call(Ok(completion)) if completion.raw.is_none() => {
             completion.body.get("usage").map(|usage| usage.to_string())
@@ -439,6 +447,7 @@ pub fn lane_claim(py: Python<'_>, ticket: &str) -> PyResult<Option<LaneClaim>> {
             .map(|reserved| (reserved.tokens, reserved.counts)),
         usage,
         awaits_tail,
+        stream_failed,
     }))
 }
 

@@ -262,7 +262,8 @@ impl LaneReplay {
 /// lane took its slot, and the tokens it reserved in the key's tpm windows with each window's
 /// count; and a whole chat answer's `usage` object as JSON (None for a stream, a
 /// `/v1/messages` answer or an answer without one); and whether a client waits for the end of
-/// the proxy's answer to its replay (a stream's usage chunk or error frame, `lane_stream_tail`).
+/// the proxy's answer to its replay (a stream's usage chunk or error frame, `lane_stream_tail`);
+/// and whether a stream failed mid-way (its failure is the proxy's to handle and log).
 #[pyclass(frozen, get_all, module = "litellm_fastpath._native")]
 pub struct LaneClaim {
     pub(crate) deployment_id: String,
@@ -275,6 +276,7 @@ pub struct LaneClaim {
     pub(crate) tokens_reserved: Option<(u64, Vec<u64>)>,
     pub(crate) usage: Option<String>,
     pub(crate) awaits_tail: bool,
+    pub(crate) stream_failed: bool,
 }
 
 /// The lane's cost of an answer, split as the proxy's headers split it.

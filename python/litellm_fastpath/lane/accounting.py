@@ -177,11 +177,12 @@ class _Batch:
     # What LiteLLM's logging carries of each virtual key in `tokens`.
     callers: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     # Requests whose logging runs here: their route, their claim, their provider call's
-    # arguments and the callbacks their logging leaves out (their logging runs the recording
+    # arguments, the callbacks their logging leaves out (their logging runs the recording
     # callbacks; what the router's and the limiter's would count is counted above, as for the
     # others, but the tokens of an answer whose usage the batch does not have: the limiter
-    # counts those in its logging, as in its replay).
-    logged: list[tuple[str, Any, dict[str, Any], frozenset[int]]] = dataclasses.field(
+    # counts those in its logging, as in its replay), and for a stream whose client waits for
+    # the end the proxy writes (its usage chunk), its ticket.
+    logged: list[tuple[str, Any, dict[str, Any], frozenset[int], str | None]] = dataclasses.field(
         default_factory=list
     )
 
@@ -228,8 +229,10 @@ class Ledger:
         if self._worker_why is not None:
             return self._worker_why
         streamed = isinstance(claimed.call, _native.PreparedStream)
-        if streamed and claimed.awaits_tail:
-            return "stream_end"  # its client waits for the end the proxy writes
+        if streamed and claimed.stream_failed:
+            # Its error frame, failure logging and the router's failure callbacks (cooldowns)
+            # are the proxy's.
+            return "stream_failed"
         self._usage_known = claimed.usage is not None
         if not self._usage_known and not streamed and path != MESSAGES_PATH:
             return "usage"
@@ -308,7 +311,8 @@ class Ledger:
                     _metadata_variable_name=metadata_name,
                 )
             left_out = self._counted if counts_tokens else self._counted - self._limiters
-            self._batch.logged.append((record.path, claimed, self._arguments, left_out))
+            waiting = record.ticket if claimed.awaits_tail else None
+            self._batch.logged.append((record.path, claimed, self._arguments, left_out, waiting))
 
     async def settle(self) -> None:
         """Makes the batch's effects, as the replays would have made them."""
@@ -518,11 +522,32 @@ def _deployment(router: Any, deployment_id: str) -> tuple[str, str] | str:
 
 
 async def _logged(
-    path: str, claimed: Any, arguments: dict[str, Any], counted: frozenset[int]
+    path: str,
+    claimed: Any,
+    arguments: dict[str, Any],
+    counted: frozenset[int],
+    waiting: str | None,
 ) -> None:
     """LiteLLM's logging of a served request, run as its replay's provider call runs it (the
     accelerator's, given the lane's outcome): its callbacks are given what they would be, but
-    those in `counted`, whose work the batch does (the router's, the limiter's)."""
+    those in `counted`, whose work the batch does (the router's, the limiter's). `waiting`: the
+    ticket of a stream whose client waits for the end of the proxy's reading of it (its usage
+    chunk), sent to the lane whatever happens (empty: the lane ends the stream itself)."""
+    tail: list[bytes] = []
+    try:
+        await _log(path, claimed, arguments, counted, tail if waiting else None)
+    finally:
+        if waiting is not None:
+            _native.lane_stream_tail(waiting, b"".join(tail))
+
+
+async def _log(
+    path: str,
+    claimed: Any,
+    arguments: dict[str, Any],
+    counted: frozenset[int],
+    tail: list[bytes] | None,
+) -> None:
     claims.hold(claimed)  # in this task's own context
     if claimed.rate_limited:
         try:
@@ -554,7 +579,7 @@ async def _logged(
     try:
         response = await _after_router(await call(**arguments), arguments, path)
         if streamed:
-            await _read_stream(response, arguments, path)
+            await _read_stream(response, arguments, path, tail)
         else:
             await _after_call(response, arguments, path, logging_obj)
     except Exception as err:  # the client has its answer; the logging's own failure
@@ -604,9 +629,13 @@ async def _after_router(response: Any, arguments: dict[str, Any], path: str) -> 
     return compat.add_fallback_headers_to_response(response=response, attempted_fallbacks=0)
 
 
-async def _read_stream(stream: Any, arguments: dict[str, Any], path: str) -> None:
+async def _read_stream(
+    stream: Any, arguments: dict[str, Any], path: str, tail: list[bytes] | None
+) -> None:
     """The proxy's reading of a stream for its client (its stream hooks, its chunks' model,
-    then the stream's logging), the frames it writes dropped: the client had the lane's."""
+    then the stream's logging), the frames it writes dropped: the client had the lane's, but
+    where it waits for the proxy's end (`tail`): the frames past the first chunk's, as its
+    replay's endpoint writes them."""
     key = _metadata(arguments, path).get("user_api_key_auth")
     model = _client_body(arguments).get("model")
     request_data = {**arguments, "model": model, "_litellm_client_requested_model": model}
@@ -623,8 +652,11 @@ async def _read_stream(stream: Any, arguments: dict[str, Any], path: str) -> Non
         frames = compat.proxy_stream_frames(
             response=stream, user_api_key_dict=key, request_data=request_data
         )
-    async for _ in frames:
-        pass
+    first = True
+    async for frame in frames:
+        if tail is not None and not first:
+            tail.append(frame.encode() if isinstance(frame, str) else bytes(frame))
+        first = False
 
 
 async def _after_call(
