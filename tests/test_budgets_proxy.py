@@ -1129,23 +1129,11 @@ def test_a_served_request_is_billed_when_its_budget_is_spent_meanwhile(
     estimate = per_request["chat"]["reserved"]
     seed({"lane": lane}, keys={key: {"max_budget": 1.0, "spend": 1.0 - 40 * estimate}})
     names = frozenset({token_hash(key)})
-    # The first teaches the lane the key's verdict; two more, its request shape.
-    for _ in range(3 if learnt else 1):
-        assert send(lane, "chat", key).status == 200
-        settled(lane, names)
+    warmed(lane, key, names, learnt)
     before = lane_counts(lane.log)
     served_before = before.get("served", 0)
-    upstream_server.set_default("/chat/completions", Reply(delay_s=1.0))
-    try:
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            calls_before = len(upstream_server.requests)
-            on_lane = pool.submit(send, lane, "chat", key)
-            wait_until(lambda: len(upstream_server.requests) > calls_before, "not called")
-            spent = {"key": f"spend:key:{token_hash(key)}", "value": 1.0}
-            assert lane.proxy.post(COUNTER_PATH, json=spent).status_code == 200
-            assert on_lane.result().status == 200
-    finally:
-        upstream_server.set_default("/chat/completions", None)
+    spent = {"key": f"spend:key:{token_hash(key)}", "value": 1.0}
+    served_while_moved(lane, upstream_server, key, COUNTER_PATH, spent)
     wait_for_count(lane.log, "served", served_before + 1)
     # Its cost callback ran (the replay was billed), and the key is over its budget now.
     state = settled(lane, names)
@@ -1172,23 +1160,11 @@ def test_a_served_request_is_logged_when_its_rpm_window_fills_meanwhile(
     key = f"sk-window-filled-{len(upstream_server.requests)}"
     names = rpm_limited({"lane": lane}, key, "team", 50)
     counter = f"{{team:team-{key}}}:requests"
-    # The first teaches the lane the key's verdict; two more, its request shape.
-    for _ in range(3 if learnt else 1):
-        assert send(lane, "chat", key).status == 200
-        settled(lane, names)
+    warmed(lane, key, names, learnt)
     before = lane_counts(lane.log)
     rows_before = refusal_rows(settled(lane, names))
-    upstream_server.set_default("/chat/completions", Reply(delay_s=1.0))
-    try:
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            calls_before = len(upstream_server.requests)
-            on_lane = pool.submit(send, lane, "chat", key)
-            wait_until(lambda: len(upstream_server.requests) > calls_before, "not called")
-            full = {"key": counter, "value": 50}
-            assert lane.proxy.post(RATE_COUNTER_PATH, json=full).status_code == 200
-            assert on_lane.result().status == 200
-    finally:
-        upstream_server.set_default("/chat/completions", None)
+    full = {"key": counter, "value": 50}
+    served_while_moved(lane, upstream_server, key, RATE_COUNTER_PATH, full)
     after = wait_for_count(lane.log, "served", before.get("served", 0) + 1)
     state = settled(lane, names)
     # Logged and billed once as answered, and counted by the refusal.
@@ -1201,6 +1177,32 @@ def test_a_served_request_is_logged_when_its_rpm_window_fills_meanwhile(
         assert after.get("replay_needed:hold", 0) == before.get("replay_needed:hold", 0)
     refused = send(lane, "chat", key)
     assert refused.status == 429, refused
+
+
+def warmed(lane: Arm, key: str, names: frozenset[str], learnt: bool) -> None:
+    """The key's first request teaches the lane its verdict; with `learnt`, two more its
+    request shape."""
+    for _ in range(3 if learnt else 1):
+        assert send(lane, "chat", key).status == 200
+        settled(lane, names)
+
+
+def served_while_moved(
+    lane: Arm, upstream: RecordingUpstream, key: str, probe_path: str, moved: dict[str, Any]
+) -> None:
+    """The key's chat request on the lane, and while the provider works on it (1 s) `moved`
+    posted to the spend probe's `probe_path` (a counter set as another instance or path would
+    move it); the lane's answer stands."""
+    upstream.set_default("/chat/completions", Reply(delay_s=1.0))
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            calls_before = len(upstream.requests)
+            on_lane = pool.submit(send, lane, "chat", key)
+            wait_until(lambda: len(upstream.requests) > calls_before, "not called")
+            assert lane.proxy.post(probe_path, json=moved).status_code == 200
+            assert on_lane.result().status == 200
+    finally:
+        upstream.set_default("/chat/completions", None)
 
 
 def refusal_rows(state: dict[str, Any]) -> tuple[int, int]:
