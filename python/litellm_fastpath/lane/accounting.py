@@ -41,12 +41,13 @@ request or records the lane's counts, stashes its token reservation and hands th
 over, releasing the hold), and the limiter's success callback runs in its logging, reconciling
 that reservation, as in its replay.
 
-A stream the lane ended itself (its client waits for nothing the proxy writes) and a
-`/v1/messages` answer or stream are logged so too, in any worker: a stream's end-of-stream
-logging runs in the proxy's own reading of it (`async_data_generator`, or
-`async_sse_data_generator` for `/v1/messages`; its frames dropped), and the limiter's success
-callback counts their tokens in their logging, as in their replay (the batch has no usage of
-theirs).
+A stream and a `/v1/messages` answer or stream are logged so too, in any worker: a stream's
+end-of-stream logging runs in the proxy's own reading of it (`async_data_generator`, or
+`async_sse_data_generator` for `/v1/messages`; its frames dropped, but where the client waits
+for the end the proxy writes, its usage chunk: the frames past the first chunk's go to the lane
+as that end), and the limiter's success callback counts their tokens in their logging, as in
+their replay (the batch has no usage of theirs). A stream that failed mid-way is replayed: its
+failure is the proxy's.
 
 Every other request is replayed, counted by why (`replay_needed:<why>`).
 """
