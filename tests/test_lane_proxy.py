@@ -1267,6 +1267,74 @@ def cooled(counts: dict[str, int]) -> int:
     return counts.get("lane_cooldown", 0)
 
 
+def test_deployments_the_router_orders_or_caps_are_picked_as_the_router_picks(
+    tmp_path: Path,
+) -> None:
+    """The router sends a group's requests to its lowest `order` while those deployments are
+    healthy (falling back to the next order on a failure), and refuses a call past a
+    deployment's `max_parallel_requests` (429, nothing sent): the lane serves a group with one
+    order from that order's deployments alone, and leaves a group with several orders, or a
+    deployment with slots, to the proxy; each gets the plain twin's answers."""
+    log = tmp_path / "events.jsonl"
+    log.touch()
+    with RecordingUpstream() as first, RecordingUpstream() as other, RecordingUpstream() as slow:
+        slow.set_default("/chat/completions", Reply(delay_s=1.0))
+
+        def twins(name: str, deployments: list[tuple[RecordingUpstream, dict]]) -> list[dict]:
+            return [
+                {
+                    "model_name": f"{arm}-{name}",
+                    "litellm_params": {**deployment_kwargs("openai", up.url), **extra, **rust},
+                }
+                for arm, rust in (("plain", {}), ("rust", {"rust": True}))
+                for up, extra in deployments
+            ]
+
+        models = [
+            *twins("one-order", [(first, {"order": 1}), (other, {})]),
+            *twins("two-orders", [(first, {"order": 1}), (other, {"order": 2})]),
+            *twins("capped", [(slow, {"max_parallel_requests": 1})]),
+        ]
+
+        def posts(upstream: RecordingUpstream) -> int:
+            return sum(r.method == "POST" for r in upstream.requests)
+
+        with logged_proxy(models, log, fastpath_lane=True) as proxy:
+
+            def sentinel() -> int:
+                """One request the lane serves, so that the counts logged after it are read."""
+                body = {"model": "rust-one-order", "messages": HI}
+                assert proxy.post("/chat/completions", json=body).status_code == 200
+                return 1
+
+            lane_judges(proxy, log, "plain-one-order")
+            for name, served in (("one-order", True), ("two-orders", False)):
+                for arm in ("plain", "rust"):
+                    before = posts(first), posts(other), lane_counts(log).get("served", 0)
+                    for _ in range(8):
+                        body = {"model": f"{arm}-{name}", "messages": HI}
+                        answer = proxy.post("/chat/completions", json=body)
+                        assert answer.status_code == 200, answer.text
+                    # Every call went to the first order's deployment, on both arms.
+                    assert (posts(first) - before[0], posts(other) - before[1]) == (8, 0), name
+                    if arm == "rust":
+                        expected = before[2] + (8 if served else 0) + sentinel()
+                        assert wait_for_count(log, "served", expected)["served"] == expected
+            lane_served = lane_counts(log).get("served", 0)
+            for arm in ("plain", "rust"):
+
+                def one(_: int, arm: str = arm) -> int:
+                    body = {"model": f"{arm}-capped", "messages": HI}
+                    return proxy.post("/chat/completions", json=body).status_code
+
+                with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                    statuses = sorted(pool.map(one, range(4)))
+                # One call holds the slot; the router refuses the others.
+                assert statuses == [200, 429, 429, 429], (arm, statuses)
+            expected = lane_served + sentinel()
+            assert wait_for_count(log, "served", expected)["served"] == expected
+
+
 def test_past_the_backlog_new_requests_go_to_the_proxy(
     upstream: RecordingUpstream, tmp_path: Path
 ) -> None:

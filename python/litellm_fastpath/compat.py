@@ -121,6 +121,10 @@ _PRIVATE: dict[str, tuple[str, str]] = {
     # The lane's accounting without replays (`lane/accounting.py`): whether the router tracks a
     # deployment's usage, the limiter's default per-key limits of a group, and the router's
     # success count a cooldown weighs failures by.
+    # How the router picks among a group's deployments: the lowest `order` while healthy, and a
+    # deployment's slots for calls in flight (`max_parallel_requests`, or derived from rpm/tpm).
+    "deployment_order": ("litellm.utils", "get_deployment_order"),
+    "calculate_max_parallel_requests": ("litellm.utils", "calculate_max_parallel_requests"),
     "deployment_has_io_token_limits": (
         "litellm.router_utils.pre_call_checks.io_token_rate_limit_check",
         "deployment_has_io_token_limits",

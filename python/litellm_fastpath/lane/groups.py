@@ -383,6 +383,14 @@ def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
         if _usage_in_headers(router, name):
             result[name] = (_USAGE_IN_HEADERS,)
             continue
+        orders = {compat.deployment_order(deployment) for deployment in deployments} - {None}
+        if len(orders) > 1:
+            result[name] = (_ORDERS,)
+            continue
+        if orders:
+            # The router picks among the lowest order's deployments while they are healthy
+            # (while one cools down, the lane leaves the group to the proxy).
+            deployments = [d for d in deployments if compat.deployment_order(d) in orders]
         entries = [_entry(deployment, router) for deployment in deployments]
         why_not = [entry for entry in entries if isinstance(entry, str)]
         if why_not:
@@ -413,6 +421,7 @@ def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
 
 
 _USAGE_IN_HEADERS = "the group has tpm or rpm limits (its answers carry the minute's usage)"
+_ORDERS = "the group's deployments have several orders (the router falls back from one to the next)"
 
 
 def _usage_in_headers(router: Any, name: str) -> bool:
@@ -458,6 +467,15 @@ def _entry(deployment: Mapping[str, Any], router: Any) -> tuple[dict[str, Any], 
         return "a deployment without rust: true"
     if any("cost" in key for key in info):
         return "a deployment with its own prices in model_info"
+    slots = compat.calculate_max_parallel_requests(
+        max_parallel_requests=litellm_params.get("max_parallel_requests"),
+        rpm=litellm_params.get("rpm"),
+        tpm=litellm_params.get("tpm"),
+        default_max_parallel_requests=getattr(router, "default_max_parallel_requests", None),
+    )
+    if slots:
+        # The router refuses a call past them (429); its slot count is the worker's Python's.
+        return "a deployment with max_parallel_requests (the router's slots for calls in flight)"
     kwargs = {**params, "messages": [{"role": "user", "content": "x"}]}
 
     def routed(stream: bool) -> Any:
