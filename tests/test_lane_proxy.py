@@ -1267,72 +1267,100 @@ def cooled(counts: dict[str, int]) -> int:
     return counts.get("lane_cooldown", 0)
 
 
-def test_deployments_the_router_orders_or_caps_are_picked_as_the_router_picks(
-    tmp_path: Path,
-) -> None:
+def twins(name: str, deployments: list[tuple[RecordingUpstream, dict]]) -> list[dict]:
+    """`plain-<name>` and `rust-<name>`: a group of these deployments (an upstream, extra
+    params), without and with `rust: true`."""
+    return [
+        {
+            "model_name": f"{arm}-{name}",
+            "litellm_params": {**deployment_kwargs("openai", up.url), **extra, **rust},
+        }
+        for arm, rust in (("plain", {}), ("rust", {"rust": True}))
+        for up, extra in deployments
+    ]
+
+
+def posts(upstream: RecordingUpstream) -> int:
+    """The chat calls an upstream got (the warmer's `OPTIONS /` aside)."""
+    return sum(r.method == "POST" for r in upstream.requests)
+
+
+def test_a_group_the_router_orders_is_picked_as_the_router_picks(tmp_path: Path) -> None:
     """The router sends a group's requests to its lowest `order` while those deployments are
-    healthy (falling back to the next order on a failure), and refuses a call past a
-    deployment's `max_parallel_requests` (429, nothing sent): the lane serves a group with one
-    order from that order's deployments alone, and leaves a group with several orders, or a
-    deployment with slots, to the proxy; each gets the plain twin's answers."""
+    healthy, and falls back to the next order on a failure: the lane serves a group with one
+    order from that order's deployments alone, and leaves a group with several orders to the
+    proxy; both send every call where the plain twin's go."""
     log = tmp_path / "events.jsonl"
     log.touch()
-    with RecordingUpstream() as first, RecordingUpstream() as other, RecordingUpstream() as slow:
-        slow.set_default("/chat/completions", Reply(delay_s=1.0))
-
-        def twins(name: str, deployments: list[tuple[RecordingUpstream, dict]]) -> list[dict]:
-            return [
-                {
-                    "model_name": f"{arm}-{name}",
-                    "litellm_params": {**deployment_kwargs("openai", up.url), **extra, **rust},
-                }
-                for arm, rust in (("plain", {}), ("rust", {"rust": True}))
-                for up, extra in deployments
-            ]
-
+    with RecordingUpstream() as first, RecordingUpstream() as other:
         models = [
             *twins("one-order", [(first, {"order": 1}), (other, {})]),
             *twins("two-orders", [(first, {"order": 1}), (other, {"order": 2})]),
-            *twins("capped", [(slow, {"max_parallel_requests": 1})]),
         ]
-
-        def posts(upstream: RecordingUpstream) -> int:
-            return sum(r.method == "POST" for r in upstream.requests)
-
         with logged_proxy(models, log, fastpath_lane=True) as proxy:
-
-            def sentinel() -> int:
-                """One request the lane serves, so that the counts logged after it are read."""
-                body = {"model": "rust-one-order", "messages": HI}
-                assert proxy.post("/chat/completions", json=body).status_code == 200
-                return 1
-
             lane_judges(proxy, log, "plain-one-order")
-            for name, served in (("one-order", True), ("two-orders", False)):
+            for name, served in (("one-order", 8), ("two-orders", 0)):
                 for arm in ("plain", "rust"):
                     before = posts(first), posts(other), lane_counts(log).get("served", 0)
                     for _ in range(8):
                         body = {"model": f"{arm}-{name}", "messages": HI}
                         answer = proxy.post("/chat/completions", json=body)
                         assert answer.status_code == 200, answer.text
-                    # Every call went to the first order's deployment, on both arms.
                     assert (posts(first) - before[0], posts(other) - before[1]) == (8, 0), name
                     if arm == "rust":
-                        expected = before[2] + (8 if served else 0) + sentinel()
+                        # One request the lane serves, so that counts logged after it are read.
+                        sentinel = {"model": "rust-one-order", "messages": HI}
+                        assert proxy.post("/chat/completions", json=sentinel).status_code == 200
+                        expected = before[2] + served + 1
                         assert wait_for_count(log, "served", expected)["served"] == expected
-            lane_served = lane_counts(log).get("served", 0)
+
+
+def test_a_deployments_slots_are_one_count_for_the_lane_and_the_proxy(tmp_path: Path) -> None:
+    """LiteLLM's router refuses a call past a deployment's `max_parallel_requests` (a 429,
+    nothing sent). The lane takes its slots from the same count as the router: 4 requests at
+    once get one answer and three 429s, as on the plain twin, whichever path holds the slot (the
+    lane's call, or the proxy's for a request the lane does not take), and replays take none.
+    A group of several such deployments stays with the proxy (its pick of a full one is the
+    router's 429)."""
+    log = tmp_path / "events.jsonl"
+    log.touch()
+    with RecordingUpstream() as slow, RecordingUpstream() as fast:
+        slow.set_default("/chat/completions", Reply(delay_s=1.0))
+        models = [
+            *twins("capped", [(slow, {"max_parallel_requests": 1})]),
+            *twins("capped-pair", [(fast, {"max_parallel_requests": 2}), (slow, {"rpm": 50})]),
+        ]
+        # The fast path declines `tool_choice` without tools: LiteLLM's own path, via the router.
+        proxy_only = {"tool_choice": "auto"}
+        with logged_proxy(models, log, fastpath_lane=True) as proxy:
+
+            def chat(model: str, **extra: Any) -> int:
+                body = {"model": model, "messages": HI, **extra}
+                return proxy.post("/chat/completions", json=body).status_code
+
+            lane_judges(proxy, log, "plain-capped-pair")
+            for arm, rounds in (("plain", 1), ("rust", 2)):
+                for _ in range(rounds):
+                    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                        statuses = sorted(pool.map(chat, [f"{arm}-capped"] * 4))
+                    assert statuses == [200, 429, 429, 429], (arm, statuses)
+            counts = wait_for_count(log, "lane_deployment_slots", 6)
+            assert counts["lane_deployment_slots"] == 6, counts
+            # The slot held by one path refuses the other's request.
             for arm in ("plain", "rust"):
-
-                def one(_: int, arm: str = arm) -> int:
-                    body = {"model": f"{arm}-capped", "messages": HI}
-                    return proxy.post("/chat/completions", json=body).status_code
-
-                with concurrent.futures.ThreadPoolExecutor(4) as pool:
-                    statuses = sorted(pool.map(one, range(4)))
-                # One call holds the slot; the router refuses the others.
-                assert statuses == [200, 429, 429, 429], (arm, statuses)
-            expected = lane_served + sentinel()
-            assert wait_for_count(log, "served", expected)["served"] == expected
+                for holder, other in ((proxy_only, {}), ({}, proxy_only)):
+                    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                        before = posts(slow)
+                        held = pool.submit(chat, f"{arm}-capped", **holder)
+                        wait_until(lambda before=before: posts(slow) > before)
+                        assert chat(f"{arm}-capped", **other) == 429, (arm, holder)
+                        assert held.result() == 200
+            for _ in range(2):
+                assert chat("rust-capped-pair") == 200
+            assert chat("rust-capped") == 200
+            # The lane served the first of each round, one holder and the last request alone.
+            counts = wait_for_count(log, "served", 4)
+            assert counts["served"] == 4, counts
 
 
 def test_past_the_backlog_new_requests_go_to_the_proxy(

@@ -9,6 +9,7 @@ __all__ = [
     "CallHandle",
     "Declined",
     "Deployment",
+    "DeploymentSlots",
     "FastpathError",
     "InternalError",
     "InvalidRequestError",
@@ -288,7 +289,18 @@ class LaneDeployment:
         streams: LaneStreams | None = None,
         messages: LaneMessages | None = None,
         weight: float | None = None,
+        slots: DeploymentSlots | None = None,
     ) -> LaneDeployment: ...
+
+@final
+class DeploymentSlots:
+    def __new__(cls, limit: int) -> DeploymentSlots: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
+    def take(self) -> bool: ...
+    def give_back(self) -> None: ...
 
 @final
 class LaneRealtimeSession:

@@ -132,6 +132,12 @@ def claimed_call() -> Any:
     return claimed.pop() if claimed else None
 
 
+def replaying() -> bool:
+    """Whether this request replays one the lane served, its provider call still to come (a
+    retry after it calls the provider itself)."""
+    return bool(_claimed_call.get())
+
+
 def learn_from(learner: Callable[[dict[str, Any]], None]) -> None:
     """This replay's chat provider call is shown to `learner` (once, before the call)."""
     _learner.set(learner)

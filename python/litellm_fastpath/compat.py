@@ -125,6 +125,10 @@ _PRIVATE: dict[str, tuple[str, str]] = {
     # deployment's slots for calls in flight (`max_parallel_requests`, or derived from rpm/tpm).
     "deployment_order": ("litellm.utils", "get_deployment_order"),
     "calculate_max_parallel_requests": ("litellm.utils", "calculate_max_parallel_requests"),
+    "MaxParallelRequestsLimit": (
+        "litellm.router_utils.client_initalization_utils",
+        "MaxParallelRequestsLimit",
+    ),
     "deployment_has_io_token_limits": (
         "litellm.router_utils.pre_call_checks.io_token_rate_limit_check",
         "deployment_has_io_token_limits",

@@ -15,6 +15,7 @@ use super::ratelimit::counting::RateRefusal;
 use super::ratelimit::parallel::{self, Slot};
 use super::ratelimit::scopes::{Counting, KeyRates};
 use super::ratelimit::tokens::{self, EstimateRefusal};
+use super::slots::SlotHeld;
 use super::state::Lane;
 use super::table::{KeyRefusal, LaneDeployment};
 use crate::model::LaneReason;
@@ -109,6 +110,8 @@ pub(super) struct Judged {
     /// flight with it.
     pub slot: Option<(Slot, Vec<u64>)>,
     pub deployment: Arc<LaneDeployment>,
+    /// The request's slot in the deployment's calls in flight, if it has slots.
+    pub deployment_slot: Option<SlotHeld>,
 }
 
 /// What an admitted request's rpm limits still need.
@@ -202,6 +205,13 @@ pub(super) fn judge(
             RateAdmission::Held(rates.worker_headers(&counts, in_flight))
         }
     };
+    // The router's pick, then its slot: a picked deployment with every slot in use is the
+    // router's 429 (with a single deployment, the proxy's pick is the same one).
+    let deployment = lane.table.pick(&group);
+    let deployment_slot = match &deployment.slots {
+        None => None,
+        Some(slots) => Some(slots.hold().ok_or(LaneReason::DeploymentSlots)?),
+    };
     Ok(Judged {
         key_spend,
         key_hash,
@@ -209,7 +219,8 @@ pub(super) fn judge(
         hold,
         rates,
         slot,
-        deployment: lane.table.pick(&group),
+        deployment,
+        deployment_slot,
     })
 }
 

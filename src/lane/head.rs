@@ -9,6 +9,7 @@ use super::ratelimit::counting::RateRefusal;
 use super::ratelimit::parallel::{self, Slot};
 use super::ratelimit::scopes;
 use super::ratelimit::tokens;
+use super::slots::SlotHeld;
 use super::state::Lane;
 use super::table::LaneDeployment;
 use super::tickets::{CallId, Issued, Outcome, RateCounted};
@@ -34,6 +35,9 @@ pub(super) struct Head {
     /// (`release_slot`, or dropping the head: the client left, the stream ended).
     slot: Option<Slot>,
     pub deployment: Arc<LaneDeployment>,
+    /// Its slot in the deployment's calls in flight, held around the provider call as the
+    /// router holds it (`end_provider_call`, or dropping the head).
+    deployment_slot: Mutex<Option<SlotHeld>>,
     pub call_id: CallId,
     pub received: Instant,
 }
@@ -60,6 +64,7 @@ impl Head {
             },
             slot: judged.slot.map(|(slot, _)| slot),
             deployment: judged.deployment,
+            deployment_slot: Mutex::new(judged.deployment_slot),
             call_id: CallId::of(headers),
             received,
         }
@@ -123,6 +128,15 @@ impl Head {
         if let Some(slot) = self.slot.take() {
             slot.release().await;
         }
+    }
+
+    /// The provider call returned (an answer read, a stream opened, or a failure): its slot in
+    /// the deployment's calls in flight is free again.
+    pub(super) fn end_provider_call(&self) {
+        self.deployment_slot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
     }
 
     /// The rate limiter's headers for the answer (none for a key without rate limits).

@@ -32,6 +32,7 @@
 //!   proxy writes), `tickets` (provider outcomes the replay claims, call ids).
 //! - Cost: `cost` (usage -> cost for every route), `headers` (the proxy's headers for an
 //!   answer, cost split included).
+//! - `slots`: a deployment's slots for calls in flight, one count with LiteLLM's router.
 //! - `state`: the lane of one process (its table, engine, counters, backlog).
 
 pub mod budget;
@@ -52,6 +53,7 @@ mod response;
 mod served;
 mod server;
 mod shuffle;
+pub mod slots;
 mod state;
 mod streamed;
 pub mod table;

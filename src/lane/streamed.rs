@@ -78,6 +78,7 @@ pub(super) async fn open(
         opened = stream::open(&lane.engine.transport, upstream) => opened,
         () = request.connection.closed() => return Err(Served::Gone),
     };
+    head.end_provider_call();
     let response = match opened {
         Ok(response) => response,
         Err(err) => {

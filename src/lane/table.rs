@@ -13,6 +13,7 @@ use super::budget::{KeyBudget, ReservationRates};
 use super::cost::Pricing;
 use super::ratelimit::scopes::KeyRates;
 use super::shuffle::Shuffle;
+use super::slots::DeploymentSlots;
 use crate::providers::Deployment;
 
 /// One deployment of a lane group, with what the proxy says about it in its headers.
@@ -32,6 +33,8 @@ pub struct LaneDeployment {
     pub streams: Option<LaneStreams>,
     /// How the lane calls it for `/v1/messages` (None: those requests go to the proxy).
     pub messages: Option<LaneMessages>,
+    /// Its slots for calls in flight, shared with LiteLLM's router (None: it has none).
+    pub slots: Option<Arc<DeploymentSlots>>,
 }
 
 /// A deployment's `/v1/messages` calls as LiteLLM makes them, worked out by the Python layer

@@ -40,6 +40,7 @@ pub(super) async fn serve(
         () = request.connection.closed() => return Served::Gone,
     };
     let upstream = called.elapsed();
+    head.end_provider_call();
     let upstream_ms = upstream.as_secs_f64() * 1000.0;
     let mut completion = match outcome {
         Ok(completion) => completion,

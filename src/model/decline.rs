@@ -160,6 +160,9 @@ named_reasons! {
         /// A key whose parallel-request gauge has no slot for the request (the lane's requests
         /// in flight and the proxy's): the proxy decides at once, counting the lane's slots.
         ParallelLimit => "lane_parallel_limit",
+        /// The picked deployment's slots for calls in flight are all in use (the lane's calls
+        /// and the proxy's): the proxy's router refuses the request, or takes it if one freed.
+        DeploymentSlots => "lane_deployment_slots",
     }
 }
 

@@ -190,7 +190,7 @@ impl LaneDeployment {
     #[new]
     #[pyo3(signature = (
         deployment, *, id, params, timeout, headers, pricing=None, streams=None, messages=None,
-        weight=None,
+        weight=None, slots=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -203,6 +203,7 @@ impl LaneDeployment {
         streams: Option<&LaneStreams>,
         messages: Option<&LaneMessages>,
         weight: Option<f64>,
+        slots: Option<&DeploymentSlots>,
     ) -> PyResult<Self> {
         let params: Map<String, Value> = pythonize::depythonize(params.as_any())
             .map_err(|err| InvalidRequestError::new_err(format!("params: {err}")))?;
@@ -215,11 +216,52 @@ impl LaneDeployment {
             pricing: pricing.map(LanePricing::pricing),
             streams: streams.map(|streams| streams.inner),
             messages: messages.map(|messages| messages.inner.clone()),
+            slots: slots.map(|slots| Arc::clone(&slots.inner)),
         };
         Ok(LaneDeployment {
             inner: Arc::new(inner),
             weight,
         })
+    }
+}
+
+/// A deployment's slots for calls in flight (see `lane::slots`): one count for the lane and
+/// for LiteLLM's router, which takes and gives back its slots through this object.
+#[pyclass(frozen, module = "litellm_fastpath._native")]
+pub struct DeploymentSlots {
+    inner: Arc<lane::slots::DeploymentSlots>,
+}
+
+#[pymethods]
+impl DeploymentSlots {
+    #[new]
+    fn new(limit: u64) -> PyResult<Self> {
+        if limit == 0 {
+            return Err(InvalidRequestError::new_err("limit must be positive"));
+        }
+        Ok(DeploymentSlots {
+            inner: lane::slots::DeploymentSlots::new(limit),
+        })
+    }
+
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.inner.limit()
+    }
+
+    #[getter]
+    fn in_flight(&self) -> u64 {
+        self.inner.in_flight()
+    }
+
+    /// Takes a slot if one is free (False: every slot is in use).
+    fn take(&self) -> bool {
+        self.inner.try_take()
+    }
+
+    /// Gives back a slot taken with `take`.
+    fn give_back(&self) {
+        self.inner.give_back();
     }
 }
 

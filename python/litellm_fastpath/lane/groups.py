@@ -18,7 +18,16 @@ import litellm
 
 from litellm_fastpath import _native, claims, compat, messages, routing, streaming
 from litellm_fastpath.declines import Decline
-from litellm_fastpath.lane import accounting, limits, middleware, prices, realtime, replay, settings
+from litellm_fastpath.lane import (
+    accounting,
+    limits,
+    middleware,
+    prices,
+    realtime,
+    replay,
+    settings,
+    slots,
+)
 from litellm_fastpath.providers import PROVIDERS
 
 logger = logging.getLogger("litellm_fastpath")
@@ -48,6 +57,8 @@ _NEUTRAL_LITELLM_SETTINGS = frozenset(
 )
 _lane_groups: frozenset[str] = frozenset()
 _status = ""  # what the lane last logged about itself
+# The deployments of the groups the lane serves (id -> group), whose slots it shares.
+_served_deployments: dict[str, str] = {}
 # LiteLLM's `REPEATED_STREAMING_CHUNK_LIMIT` default, the one the lane's streams apply.
 _DEFAULT_REPEAT_LIMIT = 100
 
@@ -76,6 +87,7 @@ async def keep_current(litellm_settings: frozenset[str]) -> None:
                 accounting.forget_deployments()
                 seen = state
             _native.lane_set_cooling(_cooling_groups(router))
+            slots.keep_installed(router, _served_deployments)
             middleware.count_in_flight()
         except Exception:  # a failed refresh turns the lane off, never the proxy
             logger.exception("fastpath_lane: refresh failed; the lane is off until the next one")
@@ -104,6 +116,7 @@ def _router_state(router: Any) -> tuple[Any, ...]:
         tuple(id(callback) for callback in litellm.callbacks),
         proxy_server.premium_user,
         compat.hsts_enabled(),
+        getattr(router, "default_max_parallel_requests", None),
         _keeps_end_users(),
     )
 
@@ -121,7 +134,7 @@ def _fingerprint(content: Any) -> str:
 
 
 def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
-    global _lane_groups, _status
+    global _lane_groups, _served_deployments, _status
     why_off = _why_off(router, litellm_settings)
     groups = {} if why_off else _groups(router)
     if frozenset(groups) != _lane_groups:
@@ -132,6 +145,13 @@ def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
     replay.install_admitted_budget_skip()
     replay.install_call_ids()
     limits.configure()
+    _served_deployments = {
+        str((d.get("model_info") or {}).get("id")): d["model_name"]
+        for d in router.model_list
+        if d["model_name"] in groups
+    }
+    # Before the lane serves them: the router's slots for them are the lane's from now on.
+    slots.keep_installed(router, _served_deployments)
     _native.lane_set_groups(groups, reservation_rates(router, groups))
     realtime.configure(router, why_off is not None, _weights)
     _native.lane_configure(
@@ -391,6 +411,9 @@ def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
             # The router picks among the lowest order's deployments while they are healthy
             # (while one cools down, the lane leaves the group to the proxy).
             deployments = [d for d in deployments if compat.deployment_order(d) in orders]
+        if len(deployments) > 1 and any(slots.limit(router, d) for d in deployments):
+            result[name] = (_SLOTS,)
+            continue
         entries = [_entry(deployment, router) for deployment in deployments]
         why_not = [entry for entry in entries if isinstance(entry, str)]
         if why_not:
@@ -403,14 +426,15 @@ def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
             model=name, llm_router=router, team_id=None
         )
         served = _Served([], streams=True, messages=True)
-        for entry, weight in zip(entries, weights, strict=True):
+        for deployment, entry, weight in zip(deployments, entries, weights, strict=True):
             assert not isinstance(entry, str)
+            slotted = slots.for_deployment(router, deployment)
             kwargs, stream_timeout = entry
             streams = None
             if stream_timeout is not None:
                 streams = _native.LaneStreams(timeout=stream_timeout, asks_usage=bool(usage_asked))
             served.deployments.append(
-                _native.LaneDeployment(**kwargs, streams=streams, weight=weight)
+                _native.LaneDeployment(**kwargs, streams=streams, weight=weight, slots=slotted)
             )
             served = served._replace(
                 streams=served.streams and streams is not None,
@@ -422,6 +446,10 @@ def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
 
 _USAGE_IN_HEADERS = "the group has tpm or rpm limits (its answers carry the minute's usage)"
 _ORDERS = "the group's deployments have several orders (the router falls back from one to the next)"
+_SLOTS = (
+    "a deployment of several has max_parallel_requests (the router refuses a call its pick has no "
+    "slot for)"
+)
 
 
 def _usage_in_headers(router: Any, name: str) -> bool:
@@ -467,15 +495,6 @@ def _entry(deployment: Mapping[str, Any], router: Any) -> tuple[dict[str, Any], 
         return "a deployment without rust: true"
     if any("cost" in key for key in info):
         return "a deployment with its own prices in model_info"
-    slots = compat.calculate_max_parallel_requests(
-        max_parallel_requests=litellm_params.get("max_parallel_requests"),
-        rpm=litellm_params.get("rpm"),
-        tpm=litellm_params.get("tpm"),
-        default_max_parallel_requests=getattr(router, "default_max_parallel_requests", None),
-    )
-    if slots:
-        # The router refuses a call past them (429); its slot count is the worker's Python's.
-        return "a deployment with max_parallel_requests (the router's slots for calls in flight)"
     kwargs = {**params, "messages": [{"role": "user", "content": "x"}]}
 
     def routed(stream: bool) -> Any:

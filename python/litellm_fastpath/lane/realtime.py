@@ -25,6 +25,7 @@ import litellm
 from litellm_fastpath import _native, claims, compat
 from litellm_fastpath import realtime as pool
 from litellm_fastpath.bridge import settle
+from litellm_fastpath.lane import slots
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -51,6 +52,9 @@ def configure(
         for deployment in router.model_list:
             by_group.setdefault(deployment["model_name"], []).append(deployment)
         for name, deployments in by_group.items():
+            # The router holds a deployment's slot for a whole session (its generic call).
+            if any(slots.limit(router, deployment) for deployment in deployments):
+                continue
             targets = [pool.dial_target(deployment) for deployment in deployments]
             if not targets or any(target is None for target in targets):
                 continue
