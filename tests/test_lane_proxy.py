@@ -1267,16 +1267,19 @@ def cooled(counts: dict[str, int]) -> int:
     return counts.get("lane_cooldown", 0)
 
 
-def twins(name: str, deployments: list[tuple[RecordingUpstream, dict]]) -> list[dict]:
+def twins(
+    name: str, deployments: list[tuple[RecordingUpstream, dict]], info: dict | None = None
+) -> list[dict]:
     """`plain-<name>` and `rust-<name>`: a group of these deployments (an upstream, extra
-    params), without and with `rust: true`."""
+    params; the last one's `model_info` is `info`), without and with `rust: true`."""
     return [
         {
             "model_name": f"{arm}-{name}",
             "litellm_params": {**deployment_kwargs("openai", up.url), **extra, **rust},
+            "model_info": dict(info or {}) if index == len(deployments) - 1 else {},
         }
         for arm, rust in (("plain", {}), ("rust", {"rust": True}))
-        for up, extra in deployments
+        for index, (up, extra) in enumerate(deployments)
     ]
 
 
@@ -1285,28 +1288,48 @@ def posts(upstream: RecordingUpstream) -> int:
     return sum(r.method == "POST" for r in upstream.requests)
 
 
-def test_a_group_the_router_orders_is_picked_as_the_router_picks(tmp_path: Path) -> None:
-    """The router sends a group's requests to its lowest `order` while those deployments are
-    healthy, and falls back to the next order on a failure: the lane serves a group with one
-    order from that order's deployments alone, and leaves a group with several orders to the
-    proxy; both send every call where the plain twin's go."""
+def test_a_group_the_router_narrows_is_picked_as_the_router_picks(tmp_path: Path) -> None:
+    """The router picks among a group's deployments only those an admin did not pause
+    (`model_info.blocked`; every one paused: LiteLLM's 403), those of the lowest `order` while
+    they are healthy (falling back to the next order on a failure), a team's deployment only for
+    that team, and with tag filtering those the request's tags (or the default tag) select: the
+    lane serves a group from the deployments the router would pick, and leaves the groups whose
+    pick depends on the request (several orders, a team, tags) to the proxy; every call goes
+    where the plain twin's go, with the same status."""
     log = tmp_path / "events.jsonl"
     log.touch()
     with RecordingUpstream() as first, RecordingUpstream() as other:
         models = [
             *twins("one-order", [(first, {"order": 1}), (other, {})]),
             *twins("two-orders", [(first, {"order": 1}), (other, {"order": 2})]),
+            *twins("one-paused", [(first, {}), (other, {})], {"blocked": True}),
+            *twins("paused", [(other, {})], {"blocked": True}),
+            *twins("team", [(first, {})], {"team_id": "team-x"}),
+            *twins(
+                "tagged",
+                [(first, {"tags": ["default"]}), (other, {"tags": ["batch"]})],
+                {"enable_tag_filtering": True},
+            ),
+        ]
+        cases = [
+            # (group, status, calls to each upstream, how many of 8 the lane serves)
+            ("one-order", 200, (8, 0), 8),
+            ("two-orders", 200, (8, 0), 0),
+            ("one-paused", 200, (8, 0), 8),
+            ("paused", 403, (0, 0), 0),
+            ("team", 200, (8, 0), 0),
+            ("tagged", 200, (8, 0), 0),
         ]
         with logged_proxy(models, log, fastpath_lane=True) as proxy:
             lane_judges(proxy, log, "plain-one-order")
-            for name, served in (("one-order", 8), ("two-orders", 0)):
+            for name, status, calls, served in cases:
                 for arm in ("plain", "rust"):
                     before = posts(first), posts(other), lane_counts(log).get("served", 0)
                     for _ in range(8):
                         body = {"model": f"{arm}-{name}", "messages": HI}
                         answer = proxy.post("/chat/completions", json=body)
-                        assert answer.status_code == 200, answer.text
-                    assert (posts(first) - before[0], posts(other) - before[1]) == (8, 0), name
+                        assert answer.status_code == status, (arm, name, answer.text)
+                    assert (posts(first) - before[0], posts(other) - before[1]) == calls, name
                     if arm == "rust":
                         # One request the lane serves, so that counts logged after it are read.
                         sentinel = {"model": "rust-one-order", "messages": HI}

@@ -403,6 +403,18 @@ def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
         if _usage_in_headers(router, name):
             result[name] = (_USAGE_IN_HEADERS,)
             continue
+        if getattr(router, "enable_tag_filtering", False) or any(
+            (d.get("model_info") or {}).get("enable_tag_filtering") for d in deployments
+        ):
+            result[name] = (_TAGS,)
+            continue
+        # The router never picks a deployment an admin paused (`model_info.blocked`).
+        deployments = [
+            d for d in deployments if (d.get("model_info") or {}).get("blocked") is not True
+        ]
+        if not deployments:
+            result[name] = (_PAUSED,)
+            continue
         orders = {compat.deployment_order(deployment) for deployment in deployments} - {None}
         if len(orders) > 1:
             result[name] = (_ORDERS,)
@@ -445,6 +457,8 @@ def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
 
 
 _USAGE_IN_HEADERS = "the group has tpm or rpm limits (its answers carry the minute's usage)"
+_TAGS = "the router filters the group's deployments by tags (enable_tag_filtering)"
+_PAUSED = "every deployment of the group is paused (model_info.blocked)"
 _ORDERS = "the group's deployments have several orders (the router falls back from one to the next)"
 _SLOTS = (
     "a deployment of several has max_parallel_requests (the router refuses a call its pick has no "
@@ -495,6 +509,9 @@ def _entry(deployment: Mapping[str, Any], router: Any) -> tuple[dict[str, Any], 
         return "a deployment without rust: true"
     if any("cost" in key for key in info):
         return "a deployment with its own prices in model_info"
+    if info.get("team_id") is not None:
+        # The router picks it only for requests of that team (`filter_team_based_models`).
+        return "a team's deployment (model_info.team_id)"
     kwargs = {**params, "messages": [{"role": "user", "content": "x"}]}
 
     def routed(stream: bool) -> Any:
