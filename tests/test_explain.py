@@ -229,6 +229,29 @@ def test_settings_that_keep_the_lane_off_are_named(
     assert any(reason in r for r in chat["reasons"])
 
 
+@pytest.mark.parametrize(
+    ("router_settings", "reason"),
+    [
+        ({"default_litellm_params": {"temperature": 0.25}}, "router.default_litellm_params"),
+        ({"routing_strategy": "latency-based-routing"}, "router.routing_strategy"),
+        ({"enable_pre_call_checks": True}, "router.pre_call_checks"),
+    ],
+    ids=["default_litellm_params", "routing_strategy", "pre_call_checks"],
+)
+def test_router_settings_that_keep_the_lane_off_are_named(
+    tmp_path: Path, router_settings: dict[str, Any], reason: str
+) -> None:
+    config = {
+        "model_list": mixed_models("http://127.0.0.1:9")[:1],
+        "litellm_settings": {"callbacks": [ACCELERATOR], "fastpath_lane": True},
+        "general_settings": {"master_key": "sk-1"},
+        "router_settings": router_settings,
+    }
+    document, _code = explained(config, tmp_path)
+    assert document["lane"] is False
+    assert any(reason in r for r in document["lane_off"]), document["lane_off"]
+
+
 def test_a_database_leaves_the_lane_on(tmp_path: Path) -> None:
     """`database_url` acts at startup and after the answer (docs/settings.md): explain, like the
     lane's gate, keeps the lane on for it."""

@@ -854,6 +854,30 @@ def test_settings_the_lane_does_not_reproduce_keep_it_off(
     assert any(status == 200 for status, _ in answers[0])
 
 
+def test_params_the_router_adds_to_every_call_reach_the_provider(
+    upstream: RecordingUpstream, tmp_path: Path
+) -> None:
+    """The router adds its `default_litellm_params` to every call (before a deployment's own):
+    the lane stays off under them, and the provider gets the plain twin's body."""
+    log = tmp_path / "events.jsonl"
+    log.touch()
+    models = twin_models("openai", deployment_kwargs("openai", upstream.url))
+    defaults = {"default_litellm_params": {"temperature": 0.25, "max_tokens": 7}}
+    router_settings = {"num_retries": 0, **defaults}
+    with logged_proxy(models, log, router_settings=router_settings, fastpath_lane=True) as proxy:
+        warm = proxy.post("/chat/completions", json={"model": "plain-openai", "messages": HI})
+        assert warm.status_code == 200
+        sent = {}
+        for model in ("plain-openai", "rust-openai"):
+            answer, calls = call(proxy, upstream, model, messages=HI)
+            assert answer.status_code == 200, answer.text
+            sent[model] = json.loads([c for c in calls if c.method == "POST"][-1].body)
+        assert sent["rust-openai"] == sent["plain-openai"]
+        assert sent["plain-openai"]["temperature"] == 0.25
+        assert "fastpath_lane: off (router.default_litellm_params" in proxy.log_text()
+        assert lane_counts(log).get("served", 0) == 0
+
+
 def _said(response: httpx.Response) -> str:
     """What the client was told: an answer's content, or a stream's content deltas joined."""
     if not response.headers.get("content-type", "").startswith("text/event-stream"):

@@ -269,7 +269,28 @@ def off_reasons(
         router, "optional_pre_call_checks", None
     ):
         reasons.append("router.pre_call_checks")
+    if getattr(router, "routing_groups", None):
+        reasons.append("router.routing_groups")
+    if getattr(router, "routing_plugins", None):
+        reasons.append("router.plugins")
+    if _default_params_set(router):
+        reasons.append("router.default_litellm_params")
     return reasons
+
+
+# What the router always puts in its `default_litellm_params`: its timeouts (the lane's are the
+# router's, `compat.router_timeout`) and its client's retries (the fast path calls once).
+_ROUTER_DEFAULT_PARAMS = frozenset({"timeout", "stream_timeout", "max_retries", "metadata"})
+
+
+def _default_params_set(router: Any) -> bool:
+    """Whether the router adds params of an operator's to every call (`default_litellm_params`:
+    they change what is sent, and take precedence over a deployment's own)."""
+    defaults = getattr(router, "default_litellm_params", None) or {}
+    metadata = defaults.get("metadata") or {}
+    return bool(set(defaults) - _ROUTER_DEFAULT_PARAMS) or any(
+        value is not None for value in metadata.values()
+    )
 
 
 # Callbacks that see requests but never change one the lane serves.
