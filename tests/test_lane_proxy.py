@@ -1367,15 +1367,17 @@ def test_a_deployments_slots_are_one_count_for_the_lane_and_the_proxy(tmp_path: 
     nothing sent). The lane takes its slots from the same count as the router: 4 requests at
     once get one answer and three 429s, as on the plain twin, whichever path holds the slot (the
     lane's call, or the proxy's for a request the lane does not take), and replays take none.
-    A group of several such deployments stays with the proxy (its pick of a full one is the
-    router's 429)."""
+    In a group of several, no deployment ever has more calls in flight than its slots, on either
+    arm (the lane's refusals differ there: deliberate difference 15 with the lane on)."""
     log = tmp_path / "events.jsonl"
     log.touch()
-    with RecordingUpstream() as slow, RecordingUpstream() as fast:
-        slow.set_default("/chat/completions", Reply(delay_s=1.0))
+    with RecordingUpstream() as slow, RecordingUpstream() as also_slow:
+        for upstream in (slow, also_slow):
+            upstream.set_default("/chat/completions", Reply(delay_s=1.0))
+        one_slot = {"max_parallel_requests": 1}
         models = [
-            *twins("capped", [(slow, {"max_parallel_requests": 1})]),
-            *twins("capped-pair", [(fast, {"max_parallel_requests": 2}), (slow, {"rpm": 50})]),
+            *twins("capped", [(slow, one_slot)]),
+            *twins("capped-pair", [(slow, one_slot), (also_slow, one_slot)]),
         ]
         # The fast path declines `tool_choice` without tools: LiteLLM's own path, via the router.
         proxy_only = {"tool_choice": "auto"}
@@ -1402,12 +1404,18 @@ def test_a_deployments_slots_are_one_count_for_the_lane_and_the_proxy(tmp_path: 
                         wait_until(lambda before=before: posts(slow) > before)
                         assert chat(f"{arm}-capped", **other) == 429, (arm, holder)
                         assert held.result() == 200
-            for _ in range(2):
-                assert chat("rust-capped-pair") == 200
             assert chat("rust-capped") == 200
             # The lane served the first of each round, one holder and the last request alone.
             counts = wait_for_count(log, "served", 4)
             assert counts["served"] == 4, counts
+            for arm in ("plain", "rust"):
+                before = posts(slow), posts(also_slow)
+                with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                    statuses = list(pool.map(chat, [f"{arm}-capped-pair"] * 8))
+                calls = posts(slow) - before[0], posts(also_slow) - before[1]
+                assert max(calls) == 1 and statuses.count(200) == sum(calls), (arm, calls)
+                assert statuses.count(429) == 8 - sum(calls), (arm, statuses)
+            assert wait_for_count(log, "served", 5)["served"] >= 5
 
 
 def test_past_the_backlog_new_requests_go_to_the_proxy(

@@ -205,8 +205,9 @@ pub(super) fn judge(
             RateAdmission::Held(rates.worker_headers(&counts, in_flight))
         }
     };
-    // The router's pick, then its slot: a picked deployment with every slot in use is the
-    // router's 429 (with a single deployment, the proxy's pick is the same one).
+    // The router's pick, then its slot: a pick with every slot in use goes to the proxy, whose
+    // router refuses it (429) or, among several deployments, may pick another (deliberate
+    // difference 15 with the lane on).
     let deployment = lane.table.pick(&group);
     let deployment_slot = match &deployment.slots {
         None => None,

@@ -161,7 +161,7 @@ named_reasons! {
         /// in flight and the proxy's): the proxy decides at once, counting the lane's slots.
         ParallelLimit => "lane_parallel_limit",
         /// The picked deployment's slots for calls in flight are all in use (the lane's calls
-        /// and the proxy's): the proxy's router refuses the request, or takes it if one freed.
+        /// and the proxy's): the proxy's router picks again and refuses it if that pick is full.
         DeploymentSlots => "lane_deployment_slots",
     }
 }

@@ -444,9 +444,6 @@ def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
             # The router picks among the lowest order's deployments while they are healthy
             # (while one cools down, the lane leaves the group to the proxy).
             deployments = [d for d in deployments if compat.deployment_order(d) in orders]
-        if len(deployments) > 1 and any(slots.limit(router, d) for d in deployments):
-            result[name] = (_SLOTS,)
-            continue
         entries = [_entry(deployment, router) for deployment in deployments]
         why_not = [entry for entry in entries if isinstance(entry, str)]
         if why_not:
@@ -481,10 +478,6 @@ _USAGE_IN_HEADERS = "the group has tpm or rpm limits (its answers carry the minu
 _TAGS = "the router filters the group's deployments by tags (enable_tag_filtering)"
 _PAUSED = "every deployment of the group is paused (model_info.blocked)"
 _ORDERS = "the group's deployments have several orders (the router falls back from one to the next)"
-_SLOTS = (
-    "a deployment of several has max_parallel_requests (the router refuses a call its pick has no "
-    "slot for)"
-)
 
 
 def _usage_in_headers(router: Any, name: str) -> bool:
