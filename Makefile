@@ -87,6 +87,7 @@ bench-lane: $(PY)
 	$(PY) -m benches.lane --no-callbacks
 	$(PY) -m benches.lane --stream
 	$(PY) -m benches.lane --stream-usage
+	$(PY) -m benches.lane --slots 64
 	$(PY) -m benches.lane --route keyed
 	$(PY) -m benches.lane --route keyed-limits
 	$(PY) -m benches.lane --route keyed-limits --no-redis

@@ -202,8 +202,13 @@ def chat(args: Any) -> None:
     data: dict[str, Any] = {"machine": machine(args.wait_quiet), "recorder": recorder}
     data |= {"stream": streamed, "stream_usage": args.stream_usage, "rate": rate}
     data["ladder_ends"] = [python_rates[-1], LANE_RATES[-1]]
+    if args.slots:
+        data["slots"] = args.slots
     with ServerProcess() as mock:
         params = deployment_kwargs("openai", mock.url)
+        if args.slots:
+            # The router's slots for calls in flight, which the lane shares (`lane/slots.py`).
+            params["max_parallel_requests"] = args.slots
         with Arms(params, ARMS, body, recorder=recorder, mock_pid=mock.pid) as arms:
             for arm in ARMS:  # warm every arm
                 arms.step(arm, 50, 2.0)
@@ -226,7 +231,7 @@ def chat(args: Any) -> None:
             best2, steps2 = highest(lambda r: two.step("lane", r, secs), LANE_RATES)
         data["rates"]["lane_2_workers"] = {"max": best2, "steps": steps2}
     kind = "-stream-usage" if args.stream_usage else "-stream" if streamed else ""
-    name = ("lane" if recorder else "lane-no-callbacks") + kind
+    name = ("lane" if recorder else "lane-no-callbacks") + kind + ("-slots" if args.slots else "")
     finish(args, name, render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
 
 
@@ -310,6 +315,7 @@ def render(data: dict[str, Any]) -> str:
                 if data.get("stream")
                 else ""
             )
+            + (f" --slots {data['slots']}" if data.get("slots") else "")
             + "`)",
             "",
             machine_line(data["machine"]),
@@ -458,6 +464,12 @@ def main(argv: list[str] | None = None) -> int:
         "--stream-usage",
         action="store_true",
         help="chat: streamed requests asking for the usage chunk (`stream_options.include_usage`)",
+    )
+    parser.add_argument(
+        "--slots",
+        type=int,
+        default=0,
+        help="chat: the deployment has this many slots for calls in flight (max_parallel_requests)",
     )
     parser.add_argument(
         "--no-redis",
