@@ -122,7 +122,17 @@ def _jsonable(value: Any, depth: int = 0) -> Any:
 
 
 def _cache(cache: Any) -> dict[str, Any]:
-    return {str(k): _jsonable(v) for k, v in dict(cache.cache_dict).items()}
+    found = {}
+    for key, value in dict(cache.cache_dict).items():
+        if str(key).endswith("_max_parallel_requests_client"):
+            # A deployment's slots, by its calls in flight: none is as good as no slot object
+            # (the router makes one with none when it first calls the deployment; the lane
+            # installs its shared one up front).
+            if value.in_flight:
+                found[str(key)] = {"in_flight": value.in_flight}
+            continue
+        found[str(key)] = _jsonable(value)
+    return found
 
 
 async def _state() -> dict[str, Any]:

@@ -8,6 +8,7 @@ payloads as on LiteLLM's path."""
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -30,7 +31,7 @@ RECORDER_PATH = "/state-probe/recorder"
 SETTINGS_PATH = "/state-probe/settings"
 CLIENTS = 8
 # A group whose usage the router counts per minute (its rpm) and puts in its answers' headers:
-# the lane leaves it to the proxy.
+# the lane serves its answers with those headers, and replays them (the router counts them).
 LIMITED = "rust-limited"
 # A group whose upstream streams `/v1/messages` (the recording upstream's default answer is
 # JSON).
@@ -40,7 +41,12 @@ MESSAGES_STREAM = "rust-anthropic-stream"
 
 def models(upstream: RecordingUpstream) -> list[dict[str, Any]]:
     found = [m for p in PROVIDERS for m in twin_models(p, deployment_kwargs(p, upstream.url))]
-    limited = {**deployment_kwargs("openai", upstream.url), "rust": True, "rpm": 100_000}
+    limited = {
+        **deployment_kwargs("openai", upstream.url),
+        "rust": True,
+        "rpm": 100_000,
+        "tpm": 10_000_000,
+    }
     streams = {**deployment_kwargs("anthropic", upstream.url + MESSAGES_STREAM_BASE), "rust": True}
     return [
         *found,
@@ -166,9 +172,9 @@ def test_what_the_accounting_does_not_cover_is_replayed(
     arms: dict[str, ProxyProcess], upstream_server: RecordingUpstream
 ) -> None:
     """A stream that fails mid-way (its error frame, failure logging and the router's failure
-    callbacks are the proxy's): the lane replays it; and a group with an rpm limit stays with
-    the proxy. The client gets the same bytes, and the state stays the same as LiteLLM's path
-    leaves it."""
+    callbacks are the proxy's): the lane replays it; and the answers of a group with an rpm
+    limit (the router counts its usage per minute). The client gets the same bytes, and the
+    state stays the same as LiteLLM's path leaves it."""
     before = {name: state(proxy) for name, proxy in arms.items()}
     calls = sum(before["plain"]["router"]["success_calls"].values())
     first = openai_stream_events("gpt-4o-mini", stream_pieces(1))[0]
@@ -191,8 +197,9 @@ def test_what_the_accounting_does_not_cover_is_replayed(
     assert not differences(found["lane"], found["plain"])
     lane, was = found["lane"]["lane"], before["lane"]["lane"]
     assert lane["replay_needed:stream_failed"] - was.get("replay_needed:stream_failed", 0) == 2
-    assert lane["lane_model"] - was.get("lane_model", 0) == 4
-    assert lane["served"] - was["served"] == 2
+    usage_replays = lane["replay_needed:deployment_usage"]
+    assert usage_replays - was.get("replay_needed:deployment_usage", 0) == 4
+    assert lane["served"] - was["served"] == 6
     assert lane["accounted"] == was["accounted"]
 
 
@@ -253,17 +260,39 @@ def test_streams_and_messages_are_accounted_once_their_shape_is_learnt(
 def test_a_group_with_usage_in_its_headers_answers_as_the_router_does(
     arms: dict[str, ProxyProcess],
 ) -> None:
-    """The router's answers for a group with an rpm limit carry the group's requests this
-    minute, its own count of each answer included: with the lane on, they carry the same."""
-    for proxy in arms.values():
-        remaining = []
-        for _ in range(3):
+    """The router's answers for a group with rpm and tpm limits carry the group's requests and
+    tokens this minute, its own count of each answer included: the lane's answers carry the
+    same, request after request (each counted on the router's counters by its replay), with the
+    same headers."""
+    was = state(arms["lane"])["lane"]
+
+    def steps(proxy: ProxyProcess) -> tuple[list[tuple[int, int]], set[str]]:
+        """What each answer took off the remaining requests and tokens, and the header names."""
+        seen, names = [], set()
+        for _ in range(6):
             answer = proxy.post("/chat/completions", json={"model": LIMITED, "messages": HI})
             assert answer.status_code == 200, answer.text
             assert answer.headers["x-ratelimit-limit-requests"] == "100000"
-            remaining.append(int(answer.headers["x-ratelimit-remaining-requests"]))
-        # Each answer counted itself (a minute's end may restart the count once).
-        assert sum(b - a == 1 for a, b in zip(remaining[1:], remaining, strict=False)) >= 1
+            assert answer.headers["x-ratelimit-limit-tokens"] == "10000000"
+            names |= set(answer.headers)
+            headers = answer.headers
+            seen.append(
+                (
+                    int(headers["x-ratelimit-remaining-requests"]),
+                    int(headers["x-ratelimit-remaining-tokens"]),
+                )
+            )
+        return [(a[0] - b[0], a[1] - b[1]) for a, b in itertools.pairwise(seen)], names
+
+    for _ in range(2):  # a minute's turn restarts the counts: once more then
+        found = {name: steps(proxy) for name, proxy in arms.items()}
+        if all(step[0] == 1 for taken, _ in found.values() for step in taken):
+            break
+    assert found["lane"] == found["plain"], found
+    assert all(step[0] == 1 and step[1] > 0 for step in found["lane"][0]), found
+    lane = wait_until(lambda: not (s := state(arms["lane"]))["lane_backlog"] and s)["lane"]
+    replays = lane["replay_needed:deployment_usage"] - was.get("replay_needed:deployment_usage", 0)
+    assert replays in (6, 12), lane  # the lane served them all
 
 
 def test_a_recording_callback_gets_every_request_once_added(

@@ -138,7 +138,8 @@ def without_moments(value: Any) -> Any:
 
 def models(upstream: RecordingUpstream) -> list[dict[str, Any]]:
     """Every group `rust: true` with one deployment (a fixed id: spend rows name it);
-    `effects-usage` has an rpm, so the router counts its usage per minute and weighs it."""
+    `effects-usage` has an rpm and a tpm, so the router counts its usage per minute, weighs it
+    and puts it in its answers' headers (the lane's answers too)."""
     openai = deployment_kwargs("openai", upstream.url)
     groups = {
         "effects-openai": openai,
@@ -410,17 +411,21 @@ def test_the_lane_leaves_every_effect_as_litellm_does(
         n for k, n in counts.items() if k.startswith("replay_needed:")
     )
     assert counts["served"] == handed, counts
-    # Every request of a group the lane serves (the group with an rpm stays with the router;
-    # upstream failures are handled by the proxy, see deliberate difference 3 with the lane on).
-    lane_groups = [i for i in indices if group(i) not in FAILING and group(i) != "effects-usage"]
+    # Every request of a group the lane serves (upstream failures are handled by the proxy, see
+    # deliberate difference 3 with the lane on).
+    lane_groups = [i for i in indices if group(i) not in FAILING]
     assert counts["served"] == len(lane_groups), counts
-    # Every caller's requests (the budgeted key's with its own reservations), answers and
-    # streams, chat and `/v1/messages`, are logged and billed in the lane's batches, but the
-    # replays that learnt each key's request shapes.
-    assert counts["accounted"] + counts.get("replay_needed:shape", 0) == len(lane_groups), counts
+    # The group with an rpm: the router counts each answer per minute, in its replay.
+    counted_per_minute = [i for i in lane_groups if group(i) == "effects-usage"]
+    assert counts["replay_needed:deployment_usage"] == len(counted_per_minute), counts
+    # Every other request of every caller (the budgeted key's with its own reservations),
+    # answers and streams, chat and `/v1/messages`, is logged and billed in the lane's batches,
+    # but the replays that learnt each key's request shapes.
+    batched = len(lane_groups) - len(counted_per_minute)
+    assert counts["accounted"] + counts.get("replay_needed:shape", 0) == batched, counts
     # Each caller's five shapes (chat: two answers, a stream; `/v1/messages`: an answer, a
     # stream) are learnt from two replays each, with the few served while those were in flight.
-    assert counts["accounted"] >= len(lane_groups) - 5 * 4 * len(CALLERS), counts
+    assert counts["accounted"] >= batched - 5 * 4 * len(CALLERS), counts
 
 
 def test_each_answer_before_a_sigterm_is_logged_once(

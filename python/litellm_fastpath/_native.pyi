@@ -11,6 +11,7 @@ __all__ = [
     "Deployment",
     "DeploymentSlots",
     "FastpathError",
+    "GroupUsage",
     "InternalError",
     "InvalidRequestError",
     "InvalidResponseError",
@@ -290,7 +291,14 @@ class LaneDeployment:
         messages: LaneMessages | None = None,
         weight: float | None = None,
         slots: DeploymentSlots | None = None,
+        usage: GroupUsage | None = None,
     ) -> LaneDeployment: ...
+
+@final
+class GroupUsage:
+    def __new__(cls, *, rpm_limit: int | None, tpm_limit: int | None) -> GroupUsage: ...
+    def read(self, minute: int, rpm: int, tpm: int) -> None: ...
+    def counted(self, rpm: int, tokens: int) -> None: ...
 
 @final
 class DeploymentSlots:

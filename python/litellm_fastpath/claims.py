@@ -60,6 +60,11 @@ _parallel_counts: contextvars.ContextVar[list[int] | None] = contextvars.Context
 _learner: contextvars.ContextVar[Callable[[dict[str, Any]], None] | None] = contextvars.ContextVar(
     "litellm_fastpath_lane_learner", default=None
 )
+# Set for the whole of a replayed (or batch-logged) request the lane served, its logging tasks
+# included: the router's usage counts of it are the lane's answer's (`lane.usage`).
+_lane_served: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "litellm_fastpath_lane_served", default=False
+)
 # The client header the lane passes on to `/v1/messages` calls (the one version there is).
 ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
 # What the proxy passes on to Anthropic of the client's headers (`provider_specific_header`).
@@ -80,6 +85,7 @@ def hold(claim: _native.LaneClaim) -> None:
     the router's pick the deployment the lane called."""
     _claimed_call.set([claim.call])
     _forced_deployment.set([claim.deployment_id])
+    _lane_served.set(True)
     _budget_hold.set([] if claim.hold is None else [claim.hold])
     _rate_counts.set(None if claim.rate_counts is None else list(claim.rate_counts))
     _parallel_counts.set(None if claim.parallel_counts is None else list(claim.parallel_counts))
@@ -136,6 +142,11 @@ def replaying() -> bool:
     """Whether this request replays one the lane served, its provider call still to come (a
     retry after it calls the provider itself)."""
     return bool(_claimed_call.get())
+
+
+def lane_served() -> bool:
+    """Whether this request is one the lane served (its replay or batch logging)."""
+    return _lane_served.get()
 
 
 def learn_from(learner: Callable[[dict[str, Any]], None]) -> None:

@@ -38,6 +38,9 @@ pub(super) struct Head {
     /// Its slot in the deployment's calls in flight, held around the provider call as the
     /// router holds it (`end_provider_call`, or dropping the head).
     deployment_slot: Mutex<Option<SlotHeld>>,
+    /// The router's headers of its group's usage this minute, this answer counted (groups with
+    /// tpm or rpm limits; set once the answer is known).
+    pub group_usage: Vec<(String, String)>,
     pub call_id: CallId,
     pub received: Instant,
 }
@@ -65,6 +68,7 @@ impl Head {
             slot: judged.slot.map(|(slot, _)| slot),
             deployment: judged.deployment,
             deployment_slot: Mutex::new(judged.deployment_slot),
+            group_usage: Vec::new(),
             call_id: CallId::of(headers),
             received,
         }

@@ -205,5 +205,12 @@ fn chat_headers(
     push("x-litellm-model-group", head.model_group.clone());
     push("x-litellm-attempted-retries", "0".into());
     push("x-litellm-attempted-fallbacks", "0".into());
+    // The router's usage of the group this minute, where the provider sent none of the same name
+    // (`apply_remaining_usage_headers`).
+    for (name, value) in &head.group_usage {
+        if !out.iter().any(|(present, _)| present == name) {
+            out.push((name.clone(), value.clone()));
+        }
+    }
     out
 }

@@ -32,7 +32,8 @@
 //!   proxy writes), `tickets` (provider outcomes the replay claims, call ids).
 //! - Cost: `cost` (usage -> cost for every route), `headers` (the proxy's headers for an
 //!   answer, cost split included).
-//! - `slots`: a deployment's slots for calls in flight, one count with LiteLLM's router.
+//! - `slots`: a deployment's slots for calls in flight, one count with LiteLLM's router;
+//!   `usage`: a group's usage this minute, for the router's headers of groups with limits.
 //! - `state`: the lane of one process (its table, engine, counters, backlog).
 
 pub mod budget;
@@ -59,6 +60,7 @@ mod streamed;
 pub mod table;
 mod tickets;
 mod unary;
+pub mod usage;
 
 pub use cost::{CachePrices, MessagesUsage, Pricing};
 pub use replay::Replay;

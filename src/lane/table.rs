@@ -14,6 +14,7 @@ use super::cost::Pricing;
 use super::ratelimit::scopes::KeyRates;
 use super::shuffle::Shuffle;
 use super::slots::DeploymentSlots;
+use super::usage::GroupUsage;
 use crate::providers::Deployment;
 
 /// One deployment of a lane group, with what the proxy says about it in its headers.
@@ -35,6 +36,8 @@ pub struct LaneDeployment {
     pub messages: Option<LaneMessages>,
     /// Its slots for calls in flight, shared with LiteLLM's router (None: it has none).
     pub slots: Option<Arc<DeploymentSlots>>,
+    /// Its group's usage this minute, where the router's answers carry it (tpm or rpm limits).
+    pub usage: Option<Arc<GroupUsage>>,
 }
 
 /// A deployment's `/v1/messages` calls as LiteLLM makes them, worked out by the Python layer

@@ -20,6 +20,8 @@ use crate::http::UpstreamRequest;
 pub(super) struct Written {
     pub body: Vec<u8>,
     pub cost: Option<Cost>,
+    /// The answer's total tokens, as the router counts them (chat).
+    pub total_tokens: u64,
 }
 
 /// `write` turns the provider's answer into the proxy's body, or says None: the proxy answers.
@@ -51,6 +53,9 @@ pub(super) async fn serve(
         return request.with_ticket(&head, Ok(completion));
     };
     let cost = CostHeaders::from(written.cost);
+    if let Some(usage) = &head.deployment.usage {
+        head.group_usage = usage.serve(i64::try_from(written.total_tokens).unwrap_or(i64::MAX));
+    }
     let headers = answer_headers(
         &lane.table.settings(),
         &head,

@@ -190,7 +190,7 @@ impl LaneDeployment {
     #[new]
     #[pyo3(signature = (
         deployment, *, id, params, timeout, headers, pricing=None, streams=None, messages=None,
-        weight=None, slots=None,
+        weight=None, slots=None, usage=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -204,6 +204,7 @@ impl LaneDeployment {
         messages: Option<&LaneMessages>,
         weight: Option<f64>,
         slots: Option<&DeploymentSlots>,
+        usage: Option<&GroupUsage>,
     ) -> PyResult<Self> {
         let params: Map<String, Value> = pythonize::depythonize(params.as_any())
             .map_err(|err| InvalidRequestError::new_err(format!("params: {err}")))?;
@@ -217,6 +218,7 @@ impl LaneDeployment {
             streams: streams.map(|streams| streams.inner),
             messages: messages.map(|messages| messages.inner.clone()),
             slots: slots.map(|slots| Arc::clone(&slots.inner)),
+            usage: usage.map(|usage| Arc::clone(&usage.inner)),
         };
         Ok(LaneDeployment {
             inner: Arc::new(inner),
@@ -262,6 +264,34 @@ impl DeploymentSlots {
     /// Gives back a slot taken with `take`.
     fn give_back(&self) {
         self.inner.give_back();
+    }
+}
+
+/// A model group's usage this minute for the router's headers (see `lane::usage`): the Python
+/// layer hands it the router's counters as it reads them, and the requests its replays count.
+#[pyclass(frozen, module = "litellm_fastpath._native")]
+pub struct GroupUsage {
+    inner: Arc<lane::usage::GroupUsage>,
+}
+
+#[pymethods]
+impl GroupUsage {
+    #[new]
+    #[pyo3(signature = (*, rpm_limit, tpm_limit))]
+    fn new(rpm_limit: Option<i64>, tpm_limit: Option<i64>) -> Self {
+        GroupUsage {
+            inner: Arc::new(lane::usage::GroupUsage::new(rpm_limit, tpm_limit)),
+        }
+    }
+
+    /// The router's counters for the group this minute (`minute`: minutes since the epoch).
+    fn read(&self, minute: u64, rpm: i64, tpm: i64) {
+        self.inner.read(minute, rpm, tpm);
+    }
+
+    /// The router counted requests and tokens the lane served (a replay's).
+    fn counted(&self, rpm: i64, tokens: i64) {
+        self.inner.counted(rpm, tokens);
     }
 }
 

@@ -27,6 +27,7 @@ from litellm_fastpath.lane import (
     replay,
     settings,
     slots,
+    usage,
 )
 from litellm_fastpath.providers import PROVIDERS
 
@@ -88,6 +89,7 @@ async def keep_current(litellm_settings: frozenset[str]) -> None:
                 seen = state
             _native.lane_set_cooling(_cooling_groups(router))
             slots.keep_installed(router, _served_deployments)
+            await usage.read(router)
             middleware.count_in_flight()
         except Exception:  # a failed refresh turns the lane off, never the proxy
             logger.exception("fastpath_lane: refresh failed; the lane is off until the next one")
@@ -152,6 +154,7 @@ def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
     }
     # Before the lane serves them: the router's slots for them are the lane's from now on.
     slots.keep_installed(router, _served_deployments)
+    usage.keep(set(groups), router)
     _native.lane_set_groups(groups, reservation_rates(router, groups))
     realtime.configure(router, why_off is not None, _weights)
     _native.lane_configure(
@@ -421,9 +424,10 @@ def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
         if name in (getattr(router, "model_group_alias", None) or {}):
             result[name] = ("the group is a model_group_alias",)
             continue
-        if _usage_in_headers(router, name):
-            result[name] = (_USAGE_IN_HEADERS,)
+        if usage.io_limited(router, name):
+            result[name] = (_IO_LIMITS,)
             continue
+        group_limits = usage.limits(router, name)
         if getattr(router, "enable_tag_filtering", False) or any(
             (d.get("model_info") or {}).get("enable_tag_filtering") for d in deployments
         ):
@@ -460,11 +464,20 @@ def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
             assert not isinstance(entry, str)
             slotted = slots.for_deployment(router, deployment)
             kwargs, stream_timeout = entry
+            if group_limits is not None:
+                # Their streams' and `/v1/messages` usage headers stay the router's.
+                stream_timeout, kwargs = None, {**kwargs, "messages": None}
             streams = None
             if stream_timeout is not None:
                 streams = _native.LaneStreams(timeout=stream_timeout, asks_usage=bool(usage_asked))
             served.deployments.append(
-                _native.LaneDeployment(**kwargs, streams=streams, weight=weight, slots=slotted)
+                _native.LaneDeployment(
+                    **kwargs,
+                    streams=streams,
+                    weight=weight,
+                    slots=slotted,
+                    usage=None if group_limits is None else usage.for_group(name, group_limits),
+                )
             )
             served = served._replace(
                 streams=served.streams and streams is not None,
@@ -474,20 +487,10 @@ def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
     return result
 
 
-_USAGE_IN_HEADERS = "the group has tpm or rpm limits (its answers carry the minute's usage)"
+_IO_LIMITS = "the group has itpm or otpm limits (the router checks and counts them per answer)"
 _TAGS = "the router filters the group's deployments by tags (enable_tag_filtering)"
 _PAUSED = "every deployment of the group is paused (model_info.blocked)"
 _ORDERS = "the group's deployments have several orders (the router falls back from one to the next)"
-
-
-def _usage_in_headers(router: Any, name: str) -> bool:
-    """Whether the router's answers for the group carry its usage this minute
-    (`x-ratelimit-remaining-requests`, `-tokens`, ... of the group's tpm, rpm, itpm or otpm),
-    which only its own count of each answer keeps exact: the lane leaves the group to the proxy."""
-    info = router.get_model_group_info(name)
-    return info is not None and any(
-        getattr(info, limit, None) is not None for limit in ("tpm", "rpm", "itpm", "otpm")
-    )
 
 
 def _fallback_groups(router: Any) -> set[str]:

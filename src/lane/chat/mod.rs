@@ -65,7 +65,11 @@ pub(super) async fn serve(request: ClientRequest<'_>) -> Served {
                     Some(Some(cost)) => Some(cost),
                     None => None,
                 };
-                Some(Written { body, cost })
+                Some(Written {
+                    body,
+                    cost,
+                    total_tokens: usage.total_tokens,
+                })
             };
             let set = HeaderSet::Chat;
             unary::serve(request, head, upstream, shape, set, serving, write).await

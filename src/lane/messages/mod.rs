@@ -46,6 +46,7 @@ pub(super) async fn serve(request: ClientRequest<'_>) -> Served {
         Some(Written {
             body,
             cost: Some(cost),
+            total_tokens: 0, // the groups whose usage the router counts keep these with the proxy
         })
     };
     let (shape, set) = (ResponseShape::Raw, HeaderSet::Messages);
