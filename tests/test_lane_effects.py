@@ -415,13 +415,11 @@ def test_the_lane_leaves_every_effect_as_litellm_does(
     # deliberate difference 3 with the lane on).
     lane_groups = [i for i in indices if group(i) not in FAILING]
     assert counts["served"] == len(lane_groups), counts
-    # The group with an rpm: the router counts each answer per minute, in its replay.
-    counted_per_minute = [i for i in lane_groups if group(i) == "effects-usage"]
-    assert counts["replay_needed:deployment_usage"] == len(counted_per_minute), counts
-    # Every other request of every caller (the budgeted key's with its own reservations),
-    # answers and streams, chat and `/v1/messages`, is logged and billed in the lane's batches,
-    # but the replays that learnt each key's request shapes.
-    batched = len(lane_groups) - len(counted_per_minute)
+    # Every caller's requests (the budgeted key's with their own reservations), answers and
+    # streams, chat and `/v1/messages`, the group with rpm and tpm limits (counted per minute by
+    # the router) included, are logged and billed in the lane's batches, but the replays that
+    # learnt each key's request shapes.
+    batched = len(lane_groups)
     assert counts["accounted"] + counts.get("replay_needed:shape", 0) == batched, counts
     # Each caller's five shapes (chat: two answers, a stream; `/v1/messages`: an answer, a
     # stream) are learnt from two replays each, with the few served while those were in flight.

@@ -149,6 +149,11 @@ def lane_served() -> bool:
     return _lane_served.get()
 
 
+def mark_lane_served() -> None:
+    """What runs in this context is the lane's served requests' (the batch's counts of them)."""
+    _lane_served.set(True)
+
+
 def learn_from(learner: Callable[[dict[str, Any]], None]) -> None:
     """This replay's chat provider call is shown to `learner` (once, before the call)."""
     _learner.set(learner)

@@ -69,7 +69,7 @@ from typing import Any, NamedTuple
 import litellm
 
 from litellm_fastpath import _native, claims, compat
-from litellm_fastpath.lane import limits, middleware, shapes
+from litellm_fastpath.lane import limits, middleware, shapes, usage
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -177,6 +177,9 @@ class _Batch:
     tokens: dict[tuple[str, str, str | None], int] = dataclasses.field(default_factory=dict)
     # What LiteLLM's logging carries of each virtual key in `tokens`.
     callers: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # (deployment id, group, model) -> (answers, their tokens) the router counts per minute
+    # (groups with tpm or rpm limits: `usage`), of requests not logged here.
+    usage: dict[tuple[str, str, str], tuple[int, int]] = dataclasses.field(default_factory=dict)
     # Requests whose logging runs here: their route, their claim, their provider call's
     # arguments, the callbacks their logging leaves out (their logging runs the recording
     # callbacks; what the router's and the limiter's would count is counted above, as for the
@@ -294,6 +297,12 @@ class Ledger:
             self._batch.callers[caller] = dict(
                 compat.LiteLLMProxyRequestSetup.get_sanitized_user_information_from_key(key)
             )
+        if self._arguments is None and usage.tracked(group):
+            # The router's count of the answer per minute (its logging, if any, counts it).
+            counter = (claimed.deployment_id, group, model)
+            requests, tokens = self._batch.usage.get(counter, (0, 0))
+            total = _usage(claimed.usage).total_tokens if claimed.usage else 0
+            self._batch.usage[counter] = (requests + 1, tokens + total)
         counts_tokens = self._usage_known and not self._rate_limited
         if counts_tokens:
             counted = (group, claimed.usage, caller)
@@ -335,6 +344,7 @@ class Ledger:
                     litellm_router_instance=router, deployment_id=deployment_id
                 )
             await _count_tokens(batch.tokens, batch.callers)
+            await usage.count_batch(router, batch.usage)
         except Exception as err:  # never the client's problem; LiteLLM's counters lag
             logger.warning("fastpath_lane: accounting a batch failed: %s", type(err).__name__)
         if batch.logged:
@@ -494,9 +504,10 @@ def _name(callback: Any) -> str:
 
 
 def _deployment(router: Any, deployment_id: str) -> tuple[str, str] | str:
-    """(model group, model) of a deployment whose usage the router counts in the plain way
-    only, or why its requests need their replay (as `Router._increment_deployment_usage` and
-    the limiter's default per-key limits for a group decide)."""
+    """(model group, model) of a deployment whose usage the router counts in the plain way, or
+    per minute for a group the lane serves with its usage headers (`usage`), or why its
+    requests need their replay (as `Router._increment_deployment_usage` and the limiter's
+    default per-key limits for a group decide)."""
     deployment = router.get_deployment(model_id=deployment_id)
     if deployment is None:
         return "deployment"
@@ -510,9 +521,9 @@ def _deployment(router: Any, deployment_id: str) -> tuple[str, str] | str:
         info.get("tpm", None),
         info.get("rpm", None),
     )
-    if any(limit is not None for limit in limits):
-        return "deployment_usage"
     if compat.deployment_has_io_token_limits(deployment.model_dump()):
+        return "deployment_usage"
+    if any(limit is not None for limit in limits) and not usage.tracked(group):
         return "deployment_usage"
     if (
         compat.deployment_default_rpm_limit(group) is not None
@@ -614,13 +625,19 @@ async def _after_router(response: Any, arguments: dict[str, Any], path: str) -> 
     router = compat.proxy_server().llm_router
     group = _metadata(arguments, path).get("model_group")
     request = {**arguments, "model": group}
-    # `increment_deployment_usage_for_response`: for a deployment the ledger takes (no tpm, rpm
-    # or token limits) the router counts nothing; what remains is its mark of the tokens (none
-    # yet for a stream).
-    found = compat.find_deployment_metadata(request)
-    if found is not None:
-        tokens = compat.response_total_token_count(response)
-        found[compat.ROUTER_USAGE_COUNTED_TOKENS_METADATA_KEY] = tokens
+    if usage.tracked(group):
+        # The router's count of the answer per minute (`lane.usage` moves it from the lane's).
+        await router.increment_deployment_usage_for_response(
+            response=response, request_kwargs=request
+        )
+    else:
+        # `increment_deployment_usage_for_response`: for a deployment without tpm, rpm or token
+        # limits the router counts nothing; what remains is its mark of the tokens (none yet for
+        # a stream).
+        found = compat.find_deployment_metadata(request)
+        if found is not None:
+            tokens = compat.response_total_token_count(response)
+            found[compat.ROUTER_USAGE_COUNTED_TOKENS_METADATA_KEY] = tokens
     response = await router.set_response_headers(
         response=response, model_group=group, request_kwargs=request
     )

@@ -11,6 +11,8 @@ the lane's figure moves from its own count to the router's at that moment.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import functools
 import logging
 import time
@@ -49,6 +51,29 @@ def for_group(name: str, group_limits: tuple[int | None, int | None]) -> _native
         found = (group_limits, _native.GroupUsage(rpm_limit=rpm, tpm_limit=tpm))
         _usage[name] = found
     return found[1]
+
+
+def tracked(group: str | None) -> bool:
+    """Whether the lane serves the group with its usage this minute (the router counts it)."""
+    return group in _usage
+
+
+async def count_batch(router: Any, served: dict[tuple[str, str, str], tuple[int, int]]) -> None:
+    """The router's per-minute counts of a batch's answers, per deployment at once (its
+    counters add; `Router._increment_deployment_usage`, as each answer's replay would make
+    them), moved from the lane's count to the router's."""
+    for (deployment_id, group, model), (requests, tokens) in served.items():
+        context = contextvars.copy_context()
+        context.run(claims.mark_lane_served)
+        increment = router._increment_deployment_usage(
+            deployment_id=deployment_id,
+            deployment_name=model,
+            model_group=group,
+            total_tokens=tokens,
+            rpm_increment=requests,
+            parent_otel_span=None,
+        )
+        await asyncio.create_task(increment, context=context)
 
 
 def keep(names: set[str], router: Any) -> None:
