@@ -204,11 +204,17 @@ def chat(args: Any) -> None:
     data["ladder_ends"] = [python_rates[-1], LANE_RATES[-1]]
     if args.slots:
         data["slots"] = args.slots
+    if args.usage:
+        data["usage"] = True
     with ServerProcess() as mock:
         params = deployment_kwargs("openai", mock.url)
         if args.slots:
             # The router's slots for calls in flight, which the lane shares (`lane/slots.py`).
             params["max_parallel_requests"] = args.slots
+        if args.usage:
+            # The router counts the group's usage per minute and puts it in its answers'
+            # headers (`lane/usage.py`); far from spent (the rpm gives as many slots).
+            params |= {"rpm": 1_000_000, "tpm": 1_000_000_000}
         with Arms(params, ARMS, body, recorder=recorder, mock_pid=mock.pid) as arms:
             for arm in ARMS:  # warm every arm
                 arms.step(arm, 50, 2.0)
@@ -231,7 +237,8 @@ def chat(args: Any) -> None:
             best2, steps2 = highest(lambda r: two.step("lane", r, secs), LANE_RATES)
         data["rates"]["lane_2_workers"] = {"max": best2, "steps": steps2}
     kind = "-stream-usage" if args.stream_usage else "-stream" if streamed else ""
-    name = ("lane" if recorder else "lane-no-callbacks") + kind + ("-slots" if args.slots else "")
+    name = ("lane" if recorder else "lane-no-callbacks") + kind
+    name += "-slots" if args.slots else "-usage" if args.usage else ""
     finish(args, name, render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
 
 
@@ -316,6 +323,7 @@ def render(data: dict[str, Any]) -> str:
                 else ""
             )
             + (f" --slots {data['slots']}" if data.get("slots") else "")
+            + (" --usage" if data.get("usage") else "")
             + "`)",
             "",
             machine_line(data["machine"]),
@@ -470,6 +478,11 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         help="chat: the deployment has this many slots for calls in flight (max_parallel_requests)",
+    )
+    parser.add_argument(
+        "--usage",
+        action="store_true",
+        help="chat: the group has rpm and tpm limits far from spent (the router counts its usage)",
     )
     parser.add_argument(
         "--no-redis",
