@@ -206,6 +206,20 @@ def test_the_readme_and_demo_configs(tmp_path: Path) -> None:
     assert by_model["plain"]["chat"]["path"] == "python"
 
 
+def one_model_config(
+    general: dict[str, Any], router_settings: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The README's `rust: true` model alone, with the lane on and these settings."""
+    config = {
+        "model_list": mixed_models("http://127.0.0.1:9")[:1],
+        "litellm_settings": {"callbacks": [ACCELERATOR], "fastpath_lane": True},
+        "general_settings": general,
+    }
+    if router_settings is not None:
+        config["router_settings"] = router_settings
+    return config
+
+
 @pytest.mark.parametrize(
     ("general", "reason"),
     [
@@ -216,12 +230,7 @@ def test_the_readme_and_demo_configs(tmp_path: Path) -> None:
 def test_settings_that_keep_the_lane_off_are_named(
     tmp_path: Path, general: dict[str, Any], reason: str
 ) -> None:
-    config = {
-        "model_list": mixed_models("http://127.0.0.1:9")[:1],
-        "litellm_settings": {"callbacks": [ACCELERATOR], "fastpath_lane": True},
-        "general_settings": general,
-    }
-    document, _code = explained(config, tmp_path)
+    document, _code = explained(one_model_config(general), tmp_path)
     assert document["lane"] is False
     assert any(reason in r for r in document["lane_off"])
     chat = routes(document)["claude"]["chat"]
@@ -241,13 +250,7 @@ def test_settings_that_keep_the_lane_off_are_named(
 def test_router_settings_that_keep_the_lane_off_are_named(
     tmp_path: Path, router_settings: dict[str, Any], reason: str
 ) -> None:
-    config = {
-        "model_list": mixed_models("http://127.0.0.1:9")[:1],
-        "litellm_settings": {"callbacks": [ACCELERATOR], "fastpath_lane": True},
-        "general_settings": {"master_key": "sk-1"},
-        "router_settings": router_settings,
-    }
-    document, _code = explained(config, tmp_path)
+    document, _code = explained(one_model_config({"master_key": "sk-1"}, router_settings), tmp_path)
     assert document["lane"] is False
     assert any(reason in r for r in document["lane_off"]), document["lane_off"]
 
@@ -255,11 +258,7 @@ def test_router_settings_that_keep_the_lane_off_are_named(
 def test_a_database_leaves_the_lane_on(tmp_path: Path) -> None:
     """`database_url` acts at startup and after the answer (docs/settings.md): explain, like the
     lane's gate, keeps the lane on for it."""
-    config = {
-        "model_list": mixed_models("http://127.0.0.1:9")[:1],
-        "litellm_settings": {"callbacks": [ACCELERATOR], "fastpath_lane": True},
-        "general_settings": {"master_key": "sk-1", "database_url": "os.environ/DATABASE_URL"},
-    }
-    document, _code = explained(config, tmp_path)
+    general = {"master_key": "sk-1", "database_url": "os.environ/DATABASE_URL"}
+    document, _code = explained(one_model_config(general), tmp_path)
     assert document["lane"] is True, document["lane_off"]
     assert document["lane_off"] == []
