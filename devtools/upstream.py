@@ -207,8 +207,9 @@ class _Handler(BaseHTTPRequestHandler):
 class RecordingUpstream:
     """Threaded loopback HTTP/1.1 server that records requests and serves scripted replies.
 
-    Reply precedence per request: enqueued replies (FIFO) > set_default(suffix) > built-in
-    default for the path.
+    Reply precedence per request: enqueued replies (FIFO) > set_default(suffix, streamed=True)
+    for a request whose JSON body has `"stream": true` > set_default(suffix) > built-in default
+    for the path.
     """
 
     def __init__(self, host: str = "127.0.0.1") -> None:
@@ -217,6 +218,7 @@ class RecordingUpstream:
         self._requests: list[Recorded] = []
         self._queue: collections.deque[Reply] = collections.deque()
         self._defaults: dict[str, Reply] = {}
+        self._stream_defaults: dict[str, Reply] = {}
         self._conns: set[socket.socket] = set()
         self._stopping = threading.Event()
         self._server: _Server | None = None
@@ -286,13 +288,15 @@ class RecordingUpstream:
         with self._lock:
             self._queue.extend(replies)
 
-    def set_default(self, suffix: str, reply: Reply | None) -> None:
-        """Persistently answer paths ending in `suffix` with `reply` (None removes it)."""
+    def set_default(self, suffix: str, reply: Reply | None, *, streamed: bool = False) -> None:
+        """Persistently answer paths ending in `suffix` with `reply` (None removes it);
+        `streamed`: only requests asking for a stream (`"stream": true` in a JSON body)."""
+        defaults = self._stream_defaults if streamed else self._defaults
         with self._lock:
             if reply is None:
-                self._defaults.pop(suffix, None)
+                defaults.pop(suffix, None)
             else:
-                self._defaults[suffix] = reply
+                defaults[suffix] = reply
 
     # -- recordings ------------------------------------------------------------------------
 
@@ -324,6 +328,7 @@ class RecordingUpstream:
             self._requests.clear()
             self._queue.clear()
             self._defaults.clear()
+            self._stream_defaults.clear()
 
     def wait_for(self, n: int, timeout: float = 5.0) -> list[Recorded]:
         """Block until at least `n` requests were recorded; raise TimeoutError otherwise."""
@@ -344,8 +349,11 @@ class RecordingUpstream:
             if self._queue:
                 return self._queue.popleft()
             # Longest matching suffix wins so "/v1/chat/completions" can refine "/completions".
-            matches = [s for s in self._defaults if recorded.path.endswith(s)]
-            return self._defaults[max(matches, key=len)] if matches else None
+            for defaults in (self._stream_defaults, self._defaults):
+                matches = [s for s in defaults if recorded.path.endswith(s)]
+                if matches and (defaults is self._defaults or _asks_stream(recorded)):
+                    return defaults[max(matches, key=len)]
+            return None
 
     def _track(self, conn: socket.socket, *, add: bool) -> None:
         with self._lock:
@@ -354,3 +362,11 @@ class RecordingUpstream:
             else:
                 self._conns.discard(conn)
                 self._lock.notify_all()
+
+
+def _asks_stream(recorded: Recorded) -> bool:
+    try:
+        body = recorded.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("stream") is True

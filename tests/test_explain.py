@@ -262,3 +262,15 @@ def test_a_database_leaves_the_lane_on(tmp_path: Path) -> None:
     document, _code = explained(one_model_config(general), tmp_path)
     assert document["lane"] is True, document["lane_off"]
     assert document["lane_off"] == []
+
+
+def test_a_group_with_tpm_or_rpm_limits_takes_the_lane_but_for_messages(tmp_path: Path) -> None:
+    """Its chat answers and streams carry the router's usage headers from the lane; its
+    `/v1/messages` calls stay with the proxy, named."""
+    config = one_model_config({"master_key": "sk-1"})
+    config["model_list"][0]["litellm_params"] |= {"rpm": 100, "tpm": 10_000}
+    document, _code = explained(config, tmp_path)
+    found = routes(document)["claude"]
+    assert found["chat"]["path"] == found["chat stream"]["path"] == "lane", found
+    assert found["messages"]["path"] != "lane", found
+    assert any("/v1/messages" in r for r in found["messages"]["reasons"]), found

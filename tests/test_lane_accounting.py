@@ -33,8 +33,10 @@ RECORDER_PATH = "/state-probe/recorder"
 SETTINGS_PATH = "/state-probe/settings"
 CLIENTS = 8
 # A group whose usage the router counts per minute (its rpm and tpm) and puts in its answers'
-# headers: the lane serves its answers with those headers, and its batch counts them.
+# headers: the lane serves its answers and streams with those headers, and its batch counts
+# them. Its upstream streams when asked to (with the usage the proxy asks for).
 LIMITED = "rust-limited"
+LIMITED_BASE = "/accounting-limited"
 # A group whose upstream streams `/v1/messages` (the recording upstream's default answer is
 # JSON).
 MESSAGES_STREAM_BASE = "/accounting-stream"
@@ -44,7 +46,7 @@ MESSAGES_STREAM = "rust-anthropic-stream"
 def models(upstream: RecordingUpstream) -> list[dict[str, Any]]:
     found = [m for p in PROVIDERS for m in twin_models(p, deployment_kwargs(p, upstream.url))]
     limited = {
-        **deployment_kwargs("openai", upstream.url),
+        **deployment_kwargs("openai", upstream.url + LIMITED_BASE),
         "rust": True,
         "rpm": 100_000,
         "tpm": 10_000_000,
@@ -64,6 +66,9 @@ def arms(upstream_server: RecordingUpstream) -> Iterator[dict[str, ProxyProcess]
     events = anthropic_stream_events("claude-sonnet-4-5", stream_pieces(3))
     sse = Reply(body=b"".join(events), headers={"Content-Type": "text/event-stream"})
     upstream_server.set_default(f"{MESSAGES_STREAM_BASE}/v1/messages", sse)
+    chunks = openai_stream_events("gpt-4o-mini", stream_pieces(3), include_usage=True)
+    chat_sse = Reply(body=b"".join(chunks), headers={"Content-Type": "text/event-stream"})
+    upstream_server.set_default(f"{LIMITED_BASE}/chat/completions", chat_sse, streamed=True)
     found = {}
     try:
         for name, lane in (("lane", True), ("plain", False)):
@@ -262,22 +267,35 @@ def test_a_group_with_usage_in_its_headers_answers_as_the_router_does(
     arms: dict[str, ProxyProcess],
 ) -> None:
     """The router's answers for a group with rpm and tpm limits carry the group's requests and
-    tokens this minute, its own count of each answer included: the lane's answers carry the
-    same, request after request (each counted on the router's counters in the lane's batch),
-    with the same headers."""
+    tokens this minute, its own count of each answer included (a stream's request as it opens,
+    its tokens once it ended): the lane's answers and streams carry the same, request after
+    request (each counted on the router's counters in the lane's batch), with the same headers
+    and the same stream bytes."""
     was = state(arms["lane"])["lane"]
+    streamed = (False, True, False, True, False, False)
 
-    def steps(proxy: ProxyProcess) -> tuple[list[tuple[int, int]], set[str]]:
-        """What each answer took off the remaining requests and tokens, and the header names."""
-        seen, names = [], set()
-        for index in range(6):
-            if index == 5:
+    def steps(proxy: ProxyProcess) -> tuple[list[tuple[int, int]], set[str], list[bytes]]:
+        """What each answer took off the remaining requests and tokens, the header names, and
+        the streams' bytes."""
+        seen, names, streams = [], set(), []
+        for index, stream in enumerate(streamed):
+            if index == len(streamed) - 1:
                 # The last once the others are counted by the router and the lane has read its
                 # counters again (every 0.25 s, unobservable): they count once.
                 wait_until(lambda: not state(proxy)["lane_backlog"], "batch pending")
                 time.sleep(2 * REFRESH_S)
-            answer = proxy.post("/chat/completions", json={"model": LIMITED, "messages": HI})
+            body: dict[str, Any] = {"model": LIMITED, "messages": HI}
+            if stream:
+                body["stream"] = True
+                # The answers before it counted by the router (the lane's in its batch).
+                wait_until(lambda: not state(proxy)["lane_backlog"], "batch pending")
+                tokens = counted_tokens(proxy)
+            answer = proxy.post("/chat/completions", json=body)
             assert answer.status_code == 200, answer.text
+            if stream:
+                streams.append(stream_bytes(answer))
+                # The router counts a stream's tokens once its logging ran (after its end).
+                wait_until(lambda t=tokens: counted_tokens(proxy) > t, "stream's tokens uncounted")
             assert answer.headers["x-ratelimit-limit-requests"] == "100000"
             assert answer.headers["x-ratelimit-limit-tokens"] == "10000000"
             names |= set(answer.headers)
@@ -288,18 +306,30 @@ def test_a_group_with_usage_in_its_headers_answers_as_the_router_does(
                     int(headers["x-ratelimit-remaining-tokens"]),
                 )
             )
-        return [(a[0] - b[0], a[1] - b[1]) for a, b in itertools.pairwise(seen)], names
+        taken = [(a[0] - b[0], a[1] - b[1]) for a, b in itertools.pairwise(seen)]
+        return taken, names, streams
 
     for _ in range(2):  # a minute's turn restarts the counts: once more then
         found = {name: steps(proxy) for name, proxy in arms.items()}
-        if all(step[0] == 1 for taken, _ in found.values() for step in taken):
+        if all(step[0] == 1 for taken, _, _ in found.values() for step in taken):
             break
     assert found["lane"] == found["plain"], found
-    assert all(step[0] == 1 and step[1] > 0 for step in found["lane"][0]), found
+    taken = found["lane"][0]
+    assert all(step[0] == 1 for step in taken), found
+    # A stream's own tokens are not in its headers (counted at its end), the next answer's are.
+    assert [step[1] > 0 for step in taken] == [not stream for stream in streamed[1:]], taken
     lane = wait_until(lambda: not (s := state(arms["lane"]))["lane_backlog"] and s)["lane"]
-    # The lane served them all (but a worker's first request of the key, if this was it).
-    assert lane["accounted"] - was["accounted"] >= 5, lane
+    # The lane served them all, streams too (their shape learnt from their first two replays,
+    # a worker's first request of the key going to the proxy).
+    assert lane["served"] - was["served"] >= len(streamed) - 1, lane
+    assert lane["accounted"] - was["accounted"] >= 3, lane
     assert lane.get("replay_needed:deployment_usage", 0) == 0, lane
+
+
+def counted_tokens(proxy: ProxyProcess) -> int:
+    """The tokens the router counted per minute, over the minutes (only `LIMITED` has a tpm)."""
+    cache = state(proxy)["router"]["cache"]
+    return sum(v for k, v in cache.items() if ":tpm:" in k and isinstance(v, (int, float)))
 
 
 def test_a_recording_callback_gets_every_request_once_added(

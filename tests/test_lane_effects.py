@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
-from devtools.answers import anthropic_stream_events, stream_pieces
+from devtools.answers import anthropic_stream_events, openai_stream_events, stream_pieces
 from devtools.deployments import deployment_kwargs
 from devtools.polling import wait_until
 from devtools.processes import MASTER_KEY, ProxyProcess
@@ -83,12 +83,13 @@ LIMITER_ENV = {"LITELLM_RATE_LIMIT_WINDOW_SIZE": "3600"}
 SPEND_SEED_PATH = "/spend-probe/seed"
 SPEND_SNAPSHOT_PATH = "/spend-probe/snapshot"
 # Where the upstream answers `/v1/messages` as a stream (the recording upstream's default
-# answer is whole).
+# answer is whole), and where it streams a chat answer when asked to (with its usage).
 STREAM_BASE = "/effects-stream"
+USAGE_STREAM_BASE = "/effects-usage-stream"
 # What a request is, by its index: (path, model group, streamed); every fifth fails upstream.
 SHAPES = (
     ("/chat/completions", "effects-openai", False),
-    ("/chat/completions", "effects-openai", False),
+    ("/chat/completions", "effects-usage-stream", True),
     ("/chat/completions", "effects-openai", False),
     ("/chat/completions", "effects-anthropic", False),
     ("/chat/completions", "effects-openai", True),
@@ -138,14 +139,20 @@ def without_moments(value: Any) -> Any:
 
 def models(upstream: RecordingUpstream) -> list[dict[str, Any]]:
     """Every group `rust: true` with one deployment (a fixed id: spend rows name it);
-    `effects-usage` has an rpm and a tpm, so the router counts its usage per minute, weighs it
-    and puts it in its answers' headers (the lane's answers too)."""
+    `effects-usage` and `effects-usage-stream` have an rpm and a tpm, so the router counts their
+    usage per minute (a stream's tokens at its end), weighs it and puts it in their answers'
+    headers (the lane's answers too)."""
     openai = deployment_kwargs("openai", upstream.url)
     groups = {
         "effects-openai": openai,
         "effects-anthropic": deployment_kwargs("anthropic", upstream.url),
         "effects-anthropic-stream": deployment_kwargs("anthropic", f"{upstream.url}{STREAM_BASE}"),
         "effects-usage": {**openai, "rpm": 100_000, "tpm": 10_000_000},
+        "effects-usage-stream": {
+            **deployment_kwargs("openai", f"{upstream.url}{USAGE_STREAM_BASE}"),
+            "rpm": 100_000,
+            "tpm": 10_000_000,
+        },
         **{
             group: deployment_kwargs("openai", f"{upstream.url}{base}")
             for group, (base, _, _) in FAILING.items()
@@ -170,6 +177,9 @@ def arms(
     events = anthropic_stream_events("claude-sonnet-4-5", stream_pieces(3))
     sse = Reply(body=b"".join(events), headers={"Content-Type": "text/event-stream"})
     upstream_server.set_default(f"{STREAM_BASE}/v1/messages", sse)
+    chunks = openai_stream_events("gpt-4o-mini", stream_pieces(3), include_usage=True)
+    chat_sse = Reply(body=b"".join(chunks), headers={"Content-Type": "text/event-stream"})
+    upstream_server.set_default(f"{USAGE_STREAM_BASE}/chat/completions", chat_sse, streamed=True)
     for base, status, kind in FAILING.values():
         error = {"error": {"message": f"upstream answered {status}", "type": kind}}
         upstream_server.set_default(f"{base}/chat/completions", Reply(status=status, json=error))
@@ -211,6 +221,7 @@ def arms(
         yield started
     finally:
         upstream_server.set_default(f"{STREAM_BASE}/v1/messages", None)
+        upstream_server.set_default(f"{USAGE_STREAM_BASE}/chat/completions", None, streamed=True)
         for base, _, _ in FAILING.values():
             upstream_server.set_default(f"{base}/chat/completions", None)
         for proxy, _ in started.values():
@@ -404,6 +415,9 @@ def test_the_lane_leaves_every_effect_as_litellm_does(
     assert_same(comparable(lane_state), comparable(plain_state), "router and limiter")
     cache = comparable(plain_state)["router"]["cache"]
     assert any("effects-usage-deployment" in k for k in cache), "no usage counted per minute"
+    streamed_tokens = [v for k, v in cache.items() if "effects-usage-stream-deployment:" in k]
+    assert any(":tpm:" in k for k in cache if "effects-usage-stream" in k), cache
+    assert sum(v for v in streamed_tokens if isinstance(v, (int, float))) > 0, cache
 
     # The lane served the requests it may, and handed each to LiteLLM once.
     counts = lane_state["lane"]
@@ -421,9 +435,9 @@ def test_the_lane_leaves_every_effect_as_litellm_does(
     # learnt each key's request shapes.
     batched = len(lane_groups)
     assert counts["accounted"] + counts.get("replay_needed:shape", 0) == batched, counts
-    # Each caller's five shapes (chat: two answers, a stream; `/v1/messages`: an answer, a
+    # Each caller's seven shapes (chat: three answers, two streams; `/v1/messages`: an answer, a
     # stream) are learnt from two replays each, with the few served while those were in flight.
-    assert counts["accounted"] >= batched - 5 * 4 * len(CALLERS), counts
+    assert counts["accounted"] >= batched - 7 * 3 * len(CALLERS), counts
 
 
 def test_each_answer_before_a_sigterm_is_logged_once(

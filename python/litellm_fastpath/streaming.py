@@ -99,6 +99,8 @@ class FastStream(compat.CustomStreamWrapper):
         self._failure: BaseException | None = None
         self._usage_chunk_sent = False
         self._done = False
+        # The chunk objects the proxy was handed, while no frames were (see `_served_in_full`).
+        self._objects: list[Any] | None = []
 
     async def __anext__(self) -> Any:
         try:
@@ -137,6 +139,7 @@ class FastStream(compat.CustomStreamWrapper):
                 frames = _Frames(payload)
                 frames._hidden_params = self._base_hidden_params
                 self._ready.append(frames)
+                self._objects = None
                 # What the wrapper keeps for the proxy's disconnect billing: the text so far.
                 self.chunks.append(self._text_chunk(text))
         elif payload:
@@ -144,6 +147,8 @@ class FastStream(compat.CustomStreamWrapper):
                 chunk = litellm.ModelResponseStream(**data)
                 self.chunks.append(chunk)
                 self._ready.append(chunk)
+                if self._objects is not None:
+                    self._objects.append(chunk)
             self.sent_first_chunk = True
         self.response_uptil_now += text
         if end is None:
@@ -187,6 +192,7 @@ class FastStream(compat.CustomStreamWrapper):
         complete = self._complete_response
         if complete is not None:
             self._propagate_usage_cost_to_hidden_params(complete, self.custom_llm_provider)
+            self._served_in_full(complete)
         if self.send_stream_usage and not self._usage_chunk_sent and not self._route.strip_usage:
             self._usage_chunk_sent = True
             response = self.model_response_creator()
@@ -213,6 +219,29 @@ class FastStream(compat.CustomStreamWrapper):
         self._answer = None
         self._restore_consumer_correlation_context()
         raise StopAsyncIteration
+
+    def _served_in_full(self, complete: Any) -> None:
+        """The proxy logs a stream's text as the chunk objects it served spell it (LiteLLM's
+        served output texts), unless it also served frames. A stream the lane wrote hands it
+        its first chunk only: the rest of the text, which the lane served, is added to that
+        chunk (already written; its frame went nowhere) so that the record reads the whole
+        text, as LiteLLM's path records it."""
+        if not self._objects:
+            return
+        choices = getattr(complete, "choices", None) or []
+        whole = getattr(getattr(choices[0], "message", None), "content", None) if choices else None
+        served = "".join(
+            content
+            for chunk in self._objects
+            for choice in chunk.choices
+            if choice.index == 0 and isinstance(content := choice.delta.content, str)
+        )
+        if not isinstance(whole, str) or whole == served or not whole.startswith(served):
+            return
+        for choice in self._objects[0].choices:
+            if choice.index == 0:
+                choice.delta.content = (choice.delta.content or "") + whole[len(served) :]
+                return
 
     async def aclose(self) -> None:
         self._handle.cancel()

@@ -2,8 +2,10 @@
 //! (`x-ratelimit-remaining-requests`, `-tokens`, and their limits) for a group with tpm or rpm
 //! limits: the requests and tokens its router counted this minute (the Python layer's reading
 //! of the router's counters, `read`), plus what the lane served that the router has not counted
-//! yet (its replays count them: `counted`). The router counts an answer before it writes the
-//! headers, so an answer's own request and tokens are in its headers.
+//! yet (its replays and the batch's logging count them: `counted`). The router counts an answer
+//! before it writes the headers, so an answer's own request and tokens are in its headers; a
+//! stream's request is counted as it opens (`serve(0)`), its tokens by the router's success
+//! callback once it is logged (in the batch, as LiteLLM logs a stream after its end).
 
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -120,6 +122,24 @@ mod tests {
         let headers = usage.serve(0);
         assert_eq!(value(&headers, "x-ratelimit-remaining-requests"), "88");
         assert_eq!(value(&headers, "x-ratelimit-remaining-tokens"), "770");
+    }
+
+    #[test]
+    fn a_streams_tokens_count_once_the_router_counted_them() {
+        let usage = GroupUsage::new(Some(100), Some(1000));
+        usage.read(current_minute(), 0, 0);
+        let opened = usage.serve(0);
+        assert_eq!(value(&opened, "x-ratelimit-remaining-requests"), "99");
+        assert_eq!(value(&opened, "x-ratelimit-remaining-tokens"), "1000");
+        // The batch's logging: the router's count of its request as it opened, then of its
+        // tokens at its end.
+        usage.counted(1, 0);
+        let next = usage.serve(0);
+        assert_eq!(value(&next, "x-ratelimit-remaining-tokens"), "1000");
+        usage.counted(0, 14);
+        let after = usage.serve(0);
+        assert_eq!(value(&after, "x-ratelimit-remaining-requests"), "97");
+        assert_eq!(value(&after, "x-ratelimit-remaining-tokens"), "986");
     }
 
     #[test]

@@ -171,8 +171,10 @@ def _litellm_loggers() -> tuple[logging.Logger, ...]:
 class _Batch:
     """What a batch's accounted requests add up to."""
 
-    # (path, deployment id, the deployment's model)
-    served: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    # (path, deployment id, the deployment's model, whether the router's success callback runs
+    # in its logging: a stream of a group whose usage the router counts, whose tokens it counts
+    # at the stream's end)
+    served: list[tuple[str, str, str, bool]] = dataclasses.field(default_factory=list)
     # (group, usage, virtual key or None: the master key) -> answers
     tokens: dict[tuple[str, str, str | None], int] = dataclasses.field(default_factory=dict)
     # What LiteLLM's logging carries of each virtual key in `tokens`.
@@ -205,6 +207,9 @@ class Ledger:
         # answer whose usage the batch lacks runs it).
         self._counted: frozenset[int] = frozenset()
         self._limiters: frozenset[int] = frozenset()
+        # Of them the router's success callback (it runs in a usage-counted group's stream's
+        # logging: `usage`).
+        self._router_success: frozenset[int] = frozenset()
         self._batch = _Batch()
         # The provider-call arguments of the request `replay_reason` last found loggable, and
         # whether it was sent with the master key.
@@ -222,7 +227,13 @@ class Ledger:
         cache and router)."""
         try:
             worker = self._worker_reason()
-            self._worker_why, self._logs, self._counted, self._limiters = worker
+            (
+                self._worker_why,
+                self._logs,
+                self._counted,
+                self._limiters,
+                self._router_success,
+            ) = worker
         except Exception as err:  # a LiteLLM change: the replays do it all
             self._worker_why = f"error:{type(err).__name__}"
 
@@ -290,7 +301,11 @@ class Ledger:
         deployment = self._deployment(claimed.deployment_id)
         assert not isinstance(deployment, str)
         group, model = deployment
-        self._batch.served.append((record.path, claimed.deployment_id, model))
+        # The router counts a stream's tokens at its end, in its success callback (its request
+        # as it opened: `_after_router`); for a group whose usage it counts, that callback runs
+        # in the stream's logging, with the deployment's success count it makes.
+        router_counts = usage.tracked(group) and isinstance(claimed.call, _native.PreparedStream)
+        self._batch.served.append((record.path, claimed.deployment_id, model, router_counts))
         accounted += 1
         caller: str | None = None if key is None else key.api_key
         if caller is not None and caller not in self._batch.callers:
@@ -321,6 +336,8 @@ class Ledger:
                     _metadata_variable_name=metadata_name,
                 )
             left_out = self._counted if counts_tokens else self._counted - self._limiters
+            if router_counts:
+                left_out -= self._router_success
             waiting = record.ticket if claimed.awaits_tail else None
             self._batch.logged.append((record.path, claimed, self._arguments, left_out, waiting))
 
@@ -331,7 +348,7 @@ class Ledger:
             return
         try:
             router = compat.proxy_server().llm_router
-            for path, deployment_id, model in batch.served:
+            for path, deployment_id, model, router_counts in batch.served:
                 middleware.count_served(path, deployment_id)
                 if path != MESSAGES_PATH:
                     # Chat's pick counts the deployment's requests this minute (the router's
@@ -339,10 +356,11 @@ class Ledger:
                     router._update_usage(deployment_id, None)
                 router.total_calls[model] += 1
                 router.success_calls[model] += 1
-                # The router's success callback.
-                compat.increment_deployment_successes_for_current_minute(
-                    litellm_router_instance=router, deployment_id=deployment_id
-                )
+                if not router_counts:
+                    # The router's success callback.
+                    compat.increment_deployment_successes_for_current_minute(
+                        litellm_router_instance=router, deployment_id=deployment_id
+                    )
             await _count_tokens(batch.tokens, batch.callers)
             await usage.count_batch(router, batch.usage)
         except Exception as err:  # never the client's problem; LiteLLM's counters lag
@@ -405,6 +423,7 @@ class _Worker(NamedTuple):
     logs: bool = False
     counted: frozenset[int] = frozenset()
     limiters: frozenset[int] = frozenset()
+    router_success: frozenset[int] = frozenset()
 
 
 def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> _Worker:
@@ -418,18 +437,20 @@ def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> _Worker:
         return _Worker("verbose_logs")
     inert = _inert_types()
     limiter = _limiter_type()
-    logs, counted, limiters = False, set(), set()
+    logs, counted, limiters, router_success = False, set(), set(), set()
     for items in lists:
         for callback in items:
             if _leaves_nothing(callback, inert, proxy.llm_router):
                 counted.add(id(callback))
                 if type(callback) is limiter:
                     limiters.add(id(callback))
+                if _is_router_success(callback, proxy.llm_router):
+                    router_success.add(id(callback))
             elif _only_logs(callback):
                 logs = True
             else:
                 return _Worker(f"callback:{_name(callback)}")
-    return _Worker(None, logs, frozenset(counted), frozenset(limiters))
+    return _Worker(None, logs, frozenset(counted), frozenset(limiters), frozenset(router_success))
 
 
 def _class(module: str, name: str) -> type | None:
@@ -461,6 +482,13 @@ def _leaves_nothing(callback: Any, inert: frozenset[type], router: Any) -> bool:
     return (
         isinstance(callback, compat.CustomLogger)
         and overridden_methods(callback) <= _NOT_ON_SUCCESS
+    )
+
+
+def _is_router_success(callback: Any, router: Any) -> bool:
+    return (
+        getattr(callback, "__self__", None) is router
+        and getattr(callback, "__name__", None) == "deployment_callback_on_success"
     )
 
 

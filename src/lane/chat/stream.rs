@@ -53,7 +53,7 @@ impl StreamFrames for ChatFrames {
 
 pub(super) async fn serve(
     request: ClientRequest<'_>,
-    head: Head,
+    mut head: Head,
     upstream: UpstreamRequest,
     transform: Box<dyn StreamTransform>,
     usage_chunk: bool,
@@ -78,6 +78,10 @@ pub(super) async fn serve(
         let pieces = first.end.into_iter().map(end_piece).collect();
         return streamed::to_proxy(lane, &head, opened, pieces, false);
     };
+    if let Some(usage) = &head.deployment.usage {
+        // The router counts a stream's request as it opens; its tokens at its end (`streamed`).
+        head.group_usage = usage.serve(0);
+    }
     let headers = answer_headers(
         &lane.table.settings(),
         &head,
