@@ -238,7 +238,10 @@ def chat(args: Any) -> None:
         data["rates"]["lane_2_workers"] = {"max": best2, "steps": steps2}
     kind = "-stream-usage" if args.stream_usage else "-stream" if streamed else ""
     name = ("lane" if recorder else "lane-no-callbacks") + kind
-    name += "-slots" if args.slots else "-usage" if args.usage else ""
+    group = "-slots" if args.slots else "-usage" if args.usage else ""
+    if streamed and args.usage:
+        group = "-group-usage"  # `-stream-usage` names the usage chunk's run
+    name += group
     finish(args, name, render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
 
 

@@ -264,13 +264,16 @@ def test_a_database_leaves_the_lane_on(tmp_path: Path) -> None:
     assert document["lane_off"] == []
 
 
-def test_a_group_with_tpm_or_rpm_limits_takes_the_lane_but_for_messages(tmp_path: Path) -> None:
-    """Its chat answers and streams carry the router's usage headers from the lane; its
-    `/v1/messages` calls stay with the proxy, named."""
+def test_a_group_with_tpm_or_rpm_limits_takes_the_lane(tmp_path: Path) -> None:
+    """Its answers and streams carry the router's usage headers from the lane (an itpm or otpm
+    limit keeps the group with the proxy, named)."""
     config = one_model_config({"master_key": "sk-1"})
     config["model_list"][0]["litellm_params"] |= {"rpm": 100, "tpm": 10_000}
     document, _code = explained(config, tmp_path)
     found = routes(document)["claude"]
-    assert found["chat"]["path"] == found["chat stream"]["path"] == "lane", found
-    assert found["messages"]["path"] != "lane", found
-    assert any("/v1/messages" in r for r in found["messages"]["reasons"]), found
+    assert {route["path"] for route in found.values()} == {"lane"}, found
+    config["model_list"][0]["litellm_params"] |= {"itpm": 10_000}
+    document, _code = explained(config, tmp_path)
+    found = routes(document)["claude"]
+    assert "lane" not in {route["path"] for route in found.values()}, found
+    assert any("itpm" in r for r in found["chat"]["reasons"]), found

@@ -7,6 +7,7 @@ payloads as on LiteLLM's path."""
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import itertools
 import re
@@ -37,6 +38,22 @@ CLIENTS = 8
 # them. Its upstream streams when asked to (with the usage the proxy asks for).
 LIMITED = "rust-limited"
 LIMITED_BASE = "/accounting-limited"
+# The same for an Anthropic deployment: `/v1/messages` too.
+LIMITED_ANTHROPIC = "rust-limited-anthropic"
+LIMITED_ANTHROPIC_BASE = "/accounting-limited-anthropic"
+# What the usage test sends each group, in order: (route, streamed).
+LIMITED_REQUESTS = {
+    LIMITED: [("/chat/completions", s) for s in (False, True, False, True, False, False)],
+    LIMITED_ANTHROPIC: [
+        ("/chat/completions", False),
+        ("/v1/messages", True),
+        ("/v1/messages", False),
+        ("/chat/completions", True),
+        ("/v1/messages", True),
+        ("/v1/messages", False),
+        ("/chat/completions", False),
+    ],
+}
 # A group whose upstream streams `/v1/messages` (the recording upstream's default answer is
 # JSON).
 MESSAGES_STREAM_BASE = "/accounting-stream"
@@ -45,16 +62,21 @@ MESSAGES_STREAM = "rust-anthropic-stream"
 
 def models(upstream: RecordingUpstream) -> list[dict[str, Any]]:
     found = [m for p in PROVIDERS for m in twin_models(p, deployment_kwargs(p, upstream.url))]
+    limits = {"rust": True, "rpm": 100_000, "tpm": 10_000_000}
     limited = {
-        **deployment_kwargs("openai", upstream.url + LIMITED_BASE),
-        "rust": True,
-        "rpm": 100_000,
-        "tpm": 10_000_000,
+        LIMITED: {**deployment_kwargs("openai", upstream.url + LIMITED_BASE), **limits},
+        LIMITED_ANTHROPIC: {
+            **deployment_kwargs("anthropic", upstream.url + LIMITED_ANTHROPIC_BASE),
+            **limits,
+        },
     }
     streams = {**deployment_kwargs("anthropic", upstream.url + MESSAGES_STREAM_BASE), "rust": True}
     return [
         *found,
-        {"model_name": LIMITED, "litellm_params": limited},
+        *(
+            {"model_name": name, "litellm_params": params, "model_info": {"id": name}}
+            for name, params in limited.items()
+        ),
         {"model_name": MESSAGES_STREAM, "litellm_params": streams},
     ]
 
@@ -69,6 +91,7 @@ def arms(upstream_server: RecordingUpstream) -> Iterator[dict[str, ProxyProcess]
     chunks = openai_stream_events("gpt-4o-mini", stream_pieces(3), include_usage=True)
     chat_sse = Reply(body=b"".join(chunks), headers={"Content-Type": "text/event-stream"})
     upstream_server.set_default(f"{LIMITED_BASE}/chat/completions", chat_sse, streamed=True)
+    upstream_server.set_default(f"{LIMITED_ANTHROPIC_BASE}/v1/messages", sse, streamed=True)
     found = {}
     try:
         for name, lane in (("lane", True), ("plain", False)):
@@ -263,39 +286,42 @@ def test_streams_and_messages_are_accounted_once_their_shape_is_learnt(
     assert lane.get("logging_failed", 0) == 0, lane
 
 
+@pytest.mark.parametrize("group", list(LIMITED_REQUESTS))
 def test_a_group_with_usage_in_its_headers_answers_as_the_router_does(
-    arms: dict[str, ProxyProcess],
+    arms: dict[str, ProxyProcess], group: str
 ) -> None:
     """The router's answers for a group with rpm and tpm limits carry the group's requests and
     tokens this minute, its own count of each answer included (a stream's request as it opens,
-    its tokens once it ended): the lane's answers and streams carry the same, request after
-    request (each counted on the router's counters in the lane's batch), with the same headers
-    and the same stream bytes."""
-    was = state(arms["lane"])["lane"]
-    streamed = (False, True, False, True, False, False)
+    its tokens once it ended): the lane's chat and `/v1/messages` answers and streams carry the
+    same, request after request (each counted on the router's counters in the lane's batch),
+    with the same headers and the same bodies."""
+    was = collections.Counter(state(arms["lane"])["lane"])
+    requests = LIMITED_REQUESTS[group]
 
     def steps(proxy: ProxyProcess) -> tuple[list[tuple[int, int]], set[str], list[bytes]]:
         """What each answer took off the remaining requests and tokens, the header names, and
-        the streams' bytes."""
-        seen, names, streams = [], set(), []
-        for index, stream in enumerate(streamed):
-            if index == len(streamed) - 1:
+        the bodies."""
+        seen, names, bodies = [], set(), []
+        for index, (path, stream) in enumerate(requests):
+            if index == len(requests) - 1:
                 # The last once the others are counted by the router and the lane has read its
                 # counters again (every 0.25 s, unobservable): they count once.
                 wait_until(lambda: not state(proxy)["lane_backlog"], "batch pending")
                 time.sleep(2 * REFRESH_S)
-            body: dict[str, Any] = {"model": LIMITED, "messages": HI}
+            body: dict[str, Any] = {"model": group, "messages": HI, "max_tokens": 8}
             if stream:
                 body["stream"] = True
                 # The answers before it counted by the router (the lane's in its batch).
                 wait_until(lambda: not state(proxy)["lane_backlog"], "batch pending")
-                tokens = counted_tokens(proxy)
-            answer = proxy.post("/chat/completions", json=body)
+                tokens = counted_tokens(proxy, group)
+            answer = proxy.post(path, json=body)
             assert answer.status_code == 200, answer.text
+            bodies.append(stream_bytes(answer))
             if stream:
-                streams.append(stream_bytes(answer))
                 # The router counts a stream's tokens once its logging ran (after its end).
-                wait_until(lambda t=tokens: counted_tokens(proxy) > t, "stream's tokens uncounted")
+                wait_until(
+                    lambda t=tokens: counted_tokens(proxy, group) > t, "stream's tokens uncounted"
+                )
             assert answer.headers["x-ratelimit-limit-requests"] == "100000"
             assert answer.headers["x-ratelimit-limit-tokens"] == "10000000"
             names |= set(answer.headers)
@@ -307,7 +333,7 @@ def test_a_group_with_usage_in_its_headers_answers_as_the_router_does(
                 )
             )
         taken = [(a[0] - b[0], a[1] - b[1]) for a, b in itertools.pairwise(seen)]
-        return taken, names, streams
+        return taken, names, bodies
 
     for _ in range(2):  # a minute's turn restarts the counts: once more then
         found = {name: steps(proxy) for name, proxy in arms.items()}
@@ -317,19 +343,21 @@ def test_a_group_with_usage_in_its_headers_answers_as_the_router_does(
     taken = found["lane"][0]
     assert all(step[0] == 1 for step in taken), found
     # A stream's own tokens are not in its headers (counted at its end), the next answer's are.
-    assert [step[1] > 0 for step in taken] == [not stream for stream in streamed[1:]], taken
+    streamed = [stream for _, stream in requests]
+    expected = [before or not now for before, now in itertools.pairwise(streamed)]
+    assert [step[1] > 0 for step in taken] == expected, taken
     lane = wait_until(lambda: not (s := state(arms["lane"]))["lane_backlog"] and s)["lane"]
-    # The lane served them all, streams too (their shape learnt from their first two replays,
-    # a worker's first request of the key going to the proxy).
-    assert lane["served"] - was["served"] >= len(streamed) - 1, lane
-    assert lane["accounted"] - was["accounted"] >= 3, lane
+    # The lane served them all (but a worker's first request of the key, if this was it),
+    # streams and `/v1/messages` too, each shape learnt from its first two replays.
+    assert lane["served"] - was["served"] >= len(requests) - 1, lane
     assert lane.get("replay_needed:deployment_usage", 0) == 0, lane
 
 
-def counted_tokens(proxy: ProxyProcess) -> int:
-    """The tokens the router counted per minute, over the minutes (only `LIMITED` has a tpm)."""
+def counted_tokens(proxy: ProxyProcess, group: str) -> int:
+    """The tokens the router counted for the group's deployment per minute, over the minutes."""
     cache = state(proxy)["router"]["cache"]
-    return sum(v for k, v in cache.items() if ":tpm:" in k and isinstance(v, (int, float)))
+    counts = (v for k, v in cache.items() if f":{group}:" in k and ":tpm:" in k)
+    return sum(v for v in counts if isinstance(v, (int, float)))
 
 
 def test_a_recording_callback_gets_every_request_once_added(

@@ -90,7 +90,7 @@ USAGE_STREAM_BASE = "/effects-usage-stream"
 SHAPES = (
     ("/chat/completions", "effects-openai", False),
     ("/chat/completions", "effects-usage-stream", True),
-    ("/chat/completions", "effects-openai", False),
+    ("/v1/messages", "effects-usage-anthropic", False),
     ("/chat/completions", "effects-anthropic", False),
     ("/chat/completions", "effects-openai", True),
     ("/v1/messages", "effects-anthropic", False),
@@ -139,9 +139,9 @@ def without_moments(value: Any) -> Any:
 
 def models(upstream: RecordingUpstream) -> list[dict[str, Any]]:
     """Every group `rust: true` with one deployment (a fixed id: spend rows name it);
-    `effects-usage` and `effects-usage-stream` have an rpm and a tpm, so the router counts their
-    usage per minute (a stream's tokens at its end), weighs it and puts it in their answers'
-    headers (the lane's answers too)."""
+    `effects-usage`, `effects-usage-stream` and `effects-usage-anthropic` have an rpm and a tpm,
+    so the router counts their usage per minute (a stream's tokens at its end), weighs it and
+    puts it in their answers' headers (the lane's answers too)."""
     openai = deployment_kwargs("openai", upstream.url)
     groups = {
         "effects-openai": openai,
@@ -150,6 +150,11 @@ def models(upstream: RecordingUpstream) -> list[dict[str, Any]]:
         "effects-usage": {**openai, "rpm": 100_000, "tpm": 10_000_000},
         "effects-usage-stream": {
             **deployment_kwargs("openai", f"{upstream.url}{USAGE_STREAM_BASE}"),
+            "rpm": 100_000,
+            "tpm": 10_000_000,
+        },
+        "effects-usage-anthropic": {
+            **deployment_kwargs("anthropic", upstream.url),
             "rpm": 100_000,
             "tpm": 10_000_000,
         },
@@ -418,6 +423,7 @@ def test_the_lane_leaves_every_effect_as_litellm_does(
     streamed_tokens = [v for k, v in cache.items() if "effects-usage-stream-deployment:" in k]
     assert any(":tpm:" in k for k in cache if "effects-usage-stream" in k), cache
     assert sum(v for v in streamed_tokens if isinstance(v, (int, float))) > 0, cache
+    assert any("effects-usage-anthropic-deployment:" in k for k in cache), cache
 
     # The lane served the requests it may, and handed each to LiteLLM once.
     counts = lane_state["lane"]
@@ -435,9 +441,10 @@ def test_the_lane_leaves_every_effect_as_litellm_does(
     # learnt each key's request shapes.
     batched = len(lane_groups)
     assert counts["accounted"] + counts.get("replay_needed:shape", 0) == batched, counts
-    # Each caller's seven shapes (chat: three answers, two streams; `/v1/messages`: an answer, a
-    # stream) are learnt from two replays each, with the few served while those were in flight.
-    assert counts["accounted"] >= batched - 7 * 3 * len(CALLERS), counts
+    # Each caller's eight shapes (chat: three answers, two streams; `/v1/messages`: two answers,
+    # a stream) are learnt from two replays each, with the few served while those were in
+    # flight.
+    assert counts["accounted"] >= batched - 8 * 3 * len(CALLERS), counts
 
 
 def test_each_answer_before_a_sigterm_is_logged_once(

@@ -464,9 +464,6 @@ def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
             assert not isinstance(entry, str)
             slotted = slots.for_deployment(router, deployment)
             kwargs, stream_timeout = entry
-            if group_limits is not None:
-                # Their `/v1/messages` calls stay the router's.
-                kwargs = {**kwargs, "messages": None}
             streams = None
             if stream_timeout is not None:
                 streams = _native.LaneStreams(timeout=stream_timeout, asks_usage=bool(usage_asked))

@@ -46,7 +46,8 @@ pub(super) async fn serve(request: ClientRequest<'_>) -> Served {
         Some(Written {
             body,
             cost: Some(cost),
-            total_tokens: 0, // the groups whose usage the router counts keep these with the proxy
+            // As the router counts an answer without a total (`response_total_token_count`).
+            total_tokens: usage.input + usage.output,
         })
     };
     let (shape, set) = (ResponseShape::Raw, HeaderSet::Messages);

@@ -79,7 +79,7 @@ impl StreamFrames for MessagesFrames {
 
 pub(super) async fn serve(
     request: ClientRequest<'_>,
-    head: Head,
+    mut head: Head,
     upstream: UpstreamRequest,
     stream: MessagesStream,
     serving: Serving,
@@ -141,6 +141,10 @@ pub(super) async fn serve(
         };
         let pieces = vec![Piece::Raw(Bytes::from(read_head)), end_piece(end)];
         return streamed::to_proxy(lane, &head, opened, pieces, true);
+    }
+    if let Some(usage) = &head.deployment.usage {
+        // The router counts a stream's request as it opens, its tokens once it is logged.
+        head.group_usage = usage.serve(0);
     }
     let headers = answer_headers(
         &lane.table.settings(),
