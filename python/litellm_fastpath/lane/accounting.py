@@ -46,8 +46,10 @@ end-of-stream logging runs in the proxy's own reading of it (`async_data_generat
 `async_sse_data_generator` for `/v1/messages`; its frames dropped, but where the client waits
 for the end the proxy writes, its usage chunk: the frames past the first chunk's go to the lane
 as that end), and the limiter's success callback counts their tokens in their logging, as in
-their replay (the batch has no usage of theirs). A stream that failed mid-way is replayed: its
-failure is the proxy's.
+their replay (the batch has no usage of theirs). In a group whose usage the router counts per
+minute (`usage`), the router's success callback runs in a stream's logging too: it counts the
+stream's tokens after its end, as in its replay (and its success, which the batch then leaves
+to it). A stream that failed mid-way is replayed: its failure is the proxy's.
 
 Every other request is replayed, counted by why (`replay_needed:<why>`).
 """
