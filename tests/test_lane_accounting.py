@@ -88,9 +88,7 @@ def arms(upstream_server: RecordingUpstream) -> Iterator[dict[str, ProxyProcess]
     events = anthropic_stream_events("claude-sonnet-4-5", stream_pieces(3))
     sse = Reply(body=b"".join(events), headers={"Content-Type": "text/event-stream"})
     upstream_server.set_default(f"{MESSAGES_STREAM_BASE}/v1/messages", sse)
-    chunks = openai_stream_events("gpt-4o-mini", stream_pieces(3), include_usage=True)
-    chat_sse = Reply(body=b"".join(chunks), headers={"Content-Type": "text/event-stream"})
-    upstream_server.set_default(f"{LIMITED_BASE}/chat/completions", chat_sse, streamed=True)
+    upstream_server.set_default(f"{LIMITED_BASE}/chat/completions", chat_stream(), streamed=True)
     upstream_server.set_default(f"{LIMITED_ANTHROPIC_BASE}/v1/messages", sse, streamed=True)
     found = {}
     try:
@@ -108,6 +106,12 @@ def arms(upstream_server: RecordingUpstream) -> Iterator[dict[str, ProxyProcess]
     finally:
         for proxy in found.values():
             proxy.__exit__(None, None, None)
+
+
+def chat_stream() -> Reply:
+    """An OpenAI chat stream with the usage the proxy asks for."""
+    chunks = openai_stream_events("gpt-4o-mini", stream_pieces(3), include_usage=True)
+    return Reply(body=b"".join(chunks), headers={"Content-Type": "text/event-stream"})
 
 
 def state(proxy: ProxyProcess) -> dict[str, Any]:
@@ -230,6 +234,44 @@ def test_what_the_accounting_does_not_cover_is_replayed(
     assert lane.get("replay_needed:deployment_usage", 0) == 0, lane
     assert lane["served"] - was["served"] == 6
     assert lane["accounted"] - was["accounted"] == 4
+
+
+def test_a_usage_groups_stream_that_fails_midway_counts_as_on_litellm_s_path(
+    arms: dict[str, ProxyProcess], upstream_server: RecordingUpstream
+) -> None:
+    """A stream of a group with rpm and tpm limits that fails after its first chunk: its
+    request counted as it opened, no tokens (no success), and once more by the router's failure
+    callback; the lane replays it (its failure is the proxy's). The client reads the same
+    bytes, the router's counters end the same, and the next stream's headers count the failure
+    once the lane has read the router's counters again (deliberate difference 16)."""
+    before = {name: state(proxy) for name, proxy in arms.items()}
+    calls = sum(before["plain"]["router"]["success_calls"].values())
+    first = openai_stream_events("gpt-4o-mini", stream_pieces(1))[0]
+    error = b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n'
+    failing = Reply(body=first + error, headers={"Content-Type": "text/event-stream"})
+    body = {"model": LIMITED, "messages": HI, "stream": True}
+    upstream_server.set_default(f"{LIMITED_BASE}/chat/completions", failing, streamed=True)
+
+    def send_two(proxy: ProxyProcess) -> list[httpx.Response]:
+        first = proxy.post("/chat/completions", json=body)
+        # Its replay's failure counted by the router; then the lane's next reading (0.25 s).
+        wait_until(lambda: not state(proxy)["lane_backlog"], "replay pending")
+        time.sleep(2 * REFRESH_S)
+        return [first, proxy.post("/chat/completions", json=body)]
+
+    try:
+        bodies = {name: send_two(proxy) for name, proxy in arms.items()}
+    finally:
+        upstream_server.set_default(f"{LIMITED_BASE}/chat/completions", chat_stream(), streamed=True)
+    assert [a.status_code for a in bodies["lane"]] == [200, 200], bodies["lane"][0].text
+    assert list(map(stream_bytes, bodies["lane"])) == list(map(stream_bytes, bodies["plain"]))
+    assert [a.headers["x-ratelimit-remaining-requests"] for a in bodies["lane"]] == [
+        a.headers["x-ratelimit-remaining-requests"] for a in bodies["plain"]
+    ]
+    found = {name: settled(proxy, calls) for name, proxy in arms.items()}
+    assert not (found_differences := differences(found["lane"], found["plain"])), found_differences
+    lane, was = found["lane"]["lane"], before["lane"]["lane"]
+    assert lane["replay_needed:stream_failed"] - was.get("replay_needed:stream_failed", 0) == 2
 
 
 def stream_bytes(response: httpx.Response) -> bytes:
