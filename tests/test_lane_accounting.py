@@ -244,6 +244,10 @@ def test_a_usage_groups_stream_that_fails_midway_counts_as_on_litellm_s_path(
     callback; the lane replays it (its failure is the proxy's). The client reads the same
     bytes, the router's counters end the same, and the next stream's headers count the failure
     once the lane has read the router's counters again (deliberate difference 16)."""
+    for proxy in arms.values():
+        send(proxy, LIMITED, 1)  # the worker knows the key (its first request is the proxy's)
+        wait_until(lambda p=proxy: not state(p)["lane_backlog"], "batch pending")
+    time.sleep(2 * REFRESH_S)  # the lane's next reading of the router's counters
     before = {name: state(proxy) for name, proxy in arms.items()}
     calls = sum(before["plain"]["router"]["success_calls"].values())
     first = openai_stream_events("gpt-4o-mini", stream_pieces(1))[0]
@@ -262,7 +266,8 @@ def test_a_usage_groups_stream_that_fails_midway_counts_as_on_litellm_s_path(
     try:
         bodies = {name: send_two(proxy) for name, proxy in arms.items()}
     finally:
-        upstream_server.set_default(f"{LIMITED_BASE}/chat/completions", chat_stream(), streamed=True)
+        path = f"{LIMITED_BASE}/chat/completions"
+        upstream_server.set_default(path, chat_stream(), streamed=True)
     assert [a.status_code for a in bodies["lane"]] == [200, 200], bodies["lane"][0].text
     assert list(map(stream_bytes, bodies["lane"])) == list(map(stream_bytes, bodies["plain"]))
     assert [a.headers["x-ratelimit-remaining-requests"] for a in bodies["lane"]] == [
