@@ -18,8 +18,14 @@ from typing import Any
 import httpx
 import pytest
 
-from devtools.answers import anthropic_stream_events, openai_stream_events, stream_pieces
-from devtools.deployments import PROVIDERS, deployment_kwargs, twin_models
+from devtools.answers import (
+    anthropic_stream_events,
+    bedrock_invoke_stream_events,
+    bedrock_stream_events,
+    openai_stream_events,
+    stream_pieces,
+)
+from devtools.deployments import PROVIDERS, bedrock_invoke_kwargs, deployment_kwargs, twin_models
 from devtools.polling import wait_until
 from devtools.processes import MASTER_KEY, REPO_ROOT, ProxyProcess
 from devtools.upstream import RecordingUpstream, Reply
@@ -38,9 +44,14 @@ CLIENTS = 8
 # them. Its upstream streams when asked to (with the usage the proxy asks for).
 LIMITED = "rust-limited"
 LIMITED_BASE = "/accounting-limited"
-# The same for an Anthropic deployment: `/v1/messages` too.
+# The same for an Anthropic deployment (`/v1/messages` too), Bedrock Converse (chat) and Claude
+# on Bedrock Invoke (`/v1/messages`), whose upstreams stream by path.
 LIMITED_ANTHROPIC = "rust-limited-anthropic"
 LIMITED_ANTHROPIC_BASE = "/accounting-limited-anthropic"
+LIMITED_CONVERSE = "rust-limited-converse"
+LIMITED_INVOKE = "rust-limited-invoke"
+CONVERSE_STREAM = "/converse-stream"
+INVOKE_STREAM = "/invoke-with-response-stream"
 # What the usage test sends each group, in order: (route, streamed).
 LIMITED_REQUESTS = {
     LIMITED: [("/chat/completions", s) for s in (False, True, False, True, False, False)],
@@ -53,6 +64,8 @@ LIMITED_REQUESTS = {
         ("/v1/messages", False),
         ("/chat/completions", False),
     ],
+    LIMITED_CONVERSE: [("/chat/completions", s) for s in (False, True, True, False, False)],
+    LIMITED_INVOKE: [("/v1/messages", s) for s in (False, True, False, True, True, False)],
 }
 # A group whose upstream streams `/v1/messages` (the recording upstream's default answer is
 # JSON).
@@ -69,6 +82,8 @@ def models(upstream: RecordingUpstream) -> list[dict[str, Any]]:
             **deployment_kwargs("anthropic", upstream.url + LIMITED_ANTHROPIC_BASE),
             **limits,
         },
+        LIMITED_CONVERSE: {**deployment_kwargs("bedrock", upstream.url), **limits},
+        LIMITED_INVOKE: {**bedrock_invoke_kwargs(upstream.url), **limits},
     }
     streams = {**deployment_kwargs("anthropic", upstream.url + MESSAGES_STREAM_BASE), "rust": True}
     return [
@@ -90,6 +105,11 @@ def arms(upstream_server: RecordingUpstream) -> Iterator[dict[str, ProxyProcess]
     upstream_server.set_default(f"{MESSAGES_STREAM_BASE}/v1/messages", sse)
     upstream_server.set_default(f"{LIMITED_BASE}/chat/completions", chat_stream(), streamed=True)
     upstream_server.set_default(f"{LIMITED_ANTHROPIC_BASE}/v1/messages", sse, streamed=True)
+    event_stream = {"Content-Type": "application/vnd.amazon.eventstream"}
+    converse = b"".join(bedrock_stream_events(stream_pieces(3)))
+    invoke = b"".join(bedrock_invoke_stream_events(stream_pieces(3)))
+    upstream_server.set_default(CONVERSE_STREAM, Reply(body=converse, headers=event_stream))
+    upstream_server.set_default(INVOKE_STREAM, Reply(body=invoke, headers=event_stream))
     found = {}
     try:
         for name, lane in (("lane", True), ("plain", False)):
@@ -106,6 +126,8 @@ def arms(upstream_server: RecordingUpstream) -> Iterator[dict[str, ProxyProcess]
     finally:
         for proxy in found.values():
             proxy.__exit__(None, None, None)
+        for suffix in (CONVERSE_STREAM, INVOKE_STREAM):
+            upstream_server.set_default(suffix, None)
 
 
 def chat_stream() -> Reply:
