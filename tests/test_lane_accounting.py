@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import itertools
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -461,7 +462,15 @@ def test_a_recording_callback_gets_every_request_once_added(
 PAYLOADS_PATH = "/state-probe/payloads"
 # What differs between any two calls, whichever path: ids and clocks.
 _IDS = frozenset(
-    {"id", "litellm_call_id", "litellm_trace_id", "trace_id", "call_id", "x-litellm-call-id"}
+    {
+        "id",
+        "litellm_call_id",
+        "litellm_trace_id",
+        "trace_id",
+        "call_id",
+        "x-litellm-call-id",
+        "received_model_id",
+    }
 )
 _CLOCKS = frozenset(
     {
@@ -484,6 +493,7 @@ _CLOCKS = frozenset(
         "llm_api_duration_ms",
         "llm_provider-date",
         "date",
+        "created_at",
     }
 )
 
@@ -520,10 +530,13 @@ def all_recorded(proxy: ProxyProcess, count: int) -> dict[str, Any] | None:
     return found if len(found) == count else None
 
 
-def test_the_recording_callback_gets_the_same_payloads(arms: dict[str, ProxyProcess]) -> None:
+def test_the_recording_callback_gets_the_same_payloads(
+    arms: dict[str, ProxyProcess], upstream_server: RecordingUpstream
+) -> None:
     """What an operator's recording callback is given for each request (its kwargs, the
     standard logging payload among them, and the response object) is the same, field by field
-    but ids and clocks, with the lane on as on LiteLLM's path."""
+    but ids and clocks, with the lane on as on LiteLLM's path; streams as their providers send
+    them (the text a stream is logged with is what its chunks spelt)."""
     markers = [
         f"marker {provider} {shape} {i}"
         for provider in PROVIDERS
@@ -532,43 +545,35 @@ def test_the_recording_callback_gets_the_same_payloads(arms: dict[str, ProxyProc
         if (shape, provider) != ("stream", "bedrock")
         and (shape != "messages" or provider == "anthropic")
     ]
+    # A stream of each plain twin (LiteLLM's own path, on both arms): what the others are to
+    # equal.
+    markers += [f"marker {provider} plain-stream 0" for provider in ("openai", "anthropic")]
     call_ids: dict[tuple[str, str], str] = {}
     for proxy in arms.values():  # the lane learns the key from its first request
         assert proxy.post("/chat/completions", json={"model": "rust-openai", "messages": HI})
     before = state(arms["lane"])["lane"]
-    for name, proxy in arms.items():
-        assert proxy.post(RECORDER_PATH).status_code == 200
-        for marker in markers:
-            _, provider, shape, _ = marker.split()
-            body = {"model": f"rust-{provider}", "messages": [{"role": "user", "content": marker}]}
-            if shape == "messages":
-                answer = proxy.post("/v1/messages", json={**body, "max_tokens": 8})
-            else:
-                answer = proxy.post("/chat/completions", json={**body, "stream": shape == "stream"})
-            assert answer.status_code == 200, answer.text
-            call_ids[(name, marker)] = answer.headers["x-litellm-call-id"]
-            if marker.endswith((" chat 1", " stream 1", " messages 1")):
-                # The shape's two replays done (learnt): its next requests are logged in the
-                # batch, however soon they come.
-                wait_until(lambda p=proxy: not state(p)["lane_backlog"], "replays pending")
-    ports = tuple(proxy.port for proxy in arms.values())
-    found = {
-        name: wait_until(
-            lambda p=proxy: all_recorded(p, len(markers)),
-            lambda p=proxy: sorted(recorded_by_marker(p)),
-            timeout=30,
-        )
-        for name, proxy in arms.items()
+    events = anthropic_stream_events("claude-sonnet-4-5", stream_pieces(3))
+    streams = {
+        "/chat/completions": chat_stream(),
+        "/v1/messages": Reply(body=b"".join(events), headers={"Content-Type": "text/event-stream"}),
     }
+    for suffix, reply in streams.items():
+        upstream_server.set_default(suffix, reply, streamed=True)
+    try:
+        found = _recorded(arms, markers, call_ids)
+    finally:
+        for suffix in streams:
+            upstream_server.set_default(suffix, None, streamed=True)
     lane = state(arms["lane"])["lane"]
-    assert lane["served"] - before.get("served", 0) == len(markers)
+    assert lane["served"] - before.get("served", 0) == len(markers) - 2
     # Past each shape's first replays, its requests were logged without a replay (streams and
     # `/v1/messages` too).
-    others = sum(marker.split()[2] != "chat" for marker in markers)
+    others = sum(marker.split()[2] in ("stream", "messages") for marker in markers)
     assert lane["accounted"] - before.get("accounted", 0) >= len(PROVIDERS) + others // 2, lane
     for (name, marker), call_id in call_ids.items():
         # The call the client was told of is the one logged.
         assert found[name][marker]["kwargs"]["litellm_call_id"] == call_id
+    ports = tuple(proxy.port for proxy in arms.values())
     for marker in markers:
         lane = normalized(found["lane"][marker], ports)
         plain = normalized(found["plain"][marker], ports)
@@ -576,6 +581,45 @@ def test_the_recording_callback_gets_the_same_payloads(arms: dict[str, ProxyProc
         assert not found_differences, "\n".join(
             f"{marker} {path}: {a!r} != {b!r}" for path, (a, b) in found_differences.items()
         )
+    for provider in ("openai", "anthropic"):
+        # The text a stream is logged with (LiteLLM's record of what it served, and the
+        # response) is the plain model's, with the lane and without it.
+        plain = found["plain"][f"marker {provider} plain-stream 0"]["kwargs"]
+        for name in arms:
+            rust = found[name][f"marker {provider} stream 0"]["kwargs"]
+            assert rust["served_output_texts"] == plain["served_output_texts"], (name, rust)
+        assert "w0 w1 w2" in json.dumps(plain["served_output_texts"]), plain
+
+
+def _recorded(
+    arms: dict[str, ProxyProcess], markers: list[str], call_ids: dict[tuple[str, str], str]
+) -> dict[str, dict[str, Any]]:
+    """Each marker's request sent to each arm, and what the recording callback got for it."""
+    for name, proxy in arms.items():
+        assert proxy.post(RECORDER_PATH).status_code == 200
+        for marker in markers:
+            _, provider, shape, _ = marker.split()
+            twin = "plain" if shape == "plain-stream" else "rust"
+            content = [{"role": "user", "content": marker}]
+            body = {"model": f"{twin}-{provider}", "messages": content}
+            if shape == "messages":
+                answer = proxy.post("/v1/messages", json={**body, "max_tokens": 8})
+            else:
+                answer = proxy.post("/chat/completions", json={**body, "stream": "stream" in shape})
+            assert answer.status_code == 200, answer.text
+            call_ids[(name, marker)] = answer.headers["x-litellm-call-id"]
+            if marker.endswith((" chat 1", " stream 1", " messages 1")):
+                # The shape's two replays done (learnt): its next requests are logged in the
+                # batch, however soon they come.
+                wait_until(lambda p=proxy: not state(p)["lane_backlog"], "replays pending")
+    return {
+        name: wait_until(
+            lambda p=proxy: all_recorded(p, len(markers)),
+            lambda p=proxy: sorted(recorded_by_marker(p)),
+            timeout=30,
+        )
+        for name, proxy in arms.items()
+    }
 
 
 def test_litellm_s_info_logs_keep_the_replays(arms: dict[str, ProxyProcess]) -> None:

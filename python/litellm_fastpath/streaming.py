@@ -99,7 +99,7 @@ class FastStream(compat.CustomStreamWrapper):
         self._failure: BaseException | None = None
         self._usage_chunk_sent = False
         self._done = False
-        # The chunk objects the proxy was handed, while no frames were (see `_served_in_full`).
+        # The chunk objects the proxy was handed, while no frames were (`_record_served_text`).
         self._objects: list[Any] | None = []
 
     async def __anext__(self) -> Any:
@@ -192,7 +192,7 @@ class FastStream(compat.CustomStreamWrapper):
         complete = self._complete_response
         if complete is not None:
             self._propagate_usage_cost_to_hidden_params(complete, self.custom_llm_provider)
-            self._served_in_full(complete)
+            self._record_served_text(complete)
         if self.send_stream_usage and not self._usage_chunk_sent and not self._route.strip_usage:
             self._usage_chunk_sent = True
             response = self.model_response_creator()
@@ -220,12 +220,17 @@ class FastStream(compat.CustomStreamWrapper):
         self._restore_consumer_correlation_context()
         raise StopAsyncIteration
 
-    def _served_in_full(self, complete: Any) -> None:
-        """The proxy logs a stream's text as the chunk objects it served spell it (LiteLLM's
-        served output texts), unless it also served frames. A stream the lane wrote hands it
-        its first chunk only: the rest of the text, which the lane served, is added to that
-        chunk (already written; its frame went nowhere) so that the record reads the whole
-        text, as LiteLLM's path records it."""
+    def _record_served_text(self, complete: Any) -> None:
+        """The proxy records a stream's text as the chunk objects it served spell it (LiteLLM's
+        served output texts, which its logging reads), and nothing once frames were among
+        them: then the text is recorded here, as LiteLLM's path records it. A stream the lane
+        wrote hands it its first chunk only: the rest of the text, which the lane served, is
+        added to that chunk (already written; its frame went nowhere), so that the proxy's
+        record reads the whole text."""
+        if self._objects is None:
+            texts = compat.served_output_texts(complete)
+            compat.record_served_output_texts(self.logging_obj.model_call_details, texts)
+            return
         if not self._objects:
             return
         choices = getattr(complete, "choices", None) or []
