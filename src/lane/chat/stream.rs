@@ -79,7 +79,7 @@ pub(super) async fn serve(
         return streamed::to_proxy(lane, &head, opened, pieces, false);
     };
     if let Some(usage) = &head.deployment.usage {
-        // The router counts a stream's request as it opens; its tokens at its end (`streamed`).
+        // The router counts a stream's request as it opens, its tokens once it is logged.
         head.group_usage = usage.serve(0);
     }
     let headers = answer_headers(
