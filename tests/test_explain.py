@@ -255,6 +255,15 @@ def test_router_settings_that_keep_the_lane_off_are_named(
     assert any(reason in r for r in document["lane_off"]), document["lane_off"]
 
 
+def test_usage_based_routing_leaves_the_lane_on(tmp_path: Path) -> None:
+    """The lane picks as `usage-based-routing-v2` picks (docs/lane.md), and its strategy's
+    callback is the router's own: explain, like the lane's gate, keeps the lane on for it."""
+    router_settings = {"routing_strategy": "usage-based-routing-v2"}
+    document, _code = explained(one_model_config({"master_key": "sk-1"}, router_settings), tmp_path)
+    assert document["lane"] is True, document["lane_off"]
+    assert {route["path"] for route in routes(document)["claude"].values()} == {"lane"}
+
+
 def test_a_database_leaves_the_lane_on(tmp_path: Path) -> None:
     """`database_url` acts at startup and after the answer (docs/settings.md): explain, like the
     lane's gate, keeps the lane on for it."""

@@ -1,14 +1,15 @@
 """#27's combined differential: a proxy with the lane against one without it, everything on at
 once. 1,000 requests over 8 clients, with a recording `CustomLogger`, LiteLLM's spend tracking
 (seeded keys of users and teams, one with a budget, one with rpm, tpm and parallel-request
-limits, and the master key), a group whose usage the
+limits, and the master key), usage-based routing (`usage-based-routing-v2`: the router picks by
+each deployment's tokens and requests this minute, which it counts), a group whose usage the
 router counts per minute, streams, `/v1/messages`, and a group whose upstream fails (500 and 429).
 Both proxies must answer each request alike and be left alike: what the recording callback was
 given for each request (field by field, ids and clocks aside), exactly once; the spend of each
 key, user and team, the spend-log rows and the database updates LiteLLM queued; the router's
-counts, its per-minute usage and cooldowns, the rate limiter's counters (the limited key's windows
-among them). Then SIGTERM right after
-200 more answers: each is logged exactly once before the worker exits.
+counts, its per-minute usage (usage-based routing's counters among them) and cooldowns, the
+rate limiter's counters (the limited key's windows among them). Then SIGTERM right after 200
+more answers: each is logged exactly once before the worker exits.
 
 The lane serves the requests of the groups it serves: chat answers and streams, `/v1/messages`
 answers and streams, of every caller (the budgeted key's with their own budget reservations, the
@@ -80,6 +81,7 @@ FAILING = {
 # The rate limiter's windows outlast the module, so that both arms' counts are whole (a 60 s
 # window could end between the warm-up and the end of either arm's requests).
 LIMITER_ENV = {"LITELLM_RATE_LIMIT_WINDOW_SIZE": "3600"}
+USAGE_ROUTING = "usage-based-routing-v2"
 SPEND_SEED_PATH = "/spend-probe/seed"
 SPEND_SNAPSHOT_PATH = "/spend-probe/snapshot"
 # Where the upstream answers `/v1/messages` as a stream (the recording upstream's default
@@ -199,6 +201,7 @@ def arms(
                 log,
                 callbacks=("tests.spend_probe.probe", "tests.state_probe.probe"),
                 env=LIMITER_ENV,
+                router_settings={"num_retries": 0, "routing_strategy": USAGE_ROUTING},
                 **settings,
             )
             started[name] = (proxy.start(), log)
@@ -424,6 +427,11 @@ def test_the_lane_leaves_every_effect_as_litellm_does(
     assert any(":tpm:" in k for k in cache if "effects-usage-stream" in k), cache
     assert sum(v for v in streamed_tokens if isinstance(v, (int, float))) > 0, cache
     assert any("effects-usage-anthropic-deployment:" in k for k in cache), cache
+    # Usage-based routing's counters, each deployment's requests and tokens (a stream's too).
+    for deployment in ("effects-openai", "effects-usage-stream", "effects-anthropic-stream"):
+        counted = {k: v for k, v in cache.items() if k.startswith(f"{deployment}-deployment:")}
+        assert any(":rpm:" in k and v for k, v in counted.items()), (deployment, cache)
+        assert any(":tpm:" in k and v for k, v in counted.items()), (deployment, cache)
 
     # The lane served the requests it may, and handed each to LiteLLM once.
     counts = lane_state["lane"]

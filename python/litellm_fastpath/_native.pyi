@@ -10,6 +10,7 @@ __all__ = [
     "Declined",
     "Deployment",
     "DeploymentSlots",
+    "DeploymentUsage",
     "FastpathError",
     "GroupUsage",
     "InternalError",
@@ -292,6 +293,7 @@ class LaneDeployment:
         weight: float | None = None,
         slots: DeploymentSlots | None = None,
         usage: GroupUsage | None = None,
+        routing: DeploymentUsage | None = None,
     ) -> LaneDeployment: ...
 
 @final
@@ -299,6 +301,13 @@ class GroupUsage:
     def __new__(cls, *, rpm_limit: int | None, tpm_limit: int | None) -> GroupUsage: ...
     def read(self, minute: int, rpm: int, tpm: int) -> None: ...
     def counted(self, rpm: int, tokens: int) -> None: ...
+
+@final
+class DeploymentUsage:
+    def __new__(cls, *, tpm_limit: int | None, rpm_limit: int | None) -> DeploymentUsage: ...
+    def read(self, minute: int, tpm: int, rpm: int) -> None: ...
+    def counted(self, rpm: int, tokens: int) -> None: ...
+    def pending(self) -> bool: ...
 
 @final
 class DeploymentSlots:

@@ -449,6 +449,11 @@ _PRIVATE: dict[str, tuple[str, str]] = {
     # The proxy hook's base class.
     "CustomLogger": ("litellm.integrations.custom_logger", "CustomLogger"),
     "CustomGuardrail": ("litellm.integrations.custom_guardrail", "CustomGuardrail"),
+    # Usage-based routing's strategy (its pick reads, its callback counts, the lane's batch too).
+    "LowestTPMLoggingHandler_v2": (
+        "litellm.router_strategy.lowest_tpm_rpm_v2",
+        "LowestTPMLoggingHandler_v2",
+    ),
 }
 
 # Private attributes of the `litellm` module, read at call time (LiteLLM may rebind them).

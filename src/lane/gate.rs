@@ -15,6 +15,7 @@ use super::ratelimit::counting::RateRefusal;
 use super::ratelimit::parallel::{self, Slot};
 use super::ratelimit::scopes::{Counting, KeyRates};
 use super::ratelimit::tokens::{self, EstimateRefusal};
+use super::routing::PickCounted;
 use super::slots::SlotHeld;
 use super::state::Lane;
 use super::table::{KeyRefusal, LaneDeployment};
@@ -112,6 +113,8 @@ pub(super) struct Judged {
     pub deployment: Arc<LaneDeployment>,
     /// The request's slot in the deployment's calls in flight, if it has slots.
     pub deployment_slot: Option<SlotHeld>,
+    /// Usage-based routing's count of the pick (its ticket keeps it).
+    pub pick_counted: Option<PickCounted>,
 }
 
 /// What an admitted request's rpm limits still need.
@@ -208,7 +211,10 @@ pub(super) fn judge(
     // The router's pick, then its slot: a pick with every slot in use goes to the proxy, whose
     // router refuses it (429) or, among several deployments, may pick another (deliberate
     // difference 15 with the lane on).
-    let deployment = lane.table.pick(&group);
+    let (deployment, pick_counted) = lane
+        .table
+        .pick(&group, body)
+        .ok_or(LaneReason::RoutingLimit)?;
     let deployment_slot = match &deployment.slots {
         None => None,
         Some(slots) => Some(slots.hold().ok_or(LaneReason::DeploymentSlots)?),
@@ -222,6 +228,7 @@ pub(super) fn judge(
         slot,
         deployment,
         deployment_slot,
+        pick_counted,
     })
 }
 

@@ -9,6 +9,7 @@ use super::ratelimit::counting::RateRefusal;
 use super::ratelimit::parallel::{self, Slot};
 use super::ratelimit::scopes;
 use super::ratelimit::tokens;
+use super::routing::PickCounted;
 use super::slots::SlotHeld;
 use super::state::Lane;
 use super::table::LaneDeployment;
@@ -38,6 +39,8 @@ pub(super) struct Head {
     /// Its slot in the deployment's calls in flight, held around the provider call as the
     /// router holds it (`end_provider_call`, or dropping the head).
     deployment_slot: Mutex<Option<SlotHeld>>,
+    /// Usage-based routing's count of the pick, given back unless a ticket carries it.
+    pick_counted: Mutex<Option<PickCounted>>,
     /// The router's headers of its group's usage this minute, this answer counted (groups with
     /// tpm or rpm limits; set once the answer is known).
     pub group_usage: Vec<(String, String)>,
@@ -68,6 +71,7 @@ impl Head {
             slot: judged.slot.map(|(slot, _)| slot),
             deployment: judged.deployment,
             deployment_slot: Mutex::new(judged.deployment_slot),
+            pick_counted: Mutex::new(judged.pick_counted),
             group_usage: Vec::new(),
             call_id: CallId::of(headers),
             received,
@@ -159,6 +163,15 @@ impl Head {
             .unwrap_or_else(|p| p.into_inner())
             .take()
             .map(Hold::keep);
+        // The ticket's batch or replay counts the request for the router.
+        if let Some(counted) = self
+            .pick_counted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            counted.keep();
+        }
         lane.tickets.issue(
             &self.deployment.id,
             self.call_id.clone(),

@@ -33,7 +33,8 @@
 //! - Cost: `cost` (usage -> cost for every route), `headers` (the proxy's headers for an
 //!   answer, cost split included).
 //! - `slots`: a deployment's slots for calls in flight, one count with LiteLLM's router;
-//!   `usage`: a group's usage this minute, for the router's headers of groups with limits.
+//!   `usage`: a group's usage this minute, for the router's headers of groups with limits;
+//!   `routing`: each deployment's usage this minute, for usage-based routing's pick.
 //! - `state`: the lane of one process (its table, engine, counters, backlog).
 
 pub mod budget;
@@ -51,6 +52,7 @@ pub mod ratelimit;
 pub mod realtime;
 mod replay;
 mod response;
+pub mod routing;
 mod served;
 mod server;
 mod shuffle;

@@ -23,10 +23,13 @@ use super::served::{ClientRequest, Served};
 use super::state::{Lane, LaneError};
 use super::tickets::TICKET_HEADER;
 use super::{chat, messages, realtime};
+use crate::model::LaneReason;
 
 /// Headers the lane takes in one request (uvicorn's h11 takes any number; hyper's default is
 /// 100).
 const MAX_HEADERS: usize = 1000;
+/// How often a request left to the router looks whether the lane's picks are counted.
+const ROUTING_POLL: Duration = Duration::from_millis(2);
 /// The shortest pause between two checks of an idle connection.
 const IDLE_CHECK_MIN: Duration = Duration::from_millis(10);
 /// How long the listener pauses after a failed accept.
@@ -171,6 +174,9 @@ async fn handle(
                     lane.holds.drained(&counters, DRAIN_TIMEOUT).await;
                 }
             }
+            if why == LaneReason::RoutingLimit {
+                routing_counted(lane, &body).await;
+            }
             forward(lane, app_slot, Request::from_parts(parts, full(body))).await
         }
         Served::Replay(ticket) => {
@@ -187,4 +193,31 @@ async fn handle(
             forward(lane, app_slot, request).await
         }
     })
+}
+
+/// A request usage-based routing leaves to the proxy's router (a deployment near its limit):
+/// its pick waits until the router counted every request the lane picked in the group, so it
+/// reads what the lane's pick read (bounded: the lane never holds a request for long).
+async fn routing_counted(lane: &Lane, body: &[u8]) {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        model: String,
+    }
+    let Ok(named) = serde_json::from_slice::<Named>(body) else {
+        return;
+    };
+    let Some(group) = lane.table.group(&named.model) else {
+        return;
+    };
+    let deadline = Instant::now() + DRAIN_TIMEOUT;
+    while Instant::now() < deadline
+        && group.deployments.iter().any(|deployment| {
+            deployment
+                .routing
+                .as_ref()
+                .is_some_and(|routing| routing.pending())
+        })
+    {
+        tokio::time::sleep(ROUTING_POLL).await;
+    }
 }

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use super::budget::{KeyBudget, ReservationRates};
 use super::cost::Pricing;
 use super::ratelimit::scopes::KeyRates;
+use super::routing::{self, DeploymentUsage, PickCounted};
 use super::shuffle::Shuffle;
 use super::slots::DeploymentSlots;
 use super::usage::GroupUsage;
@@ -38,6 +39,8 @@ pub struct LaneDeployment {
     pub slots: Option<Arc<DeploymentSlots>>,
     /// Its group's usage this minute, where the router's answers carry it (tpm or rpm limits).
     pub usage: Option<Arc<GroupUsage>>,
+    /// Its usage this minute for usage-based routing's pick (None: the router shuffles).
+    pub routing: Option<Arc<DeploymentUsage>>,
 }
 
 /// A deployment's `/v1/messages` calls as LiteLLM makes them, worked out by the Python layer
@@ -246,10 +249,28 @@ impl Table {
         }
     }
 
-    /// The router's simple shuffle: a weighted pick when weights are set, else uniform.
-    pub fn pick(&self, group: &Group) -> Arc<LaneDeployment> {
-        let index = self.shuffle.pick(group.deployments.len(), &group.weights);
-        Arc::clone(&group.deployments[index])
+    /// The router's pick: by usage (see `routing`; None where the router decides) when the
+    /// group's deployments carry it, else its simple shuffle (weighted when weights are set).
+    pub fn pick(
+        &self,
+        group: &Group,
+        body: &[u8],
+    ) -> Option<(Arc<LaneDeployment>, Option<PickCounted>)> {
+        let usages: Option<Vec<&Arc<DeploymentUsage>>> = group
+            .deployments
+            .iter()
+            .map(|deployment| deployment.routing.as_ref())
+            .collect();
+        match usages {
+            Some(usages) if !usages.is_empty() => {
+                let (index, counted) = routing::pick(&usages, body, &self.shuffle)?;
+                Some((Arc::clone(&group.deployments[index]), Some(counted)))
+            }
+            _ => {
+                let index = self.shuffle.pick(group.deployments.len(), &group.weights);
+                Some((Arc::clone(&group.deployments[index]), None))
+            }
+        }
     }
 
     pub fn new() -> Table {

@@ -7,6 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::cost::Cost;
+use super::gate::Route;
 use super::head::Head;
 use super::headers::{CostHeaders, HeaderSet, answer_headers};
 use super::response::{answer, full};
@@ -53,8 +54,16 @@ pub(super) async fn serve(
         return request.with_ticket(&head, Ok(completion));
     };
     let cost = CostHeaders::from(written.cost);
+    let total_tokens = i64::try_from(written.total_tokens).unwrap_or(i64::MAX);
     if let Some(usage) = &head.deployment.usage {
-        head.group_usage = usage.serve(i64::try_from(written.total_tokens).unwrap_or(i64::MAX));
+        head.group_usage = usage.serve(total_tokens);
+    }
+    // Usage-based routing's pick reads a chat answer's tokens (LiteLLM counts a `/v1/messages`
+    // answer's under no model, where its pick never reads them).
+    if let Some(routing) = &head.deployment.routing
+        && request.route == Route::Chat
+    {
+        routing.answered(total_tokens);
     }
     let headers = answer_headers(
         &lane.table.settings(),

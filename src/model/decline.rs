@@ -163,6 +163,10 @@ named_reasons! {
         /// The picked deployment's slots for calls in flight are all in use (the lane's calls
         /// and the proxy's): the proxy's router picks again and refuses it if that pick is full.
         DeploymentSlots => "lane_deployment_slots",
+        /// Usage-based routing where a deployment of the group is near its rpm or tpm limit this
+        /// minute, or the prompt's tokens cannot be bounded against a tpm limit: the proxy's
+        /// router picks, once it counted what the lane picked.
+        RoutingLimit => "lane_routing_limit",
     }
 }
 

@@ -190,7 +190,7 @@ impl LaneDeployment {
     #[new]
     #[pyo3(signature = (
         deployment, *, id, params, timeout, headers, pricing=None, streams=None, messages=None,
-        weight=None, slots=None, usage=None,
+        weight=None, slots=None, usage=None, routing=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -205,6 +205,7 @@ impl LaneDeployment {
         weight: Option<f64>,
         slots: Option<&DeploymentSlots>,
         usage: Option<&GroupUsage>,
+        routing: Option<&DeploymentUsage>,
     ) -> PyResult<Self> {
         let params: Map<String, Value> = pythonize::depythonize(params.as_any())
             .map_err(|err| InvalidRequestError::new_err(format!("params: {err}")))?;
@@ -219,6 +220,7 @@ impl LaneDeployment {
             messages: messages.map(|messages| messages.inner.clone()),
             slots: slots.map(|slots| Arc::clone(&slots.inner)),
             usage: usage.map(|usage| Arc::clone(&usage.inner)),
+            routing: routing.map(|routing| Arc::clone(&routing.inner)),
         };
         Ok(LaneDeployment {
             inner: Arc::new(inner),
@@ -292,6 +294,40 @@ impl GroupUsage {
     /// The router counted requests and tokens the lane served (a replay's).
     fn counted(&self, rpm: i64, tokens: i64) {
         self.inner.counted(rpm, tokens);
+    }
+}
+
+/// A deployment's usage this minute for usage-based routing's pick (see `lane::routing`): the
+/// Python layer hands it the router's counters as it reads them, and what the router counted
+/// of the lane's requests.
+#[pyclass(frozen, module = "litellm_fastpath._native")]
+pub struct DeploymentUsage {
+    inner: Arc<lane::routing::DeploymentUsage>,
+}
+
+#[pymethods]
+impl DeploymentUsage {
+    #[new]
+    #[pyo3(signature = (*, tpm_limit, rpm_limit))]
+    fn new(tpm_limit: Option<i64>, rpm_limit: Option<i64>) -> Self {
+        DeploymentUsage {
+            inner: Arc::new(lane::routing::DeploymentUsage::new(tpm_limit, rpm_limit)),
+        }
+    }
+
+    /// The router's counters for the deployment this minute (`minute`: minutes since the epoch).
+    fn read(&self, minute: u64, tpm: i64, rpm: i64) {
+        self.inner.read(minute, tpm, rpm);
+    }
+
+    /// The router counted requests and tokens the lane picked or answered.
+    fn counted(&self, rpm: i64, tokens: i64) {
+        self.inner.counted(rpm, tokens);
+    }
+
+    /// Whether the lane picked or answered requests the router has not counted yet.
+    fn pending(&self) -> bool {
+        self.inner.pending()
     }
 }
 

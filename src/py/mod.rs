@@ -41,8 +41,8 @@ mod _native {
     };
     #[pymodule_export]
     use super::lane_types::{
-        DeploymentSlots, GroupUsage, LaneCachePrices, LaneClaim, LaneCost, LaneDeployment,
-        LaneMessages, LaneMessagesStreams, LanePricing, LaneReplay, LaneStreams,
+        DeploymentSlots, DeploymentUsage, GroupUsage, LaneCachePrices, LaneClaim, LaneCost,
+        LaneDeployment, LaneMessages, LaneMessagesStreams, LanePricing, LaneReplay, LaneStreams,
     };
     #[cfg(feature = "bench")]
     #[pymodule_export]

@@ -72,6 +72,7 @@ import litellm
 
 from litellm_fastpath import _native, claims, compat
 from litellm_fastpath.lane import limits, middleware, shapes, usage
+from litellm_fastpath.lane.usage import RoutingCounts
 
 logger = logging.getLogger("litellm_fastpath")
 
@@ -184,6 +185,9 @@ class _Batch:
     # (deployment id, group, model) -> (answers, their tokens) the router counts per minute
     # (groups with tpm or rpm limits: `usage`), of requests not logged here.
     usage: dict[tuple[str, str, str], tuple[int, int]] = dataclasses.field(default_factory=dict)
+    # Deployment id -> its requests and the tokens of those whose logging does not count them,
+    # for usage-based routing's counters.
+    routing: dict[str, RoutingCounts] = dataclasses.field(default_factory=dict)
     # Requests whose logging runs here: their route, their claim, their provider call's
     # arguments, the callbacks their logging leaves out (their logging runs the recording
     # callbacks; what the router's and the limiter's would count is counted above, as for the
@@ -212,6 +216,8 @@ class Ledger:
         # Of them the router's success callback (it runs in a usage-counted group's stream's
         # logging: `usage`).
         self._router_success: frozenset[int] = frozenset()
+        # Usage-based routing's callback (it runs in a stream's logging: its tokens).
+        self._routing: frozenset[int] = frozenset()
         self._batch = _Batch()
         # The provider-call arguments of the request `replay_reason` last found loggable, and
         # whether it was sent with the master key.
@@ -235,6 +241,7 @@ class Ledger:
                 self._counted,
                 self._limiters,
                 self._router_success,
+                self._routing,
             ) = worker
         except Exception as err:  # a LiteLLM change: the replays do it all
             self._worker_why = f"error:{type(err).__name__}"
@@ -320,6 +327,17 @@ class Ledger:
             requests, tokens = self._batch.usage.get(counter, (0, 0))
             total = _usage(claimed.usage).total_tokens if claimed.usage else 0
             self._batch.usage[counter] = (requests + 1, tokens + total)
+        # Usage-based routing's counts: the request (counted before its call), and the answer's
+        # tokens where its usage is known (else its logging counts them, as LiteLLM's does).
+        routing_counts = False
+        if usage.routed(claimed.deployment_id):
+            streamed = isinstance(claimed.call, _native.PreparedStream)
+            known = claimed.usage is not None and not streamed
+            routing_counts = not known and self._arguments is not None
+            total = _usage(claimed.usage).total_tokens if known else 0
+            self._batch.routing.setdefault(claimed.deployment_id, RoutingCounts()).add(
+                total, messages=record.path == MESSAGES_PATH
+            )
         counts_tokens = self._usage_known and not self._rate_limited
         if counts_tokens:
             counted = (group, claimed.usage, caller)
@@ -340,6 +358,8 @@ class Ledger:
             left_out = self._counted if counts_tokens else self._counted - self._limiters
             if router_counts:
                 left_out -= self._router_success
+            if routing_counts:
+                left_out -= self._routing
             waiting = record.ticket if claimed.awaits_tail else None
             self._batch.logged.append((record.path, claimed, self._arguments, left_out, waiting))
 
@@ -365,6 +385,8 @@ class Ledger:
                     )
             await _count_tokens(batch.tokens, batch.callers)
             await usage.count_batch(router, batch.usage)
+            if batch.routing:
+                await usage.count_routing(router, batch.routing)
         except Exception as err:  # never the client's problem; LiteLLM's counters lag
             logger.warning("fastpath_lane: accounting a batch failed: %s", type(err).__name__)
         if batch.logged:
@@ -426,6 +448,7 @@ class _Worker(NamedTuple):
     counted: frozenset[int] = frozenset()
     limiters: frozenset[int] = frozenset()
     router_success: frozenset[int] = frozenset()
+    routing: frozenset[int] = frozenset()
 
 
 def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> _Worker:
@@ -439,7 +462,7 @@ def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> _Worker:
         return _Worker("verbose_logs")
     inert = _inert_types()
     limiter = _limiter_type()
-    logs, counted, limiters, router_success = False, set(), set(), set()
+    logs, counted, limiters, router_success, routing = False, set(), set(), set(), set()
     for items in lists:
         for callback in items:
             if _leaves_nothing(callback, inert, proxy.llm_router):
@@ -448,11 +471,23 @@ def _worker_reason(proxy: Any, lists: tuple[list[Any], ...]) -> _Worker:
                     limiters.add(id(callback))
                 if _is_router_success(callback, proxy.llm_router):
                     router_success.add(id(callback))
+            elif _is_routing(callback, proxy.llm_router):
+                # Usage-based routing's: the batch counts its requests, and their tokens but a
+                # stream's (it runs in the stream's logging).
+                counted.add(id(callback))
+                routing.add(id(callback))
             elif _only_logs(callback):
                 logs = True
             else:
                 return _Worker(f"callback:{_name(callback)}")
-    return _Worker(None, logs, frozenset(counted), frozenset(limiters), frozenset(router_success))
+    return _Worker(
+        None,
+        logs,
+        frozenset(counted),
+        frozenset(limiters),
+        frozenset(router_success),
+        frozenset(routing),
+    )
 
 
 def _class(module: str, name: str) -> type | None:
@@ -485,6 +520,11 @@ def _leaves_nothing(callback: Any, inert: frozenset[type], router: Any) -> bool:
         isinstance(callback, compat.CustomLogger)
         and overridden_methods(callback) <= _NOT_ON_SUCCESS
     )
+
+
+def _is_routing(callback: Any, router: Any) -> bool:
+    """Usage-based routing's own callback, the router's (its pick reads what it counts)."""
+    return usage.routes_by_usage(router) and callback is router.lowesttpm_logger_v2
 
 
 def _is_router_success(callback: Any, router: Any) -> bool:

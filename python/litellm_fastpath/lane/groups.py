@@ -154,7 +154,7 @@ def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
     }
     # Before the lane serves them: the router's slots for them are the lane's from now on.
     slots.keep_installed(router, _served_deployments)
-    usage.keep(set(groups), router)
+    usage.keep(set(groups), router, set(_served_deployments))
     _native.lane_set_groups(groups, reservation_rates(router, groups))
     realtime.configure(router, why_off is not None, _weights)
     _native.lane_configure(
@@ -263,10 +263,13 @@ def off_reasons(
     ):
         if getattr(litellm, name, None):
             reasons.append(f"litellm.{name}")
-    busy = [type(c).__name__ for c in callbacks if not _idle_hook(c)]
+    # Usage-based routing's own callback: the lane picks by its counters and counts on them.
+    by_usage = usage.routes_by_usage(router)
+    strategy = getattr(router, "lowesttpm_logger_v2", None) if by_usage else None
+    busy = [type(c).__name__ for c in callbacks if c is not strategy and not _idle_hook(c)]
     if busy:
         reasons += [f"callback.{name}" for name in busy]
-    if getattr(router, "routing_strategy", "simple-shuffle") != "simple-shuffle":
+    if getattr(router, "routing_strategy", "simple-shuffle") != "simple-shuffle" and not by_usage:
         reasons.append("router.routing_strategy")
     if getattr(router, "enable_pre_call_checks", False) or getattr(
         router, "optional_pre_call_checks", None
@@ -474,6 +477,7 @@ def _group_entries(router: Any) -> dict[str, _Served | tuple[str, ...]]:
                     weight=weight,
                     slots=slotted,
                     usage=None if group_limits is None else usage.for_group(name, group_limits),
+                    routing=usage.for_deployment(router, deployment),
                 )
             )
             served = served._replace(
