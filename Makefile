@@ -90,6 +90,7 @@ bench-lane: $(PY)
 	$(PY) -m benches.lane --slots 64
 	$(PY) -m benches.lane --usage
 	$(PY) -m benches.lane --stream --usage
+	$(PY) -m benches.lane --routing
 	$(PY) -m benches.lane --route keyed
 	$(PY) -m benches.lane --route keyed-limits
 	$(PY) -m benches.lane --route keyed-limits --no-redis

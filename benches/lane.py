@@ -134,9 +134,11 @@ class Arms:
         body: Any = chat_body,
         workers: int = 1,
         recorder: bool = True,
+        router_settings: dict[str, Any] | None = None,
         **kw: Any,
     ):
         self.models, self.body, self.kw = twin_models("bench", params), body, kw
+        self.proxy_kw = {} if router_settings is None else {"router_settings": router_settings}
         self.workers, self.recorder = workers, recorder
         workdir, self.lane_steps = Path(tempfile.mkdtemp(prefix="lane-bench-")), []
         self.servers: dict[str, Any] = {}
@@ -145,7 +147,7 @@ class Arms:
             for name in dict.fromkeys(SERVERS[arm] for arm in arms):
                 log_path = workdir / f"{name}-{workers}.jsonl"
                 log_path.touch()
-                settings = SETTINGS.get(name, {})
+                settings = {**SETTINGS.get(name, {}), **self.proxy_kw}
                 logged = log_path if recorder else None
                 server = start_proxy(self.models, workers=workers, log_path=logged, **settings)
                 self.servers[name], server.log_file = server, log_path
@@ -206,6 +208,11 @@ def chat(args: Any) -> None:
         data["slots"] = args.slots
     if args.usage:
         data["usage"] = True
+    # Usage-based routing: the router picks by each deployment's usage this minute, which its
+    # strategy counts (the lane picks and counts alike, `src/lane/routing.rs`).
+    routing = {"routing_strategy": "usage-based-routing-v2"} if args.routing else None
+    if args.routing:
+        data["routing"] = True
     with ServerProcess() as mock:
         params = deployment_kwargs("openai", mock.url)
         if args.slots:
@@ -215,7 +222,9 @@ def chat(args: Any) -> None:
             # The router counts the group's usage per minute and puts it in its answers'
             # headers (`lane/usage.py`); far from spent (the rpm gives as many slots).
             params |= {"rpm": 1_000_000, "tpm": 1_000_000_000}
-        with Arms(params, ARMS, body, recorder=recorder, mock_pid=mock.pid) as arms:
+        with Arms(
+            params, ARMS, body, recorder=recorder, router_settings=routing, mock_pid=mock.pid
+        ) as arms:
             for arm in ARMS:  # warm every arm
                 arms.step(arm, 50, 2.0)
             log(f"added latency at {rate:g} req/s, {reps} interleaved repetitions")
@@ -232,7 +241,7 @@ def chat(args: Any) -> None:
                 best, ladder_steps = highest(lambda r, a=arm: arms.step(a, r, secs), ladder)
                 data["rates"][arm] = {"max": best, "steps": ladder_steps}
         data["callbacks"] = arms.callbacks()
-        with Arms(params, ["lane"], body, 2, recorder, mock_pid=mock.pid) as two:
+        with Arms(params, ["lane"], body, 2, recorder, routing, mock_pid=mock.pid) as two:
             log(" lane, two workers")
             best2, steps2 = highest(lambda r: two.step("lane", r, secs), LANE_RATES)
         data["rates"]["lane_2_workers"] = {"max": best2, "steps": steps2}
@@ -241,7 +250,7 @@ def chat(args: Any) -> None:
     group = "-slots" if args.slots else "-usage" if args.usage else ""
     if streamed and args.usage:
         group = "-group-usage"  # `-stream-usage` names the usage chunk's run
-    name += group
+    name += group + ("-routing" if args.routing else "")
     finish(args, name, render(data), data, plot=lambda plt: plot(data, plt), alt=PLOT_ALT)
 
 
@@ -327,6 +336,7 @@ def render(data: dict[str, Any]) -> str:
             )
             + (f" --slots {data['slots']}" if data.get("slots") else "")
             + (" --usage" if data.get("usage") else "")
+            + (" --routing" if data.get("routing") else "")
             + "`)",
             "",
             machine_line(data["machine"]),
@@ -486,6 +496,11 @@ def main(argv: list[str] | None = None) -> int:
         "--usage",
         action="store_true",
         help="chat: the group has rpm and tpm limits far from spent (the router counts its usage)",
+    )
+    parser.add_argument(
+        "--routing",
+        action="store_true",
+        help="chat: the router picks by usage (usage-based-routing-v2), which it counts",
     )
     parser.add_argument(
         "--no-redis",

@@ -413,3 +413,29 @@ def test_the_openai_sdk_client_through_the_lane(
         assert _relayed(log) == relayed_before
     else:
         wait_until(lambda: _relayed(log) > relayed_before, "the GA session was not relayed")
+
+
+def test_usage_based_routing_leaves_sessions_to_litellm(
+    upstream: RealtimeUpstream, tmp_path: Path
+) -> None:
+    """Under usage-based routing the router picks a session's deployment by usage, the relay
+    by shuffle: its sessions go to LiteLLM's relay (no `x-litellm-rust` on the 101), logged
+    as LiteLLM logs them."""
+    params = {"model": "openai/gpt-realtime", "api_key": "sk-upstream", "api_base": upstream.url}
+    models = [{"model_name": RUST, "litellm_params": {**params, "rust": True}}]
+    routed_log = tmp_path / "events.jsonl"
+    routing = {"num_retries": 0, "routing_strategy": "usage-based-routing-v2"}
+    server = logged_proxy(
+        models, routed_log, router_settings=routing, fastpath_realtime_pool=POOL, fastpath_lane=True
+    )
+
+    async def upgrade_headers() -> dict[str, str]:
+        async with connect(_url(server, RUST), additional_headers=AUTH) as ws:
+            await asyncio.wait_for(ws.recv(), 10)
+            assert ws.response is not None
+            return {k.lower(): v for k, v in ws.response.headers.raw_items()}
+
+    with server:
+        assert "x-litellm-rust" not in asyncio.run(upgrade_headers())
+        wait_until(lambda: _events(routed_log, RUST), "no event for the session")
+        assert _relayed(routed_log) == 0

@@ -156,7 +156,9 @@ def _configure(router: Any, litellm_settings: frozenset[str]) -> None:
     slots.keep_installed(router, _served_deployments)
     usage.keep(set(groups), router, set(_served_deployments))
     _native.lane_set_groups(groups, reservation_rates(router, groups))
-    realtime.configure(router, why_off is not None, _weights)
+    # Usage-based routing picks realtime sessions by usage too: the relay draws by shuffle, so
+    # those sessions stay with the proxy.
+    realtime.configure(router, why_off is not None or usage.routes_by_usage(router), _weights)
     _native.lane_configure(
         why_off, _answer_headers(), list(_openai_headers()), end_users=_keeps_end_users()
     )
