@@ -179,7 +179,9 @@ def keep(names: set[str], router: Any, deployments: set[str]) -> None:
     router's counting."""
     for name in set(_usage) - names:
         del _usage[name]
-    for deployment_id in set(_routing) - deployments:
+    # Under another strategy (the router replaced on a config reload) none are counted so.
+    served = deployments if routes_by_usage(router) else set()
+    for deployment_id in set(_routing) - served:
         del _routing[deployment_id]
     _watch(router)
     if routes_by_usage(router):
