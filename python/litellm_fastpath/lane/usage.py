@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from litellm_fastpath import _native, claims, compat
 
@@ -34,9 +34,19 @@ _IO_LIMITS = ("itpm", "otpm")
 USAGE_ROUTING = "usage-based-routing-v2"
 # LiteLLM's call type of a `/v1/messages` call.
 MESSAGES_CALL = "anthropic_messages"
-# The deployments of the groups the lane serves under usage-based routing: id -> (their limits,
-# their model as the strategy keys it, the lane's count).
-_routing: dict[str, tuple[tuple[int | None, int | None], str, _native.DeploymentUsage]] = {}
+
+
+class _Routed(NamedTuple):
+    """A deployment the lane picks by usage: its (tpm, rpm) limits, its model as the strategy
+    keys its counters, and the lane's count of its usage."""
+
+    limits: tuple[int | None, int | None]
+    model: str
+    counts: _native.DeploymentUsage
+
+
+# The deployments of the groups the lane serves under usage-based routing, by id.
+_routing: dict[str, _Routed] = {}
 
 
 def limits(router: Any, name: str) -> tuple[int | None, int | None] | None:
@@ -104,11 +114,11 @@ def for_deployment(router: Any, deployment: dict[str, Any]) -> _native.Deploymen
     model = str((deployment.get("litellm_params") or {}).get("model"))
     deployment_limits = (_limit(deployment, "tpm"), _limit(deployment, "rpm"))
     found = _routing.get(deployment_id)
-    if found is None or found[:2] != (deployment_limits, model):
+    if found is None or (found.limits, found.model) != (deployment_limits, model):
         tpm, rpm = deployment_limits
-        found = (deployment_limits, model, _native.DeploymentUsage(tpm_limit=tpm, rpm_limit=rpm))
-        _routing[deployment_id] = found
-    return found[2]
+        counts = _native.DeploymentUsage(tpm_limit=tpm, rpm_limit=rpm)
+        found = _routing[deployment_id] = _Routed(deployment_limits, model, counts)
+    return found.counts
 
 
 def _limit(deployment: dict[str, Any], name: str) -> int | None:
@@ -161,7 +171,7 @@ async def count_routing(router: Any, served: dict[str, RoutingCounts]) -> None:
         found = _routing.get(deployment_id)
         if found is None:
             continue
-        tpm_key, rpm_key = _routing_keys(deployment_id, found[1], now)
+        tpm_key, rpm_key = _routing_keys(deployment_id, found.model, now)
         unnamed_tpm_key, _ = _routing_keys(deployment_id, "None", now)
         await strategy._increment_value_in_current_window(
             key=rpm_key, value=counts.requests, ttl=ttl
@@ -171,7 +181,7 @@ async def count_routing(router: Any, served: dict[str, RoutingCounts]) -> None:
                 await strategy.router_cache.async_increment_cache_post_call(
                     key=key, value=tokens, ttl=ttl, parent_otel_span=None
                 )
-        found[2].counted(counts.requests, counts.tokens)
+        found.counts.counted(counts.requests, counts.tokens)
 
 
 def keep(names: set[str], router: Any, deployments: set[str]) -> None:
@@ -210,8 +220,8 @@ async def _read_routing(strategy: Any) -> None:
     found = list(_routing.items())
     keys = [
         key
-        for deployment_id, (_, model, _) in found
-        for key in _routing_keys(deployment_id, model, now)
+        for deployment_id, routed in found
+        for key in _routing_keys(deployment_id, routed.model, now)
     ]
     try:
         values = await strategy.router_cache.async_batch_get_cache(keys=keys)
@@ -219,9 +229,9 @@ async def _read_routing(strategy: Any) -> None:
         logger.debug("fastpath_lane: reading the routing usage failed: %s", type(err))
         return
     values = values or [None] * len(keys)
-    for index, (_, (_, _, counts)) in enumerate(found):
+    for index, (_, routed) in enumerate(found):
         tpm, rpm = values[2 * index], values[2 * index + 1]
-        counts.read(int(now // 60), int(tpm or 0), int(rpm or 0))
+        routed.counts.read(int(now // 60), int(tpm or 0), int(rpm or 0))
 
 
 def _watch(router: Any) -> None:
@@ -256,7 +266,7 @@ def _watch_routing(strategy: Any) -> None:
         result = await pre_call(deployment, *args, **kwargs)
         found = _routing.get(str((deployment.get("model_info") or {}).get("id")))
         if found is not None and claims.lane_served():
-            found[2].counted(1, 0)
+            found.counts.counted(1, 0)
         return result
 
     @functools.wraps(success)
@@ -269,7 +279,7 @@ def _watch_routing(strategy: Any) -> None:
             # nor a `/v1/messages` answer's (counted where the pick never reads them).
             read_by_pick = not payload.get("stream") and payload.get("call_type") != MESSAGES_CALL
             tokens = int(payload.get("total_tokens") or 0) if read_by_pick else 0
-            found[2].counted(0, tokens)
+            found.counts.counted(0, tokens)
         return result
 
     strategy.async_pre_call_check = pre_call_counting
